@@ -1,0 +1,75 @@
+"""Errors dircleaner raises on purpose; the CLI maps each to a one-line message and an exit code."""
+
+
+class DircleanerError(Exception):
+    """Base class of every error dircleaner raises on purpose."""
+
+    exit_code: int = 1
+
+
+class UsageError(DircleanerError):
+    """An argument or input value is malformed."""
+
+    exit_code = 2
+
+
+class StoreUrlError(UsageError):
+    """The store URL is malformed or names an unknown scheme."""
+
+
+class StoreNotFound(DircleanerError):
+    """The store does not exist (a command that reads never creates one)."""
+
+
+class StoreUnavailable(DircleanerError):
+    """The store could not be reached after bounded retries."""
+
+
+class SchemaError(DircleanerError):
+    """A keyspace, table or column the mapping names does not exist."""
+
+
+class TransientStoreError(DircleanerError):
+    """A timeout or overload that is worth retrying with backoff."""
+
+
+class FilterCorrupt(DircleanerError):
+    """The stored filter failed its checksum or header check."""
+
+    exit_code = 3
+
+
+class FilterMismatch(DircleanerError):
+    """Two filters (or a filter and a job) disagree on parameters or scope."""
+
+    exit_code = 3
+
+
+class FilterNotFound(DircleanerError):
+    """No complete filter generation exists for this scope."""
+
+
+class GuardRefused(DircleanerError):
+    """A safety guard refused to delete; nothing was deleted."""
+
+    exit_code = 3
+
+
+class FilterStale(GuardRefused):
+    """The stored filter is older than --max-filter-age."""
+
+
+class FilterIncomplete(GuardRefused):
+    """The filter generation lacks shards or its completion marker."""
+
+
+class FilterTooFull(GuardRefused):
+    """The filter's effective false-positive rate is far above its target."""
+
+
+class FilterSuspiciouslyEmpty(GuardRefused):
+    """The filter holds no directory while the folder index is not empty."""
+
+
+class TooManyCandidates(GuardRefused):
+    """Candidates exceed --max-delete-fraction of the swept directories."""

@@ -1,0 +1,49 @@
+"""Metastore backends, looked up by URL scheme."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+from dircleaner.errors import StoreUrlError
+from dircleaner.store.base import FolderRow, PartitionKey, Shard, Store
+
+__all__ = ["BACKENDS", "FolderRow", "PartitionKey", "Shard", "Store", "open_store"]
+
+DEFAULT_STORE_URL = "sqlite:///dircleaner.db"
+
+#: scheme → "module:Class"; imported lazily so a missing optional driver only hurts its users.
+BACKENDS = MappingProxyType(
+    {
+        "sqlite": "dircleaner.store.sqlite:SqliteStore",
+        "cassandra": "dircleaner.store.cassandra:CassandraStore",
+    }
+)
+
+_INSTALL_HINTS = MappingProxyType({"cassandra": "pip install cassandra-driver"})
+
+
+def backend_class(url: str) -> type[Store]:
+    """The Store class registered for the scheme of ``url``."""
+    scheme = urlsplit(url).scheme
+    if not scheme or "://" not in url:
+        raise StoreUrlError(f"malformed store URL {url!r} (expected e.g. {DEFAULT_STORE_URL})")
+    target = BACKENDS.get(scheme)
+    if target is None:
+        known = ", ".join(f"{name}://" for name in BACKENDS)
+        raise StoreUrlError(f"unknown store scheme {scheme!r} in {url!r} (known: {known})")
+    module_name, class_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = _INSTALL_HINTS.get(scheme, "reinstall dircleaner")
+        raise StoreUrlError(f"the {scheme} backend needs a missing package ({exc}); {hint}") from exc
+    cls: type[Store] = getattr(module, class_name)
+    return cls
+
+
+def open_store(url: str, *, config_path: Path | None = None, create: bool = False) -> Store:
+    """Open the store at ``url``; only commands that write may ``create`` it."""
+    return backend_class(url).open(url, config_path=config_path, create=create)

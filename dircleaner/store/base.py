@@ -1,0 +1,214 @@
+"""The store protocol: a handful of primitives every metastore backend implements.
+
+Everything else (filter storage, sizing, the job itself) is built on these, as fsspec builds
+``walk`` on ``ls``. Backends override the batch helpers only where they can do them faster.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import mmh3
+
+from dircleaner.paths import directories_of, folder_row_of, split_key
+
+MIN_TOKEN = -(2**63)
+MAX_TOKEN = 2**63 - 1
+
+# Filter cells are addressed (generation, shard, seq): chunks are seq 0..n-1, the header and the
+# completion marker live at these negative seqs so one range read fetches both.
+HEADER_SEQ = -1
+MARKER_SEQ = -2
+
+
+class PartitionKey(NamedTuple):
+    """One partition of an index table, with its ring token."""
+
+    token: int
+    bucket: str
+    parent: str
+
+
+class FolderRow(NamedTuple):
+    """One folders-index row: directory ``parent + name + "/"`` in ``bucket``."""
+
+    token: int
+    bucket: str
+    parent: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Slice ``index`` of ``count`` equal slices of the token ring."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise ValueError(f"invalid shard {self.index}/{self.count}")
+
+    def token_range(self) -> tuple[int, int]:
+        """Inclusive [lo, hi] token bounds of this slice (the whole ring for 1 slice)."""
+        span = 2**64
+        lo = MIN_TOKEN + span * self.index // self.count
+        hi = MIN_TOKEN + span * (self.index + 1) // self.count - 1
+        return lo, hi
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True, slots=True)
+class DirCountEstimate:
+    """How many directories the folder index holds, and how we know."""
+
+    count: int
+    method: str
+    #: an exact count (cheap in SQLite) rather than an estimate
+    exact: bool = False
+
+
+def murmur_token(bucket: str, parent: str) -> int:
+    """The embedded store's partition token: signed 64-bit MurmurHash3 of the partition key."""
+    return int(mmh3.hash64((bucket + "\0" + parent).encode("utf-8"), 0, signed=True)[0])
+
+
+class Store(abc.ABC):
+    """A metastore holding ``objects`` and ``folders`` index tables and our filters table."""
+
+    #: URL scheme this backend is registered under.
+    scheme: str = ""
+
+    @classmethod
+    @abc.abstractmethod
+    def open(cls, url: str, *, config_path: Path | None = None, create: bool = False) -> Store:
+        """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked."""
+
+    # -- identity -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def scope_id(self) -> str:
+        """A stable name of the tables this store reads (filters from other scopes are refused)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- scans ------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def scan_object_partitions(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[PartitionKey]]:
+        """Batches of distinct objects-table partition keys in ``shard``, in token order."""
+
+    @abc.abstractmethod
+    def scan_folder_rows(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[FolderRow]]:
+        """Batches of folders-index rows in ``shard``: token order, then clustering order."""
+
+    @abc.abstractmethod
+    def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
+        """An upper bound on the number of directories, for sizing the filter."""
+
+    # -- emptiness re-check --------------------------------------------------------------------
+    @abc.abstractmethod
+    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        """Whether the objects partition ``(bucket, parent)`` holds a live row (LIMIT 1)."""
+
+    def nonempty_object_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
+        """The subset of ``(bucket, parent)`` whose objects partition holds a live row."""
+        return {key for key in keys if self.objects_partition_nonempty(*key)}
+
+    # -- deletes at a timestamp ---------------------------------------------------------------
+    @abc.abstractmethod
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        """Delete rows as of ``timestamp_us``: rows written later survive. One result per row."""
+
+    @abc.abstractmethod
+    def delete_folder_partitions(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[BaseException | None]:
+        """Delete whole folders partitions as of ``timestamp_us``. One result per partition."""
+
+    # -- filters table ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
+        """Write one cell of a stored filter."""
+
+    @abc.abstractmethod
+    def get_filter_cells(
+        self, generation: str, shard: int, *, meta_only: bool = False
+    ) -> dict[int, bytes]:
+        """Cells of one stored filter part by seq; only the negative (meta) seqs if asked."""
+
+    @abc.abstractmethod
+    def list_filter_parts(self) -> list[tuple[str, int]]:
+        """Every (generation, shard) that has at least one cell."""
+
+    @abc.abstractmethod
+    def delete_filter_generation(self, generation: str) -> None:
+        """Remove every cell of a generation."""
+
+    # -- small state (previous run's counts, checkpoints) ----------------------------------------
+    @abc.abstractmethod
+    def put_state(self, key: str, value: str) -> None:
+        """Remember a small value across runs."""
+
+    @abc.abstractmethod
+    def get_state(self, key: str) -> str | None:
+        """A value remembered by put_state, or None."""
+
+    # -- the S3 front-end's writes (generator and tests) ---------------------------------------
+    @abc.abstractmethod
+    def write_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> None:
+        """Upsert ``(bucket, parent, name)`` object rows at ``timestamp_us``."""
+
+    @abc.abstractmethod
+    def write_folder_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> None:
+        """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
+
+    @abc.abstractmethod
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> None:
+        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched)."""
+
+    def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
+        """An S3 put: upsert each object row and a folder row for every ancestor directory."""
+        objects = [(bucket, *split_key(key)) for key in keys]
+        folders = {
+            (bucket, *folder_row_of(directory)) for key in keys for directory in directories_of(key)
+        }
+        # Folder rows first: a reader that sees the object also sees its directories.
+        self.write_folder_rows(sorted(folders), timestamp_us)
+        self.write_object_rows(objects, timestamp_us)
+
+    def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
+        """An S3 delete: remove only the object rows (lazy; directories are left behind)."""
+        self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
+
+    def iter_folder_rows(self, bucket: str | None = None) -> Iterator[FolderRow]:
+        """Every folder row of the whole ring, one at a time."""
+        for batch in self.scan_folder_rows(Shard(), bucket):
+            yield from batch
+
