@@ -1,0 +1,294 @@
+"""The embedded SQLite metastore: zero set-up, real SQL file, WAL, Cassandra's delete semantics.
+
+Rows carry their write timestamp in µs and are ordered by a partition token, as Cassandra orders
+them; a delete "at T" removes only rows written at or before T, and is recorded as a tombstone in
+a ledger so tests can count tombstones per partition the way Cassandra's tracing does.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.store.base import (
+    DirCountEstimate,
+    FolderRow,
+    PartitionKey,
+    Shard,
+    Store,
+    murmur_token,
+)
+
+SCAN_BATCH = 10_000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (
+    token  INTEGER NOT NULL,
+    bucket TEXT    NOT NULL,
+    parent TEXT    NOT NULL,
+    name   TEXT    NOT NULL,
+    ts     INTEGER NOT NULL,
+    PRIMARY KEY (token, bucket, parent, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS folders (
+    token  INTEGER NOT NULL,
+    bucket TEXT    NOT NULL,
+    parent TEXT    NOT NULL,
+    name   TEXT    NOT NULL,
+    ts     INTEGER NOT NULL,
+    PRIMARY KEY (token, bucket, parent, name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tombstones (
+    token  INTEGER NOT NULL,
+    bucket TEXT    NOT NULL,
+    parent TEXT    NOT NULL,
+    name   TEXT,              -- NULL for a partition tombstone
+    ts     INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tombstones_by_partition ON tombstones (token, bucket, parent);
+CREATE TABLE IF NOT EXISTS filters (
+    generation TEXT    NOT NULL,
+    shard      INTEGER NOT NULL,
+    seq        INTEGER NOT NULL,
+    data       BLOB    NOT NULL,
+    PRIMARY KEY (generation, shard, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS state (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+"""
+
+REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
+
+
+def path_from_url(url: str) -> Path:
+    """``sqlite:///rel/meta.db`` → ``rel/meta.db``; ``sqlite:////abs/meta.db`` → ``/abs/meta.db``."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
+        raise StoreUrlError(f"malformed SQLite URL {url!r} (expected sqlite:///path/meta.db)")
+    raw = parts.path[1:] if parts.path.startswith("/") else ""
+    if not raw or raw.endswith("/"):
+        raise StoreUrlError(f"malformed SQLite URL {url!r}: no database file named")
+    return Path(raw)
+
+
+class SqliteStore(Store):
+    """Metastore in one SQLite file."""
+
+    scheme = "sqlite"
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self._conn = conn
+
+    @classmethod
+    def open(cls, url: str, *, config_path: Path | None = None, create: bool = False) -> SqliteStore:
+        path = path_from_url(url)
+        if not create and not path.is_file():
+            raise StoreNotFound(
+                f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
+            )
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA cache_size=-131072")
+            conn.execute("PRAGMA temp_store=MEMORY")
+            if create:
+                conn.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in REQUIRED_TABLES if t not in have]
+        if missing:
+            conn.close()
+            raise StoreNotFound(f"{path} is not a dircleaner metastore (missing table {missing[0]})")
+        return cls(path, conn)
+
+    def scope_id(self) -> str:
+        return "sqlite:objects,folders"
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # -- scans ------------------------------------------------------------------------------------
+    def _stream(self, sql: str, params: Sequence[object]) -> Iterator[list[tuple[object, ...]]]:
+        cursor = self._conn.execute(sql, params)
+        try:
+            while batch := cursor.fetchmany(SCAN_BATCH):
+                yield batch
+        finally:
+            cursor.close()
+
+    def scan_object_partitions(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[PartitionKey]]:
+        lo, hi = shard.token_range()
+        sql = "SELECT DISTINCT token, bucket, parent FROM objects WHERE token BETWEEN ? AND ?"
+        params: list[object] = [lo, hi]
+        if bucket is not None:
+            sql += " AND bucket = ?"
+            params.append(bucket)
+        for batch in self._stream(sql + " ORDER BY token, bucket, parent", params):
+            yield [PartitionKey(*row) for row in batch]  # type: ignore[arg-type]
+
+    def scan_folder_rows(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[FolderRow]]:
+        lo, hi = shard.token_range()
+        sql = "SELECT token, bucket, parent, name FROM folders WHERE token BETWEEN ? AND ?"
+        params: list[object] = [lo, hi]
+        if bucket is not None:
+            sql += " AND bucket = ?"
+            params.append(bucket)
+        for batch in self._stream(sql + " ORDER BY token, bucket, parent, name", params):
+            yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
+
+    def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
+        if bucket is None:
+            (count,) = self._conn.execute("SELECT count(*) FROM folders").fetchone()
+        else:
+            (count,) = self._conn.execute(
+                "SELECT count(*) FROM folders WHERE bucket = ?", (bucket,)
+            ).fetchone()
+        return DirCountEstimate(int(count), "exact count of folder rows", exact=True)
+
+    # -- emptiness re-check --------------------------------------------------------------------
+    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        row = self._conn.execute(
+            "SELECT 1 FROM objects WHERE token = ? AND bucket = ? AND parent = ? LIMIT 1",
+            (murmur_token(bucket, parent), bucket, parent),
+        ).fetchone()
+        return row is not None
+
+    # -- deletes at a timestamp ---------------------------------------------------------------
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        with self._transaction() as conn:
+            conn.executemany(
+                "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
+                " AND ts <= ?",
+                [(*row, timestamp_us) for row in rows],
+            )
+            conn.executemany(
+                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
+                [(*row, timestamp_us) for row in rows],
+            )
+        return [None] * len(rows)
+
+    def delete_folder_partitions(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[BaseException | None]:
+        with self._transaction() as conn:
+            conn.executemany(
+                "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND ts <= ?",
+                [(*key, timestamp_us) for key in partitions],
+            )
+            conn.executemany(
+                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, NULL, ?)",
+                [(*key, timestamp_us) for key in partitions],
+            )
+        return [None] * len(partitions)
+
+    def tombstones_in_partition(self, bucket: str, parent: str) -> int:
+        """How many tombstones (row or partition) were written into one folders partition."""
+        (count,) = self._conn.execute(
+            "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?",
+            (murmur_token(bucket, parent), bucket, parent),
+        ).fetchone()
+        return int(count)
+
+    # -- filters table ----------------------------------------------------------------------------
+    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO filters (generation, shard, seq, data) VALUES (?, ?, ?, ?)",
+            (generation, shard, seq, data),
+        )
+
+    def get_filter_cells(
+        self, generation: str, shard: int, *, meta_only: bool = False
+    ) -> dict[int, bytes]:
+        sql = "SELECT seq, data FROM filters WHERE generation = ? AND shard = ?"
+        if meta_only:
+            sql += " AND seq < 0"
+        return {int(seq): bytes(data) for seq, data in self._conn.execute(sql, (generation, shard))}
+
+    def list_filter_parts(self) -> list[tuple[str, int]]:
+        rows = self._conn.execute(
+            "SELECT DISTINCT generation, shard FROM filters ORDER BY generation, shard"
+        )
+        return [(str(gen), int(shard)) for gen, shard in rows]
+
+    def delete_filter_generation(self, generation: str) -> None:
+        self._conn.execute("DELETE FROM filters WHERE generation = ?", (generation,))
+
+    # -- small state ------------------------------------------------------------------------------
+    def put_state(self, key: str, value: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (key, value))
+
+    def get_state(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    # -- the S3 front-end's writes ----------------------------------------------------------------
+    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self._upsert("objects", rows, timestamp_us)
+
+    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self._upsert("folders", rows, timestamp_us)
+
+    def _upsert(self, table: str, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        # The newer write wins, as in Cassandra; an older write never rolls a row's time back.
+        sql = (
+            f"INSERT INTO {table} (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT DO UPDATE SET ts = max(ts, excluded.ts)"
+        )
+        with self._transaction() as conn:
+            conn.executemany(
+                sql, [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows]
+            )
+
+    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        with self._transaction() as conn:
+            conn.executemany(
+                "DELETE FROM objects WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
+                " AND ts <= ?",
+                [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows],
+            )
+
+    def bulk_insert(
+        self, table: str, rows: Sequence[tuple[int, str, str, str, int]]
+    ) -> None:
+        """Insert pre-tokenised ``(token, bucket, parent, name, ts)`` rows (generator fast path)."""
+        if table not in ("objects", "folders"):
+            raise ValueError(f"unknown table {table!r}")
+        with self._transaction() as conn:
+            conn.executemany(
+                f"INSERT OR IGNORE INTO {table} (token, bucket, parent, name, ts)"
+                " VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE … COMMIT, rolled back on error."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn.execute("BEGIN IMMEDIATE")
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
