@@ -1,0 +1,170 @@
+"""The deletion plan: which folder-index entries to delete, how, in what order, within budgets.
+
+Pure: plain data in, plain data out, no IO. The sweep hands over, for every folders partition that
+holds at least one candidate, how many rows it has and which of them are candidates (directories
+known to be empty). From that the planner
+
+* collapses empty subtrees: a partition whose own directory is empty and whose rows are all
+  candidates is removed with one *partition* tombstone (a dead partition costs one marker);
+* deletes the remaining candidates with *row* tombstones in their live parent partitions, at most
+  ``max_row_tombstones`` per partition per run (more would push range reads of that partition
+  towards ``tombstone_warn_threshold``); the rest are deferred to the next run;
+* orders row deletes round-robin across partitions by token, so consecutive deletes hit different
+  partitions and replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from dircleaner.paths import dir_of_row, iter_ancestors_upward
+from dircleaner.store.base import FolderRow, PartitionKey
+
+BucketDir = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFacts:
+    """What the sweep saw of one folders partition that holds candidates."""
+
+    key: PartitionKey
+    total_rows: int
+    candidates: tuple[FolderRow, ...]
+    #: the partition's own directory was absent from the filter (so every row is a candidate)
+    dir_absent: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.candidates) > self.total_rows:
+            raise ValueError(f"partition {self.key.parent!r}: more candidates than rows")
+
+
+class ActionKind(Enum):
+    """How one delete is issued."""
+
+    PARTITION = "partition"
+    ROW = "row"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAction:
+    """One delete statement and the directory entries it removes."""
+
+    kind: ActionKind
+    partition: PartitionKey
+    rows: tuple[FolderRow, ...]
+
+
+@dataclass(frozen=True)
+class DeletionPlan:
+    """The ordered deletes of one run, and what was held back."""
+
+    actions: tuple[DeleteAction, ...]
+    deferred: tuple[FolderRow, ...]
+    #: row tombstones planned per live partition (bucket, parent)
+    row_tombstones: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def partition_deletes(self) -> int:
+        return sum(1 for a in self.actions if a.kind is ActionKind.PARTITION)
+
+    @property
+    def row_deletes(self) -> int:
+        return sum(1 for a in self.actions if a.kind is ActionKind.ROW)
+
+    @property
+    def directories(self) -> int:
+        """How many directory entries the plan removes."""
+        return sum(len(a.rows) for a in self.actions)
+
+
+def empty_dirs_of(facts: Iterable[PartitionFacts]) -> set[BucketDir]:
+    """Every directory the facts show to be empty: candidates and absent partition dirs."""
+    out: set[BucketDir] = set()
+    for fact in facts:
+        if fact.dir_absent:
+            out.add((fact.key.bucket, fact.key.parent))
+        out.update((row.bucket, dir_of_row(row.parent, row.name)) for row in fact.candidates)
+    return out
+
+
+def with_ancestors(dirs: Iterable[BucketDir]) -> set[BucketDir]:
+    """The directories and every one of their ancestors (a non-empty dir makes its parents so)."""
+    out: set[BucketDir] = set()
+    for bucket, directory in dirs:
+        for ancestor in iter_ancestors_upward(directory):
+            if (bucket, ancestor) in out:
+                break
+            out.add((bucket, ancestor))
+    return out
+
+
+def drop_nonempty(
+    facts: Iterable[PartitionFacts], nonempty: Iterable[BucketDir]
+) -> list[PartitionFacts]:
+    """Facts without the directories found non-empty on re-check, nor any of their ancestors."""
+    alive = with_ancestors(nonempty)
+    out: list[PartitionFacts] = []
+    for fact in facts:
+        kept = tuple(
+            row for row in fact.candidates if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
+        )
+        absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
+        if kept or absent:
+            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent))
+    return out
+
+
+def plan_deletions(facts: Iterable[PartitionFacts], max_row_tombstones: int) -> DeletionPlan:
+    """Turn the sweep's partition facts into an ordered, budgeted deletion plan."""
+    if max_row_tombstones < 0:
+        raise ValueError("max_row_tombstones must be >= 0")
+    facts = list(facts)
+    empty = empty_dirs_of(facts)
+    dead: list[PartitionFacts] = []
+    live: list[PartitionFacts] = []
+    for fact in facts:
+        own_dir = (fact.key.bucket, fact.key.parent)
+        # A partition is dead only if its directory is empty AND we hold every row it has: a
+        # partition tombstone must never remove a row the audit log could not put back.
+        if fact.key.parent and own_dir in empty and len(fact.candidates) == fact.total_rows:
+            dead.append(fact)
+        else:
+            live.append(fact)
+
+    actions = [
+        DeleteAction(ActionKind.PARTITION, fact.key, fact.candidates)
+        for fact in sorted(dead, key=_partition_order)
+    ]
+    per_partition: list[list[FolderRow]] = []
+    deferred: list[FolderRow] = []
+    budget_used: dict[tuple[str, str], int] = {}
+    for fact in sorted(live, key=_partition_order):
+        rows = list(fact.candidates)
+        allowed, held = rows[:max_row_tombstones], rows[max_row_tombstones:]
+        deferred.extend(held)
+        if allowed:
+            per_partition.append(allowed)
+            budget_used[(fact.key.bucket, fact.key.parent)] = len(allowed)
+    actions.extend(
+        DeleteAction(ActionKind.ROW, PartitionKey(row.token, row.bucket, row.parent), (row,))
+        for row in round_robin(per_partition)
+    )
+    return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
+
+
+def round_robin(groups: list[list[FolderRow]]) -> list[FolderRow]:
+    """One item from each group in turn, until all are used."""
+    out: list[FolderRow] = []
+    depth = 0
+    remaining = [g for g in groups if g]
+    while remaining:
+        out.extend(group[depth] for group in remaining)
+        depth += 1
+        remaining = [g for g in remaining if len(g) > depth]
+    return out
+
+
+def _partition_order(fact: PartitionFacts) -> tuple[int, str, str]:
+    return (fact.key.token, fact.key.bucket, fact.key.parent)
