@@ -1,0 +1,168 @@
+"""Pass 1 — build: every ancestor of every object partition into a Bloom filter, stored.
+
+The objects table is partitioned by parent, so the non-empty directories are exactly the
+ancestors (inclusive) of the partition keys that hold a live row: we scan partition keys only.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from dircleaner.bloom import new_filter
+from dircleaner.errors import UsageError
+from dircleaner.filterformat import FilterHeader, serialize
+from dircleaner.filterstore import save_filter_part
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
+from dircleaner.timeutil import now_us
+
+#: recent-ancestor cache size; ancestors repeat heavily but keys arrive in token order
+ANCESTOR_CACHE = 1 << 18
+#: the floor on filter capacity, so a tiny store still gets a sensible filter
+MIN_CAPACITY = 1000
+#: headroom over the previous run's exact count (the index grows between nights)
+PREVIOUS_COUNT_HEADROOM = 1.2
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What to build and how."""
+
+    fpr: float = 0.01
+    expected_dirs: int | None = None
+    engine: str = "mmh3"
+    bucket: str | None = None
+    shard: Shard = field(default_factory=Shard)
+    #: fixed salt (tests, or shards of one generation on several hosts); random when None
+    salt: int | None = None
+    #: generation id to write into (shards of one generation); a new one when None
+    generation: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fpr < 0.5:
+            raise UsageError(f"--fpr must be between 0 and 0.5, got {self.fpr}")
+        if self.expected_dirs is not None and self.expected_dirs < 1:
+            raise UsageError("--expected-dirs must be a positive number")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a build produced."""
+
+    generation: str
+    header: FilterHeader
+    sizing: DirCountEstimate
+    partitions_scanned: int
+    keys_inserted: int
+    fill_ratio: float
+    estimated_fpr: float
+    filter_bytes: int
+    seconds: float
+
+
+def scope_of(store: Store, bucket: str | None) -> str:
+    """The scope a filter is valid for: the store's tables and the bucket restriction."""
+    return f"{store.scope_id()}|bucket={bucket if bucket is not None else '*'}"
+
+
+def swept_count_key(scope: str) -> str:
+    """State key under which the sweep records the exact folder-row count of a scope."""
+    return f"swept_dirs|{scope}"
+
+
+def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
+    """How many directories to size the filter for, and how we know."""
+    if config.expected_dirs is not None:
+        return DirCountEstimate(config.expected_dirs, "--expected-dirs", exact=True)
+    estimate = store.estimate_directory_count(config.bucket)
+    if estimate.exact:
+        return estimate
+    previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
+    if previous is not None:
+        count = int(int(previous) * PREVIOUS_COUNT_HEADROOM)
+        return DirCountEstimate(count, f"previous run's exact count {previous} + 20% headroom")
+    return estimate
+
+
+def new_generation_id(snapshot_us: int, salt: int) -> str:
+    """Generation ids sort by build time: ``20261122T021500Z-5f3a9c01``."""
+    stamp = datetime.fromtimestamp(snapshot_us / 1e6, UTC).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}.{snapshot_us % 1_000_000:06d}Z-{salt:08x}"
+
+
+def ancestor_keys(
+    batches: Iterable[list[PartitionKey]], progress: Progress = no_progress
+) -> Iterable[tuple[int, list[bytes]]]:
+    """Per batch of partition keys: (partitions, filter keys of ancestors not seen recently).
+
+    If a directory is in the recent cache, all of its ancestors went into the filter with it, so
+    the upward walk stops there.
+    """
+    recent: set[str] = set()
+    done = 0
+    for batch in batches:
+        keys: list[bytes] = []
+        for key in batch:
+            prefix = key.bucket + "\0"
+            directory = key.parent
+            while directory:
+                cached = prefix + directory
+                if cached in recent:
+                    break
+                recent.add(cached)
+                keys.append(cached.encode("utf-8"))
+                directory = directory[: directory.rfind("/", 0, len(directory) - 1) + 1]
+        if len(recent) > ANCESTOR_CACHE:
+            recent.clear()
+        done += len(batch)
+        progress("build", done, None)
+        yield len(batch), keys
+
+
+def build_filter(store: Store, config: BuildConfig, progress: Progress = no_progress) -> BuildResult:
+    """Scan the objects table's partition keys into a new filter and store it."""
+    started = time.monotonic()
+    # Everything written before this instant is seen by the scan; deletes are issued at a time
+    # before it (minus --min-age), so anything (re)written during or after the build survives.
+    snapshot_us = now_us()
+    sizing = size_filter(store, config)
+    capacity = max(sizing.count, MIN_CAPACITY)
+    salt = config.salt if config.salt is not None else secrets.randbits(32)
+    generation = config.generation or new_generation_id(snapshot_us, salt)
+    filt = new_filter(config.engine, capacity, config.fpr, salt)
+
+    partitions = inserted = 0
+    for count, keys in ancestor_keys(
+        store.scan_object_partitions(config.shard, config.bucket), progress
+    ):
+        partitions += count
+        inserted += len(keys)
+        if keys:
+            filt.add_many(keys)
+
+    header, header_bytes, body = serialize(
+        filt,
+        expected_n=capacity,
+        target_p=config.fpr,
+        snapshot_us=snapshot_us,
+        shard_index=config.shard.index,
+        shard_count=config.shard.count,
+        items=inserted,
+        scope=scope_of(store, config.bucket),
+    )
+    save_filter_part(store, generation, header, header_bytes, body)
+    return BuildResult(
+        generation=generation,
+        header=header,
+        sizing=sizing,
+        partitions_scanned=partitions,
+        keys_inserted=inserted,
+        fill_ratio=filt.fill_ratio(),
+        estimated_fpr=filt.estimated_fpr(),
+        filter_bytes=len(body),
+        seconds=time.monotonic() - started,
+    )

@@ -1,0 +1,183 @@
+"""Filters in the store: chunked cells, a header, a completion marker written last, generations.
+
+A generation is one build (all its shards share salt, m, k and snapshot time). Each shard's filter
+is stored as cells of at most 1 MiB; the header cell goes first and the completion marker last, so
+a crashed or partial build is recognisable and never used.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
+from dircleaner.filterformat import FilterHeader, decode_header, deserialize, merge_shards
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
+
+CHUNK_BYTES = 1 << 20
+_MARKER = struct.Struct("<8sII")
+_MARKER_MAGIC = b"DCDONE\x00\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    """One stored shard of a generation, as read from its header and marker."""
+
+    shard: int
+    header: FilterHeader | None
+    complete: bool
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    """What the filters table holds of one generation."""
+
+    generation: str
+    shards: tuple[ShardInfo, ...]
+
+    @property
+    def header(self) -> FilterHeader | None:
+        """The first readable shard header (all shards of a generation agree on parameters)."""
+        return next((s.header for s in self.shards if s.header is not None), None)
+
+    @property
+    def complete(self) -> bool:
+        """Every shard of the ring is present, readable and marked complete."""
+        header = self.header
+        if header is None or any(not s.complete for s in self.shards):
+            return False
+        return sorted(s.shard for s in self.shards) == list(range(header.shard_count))
+
+    def describe_incompleteness(self) -> str:
+        header = self.header
+        if header is None:
+            return "no readable header"
+        problems = [f"shard {s.shard}: {s.problem}" for s in self.shards if s.problem]
+        have = sorted(s.shard for s in self.shards if s.complete)
+        if len(have) < header.shard_count:
+            problems.append(
+                f"incomplete shard set: have {','.join(map(str, have)) or 'none'}"
+                f" of {header.shard_count}"
+            )
+        return "; ".join(problems) or "complete"
+
+
+def save_filter_part(
+    store: Store, generation: str, header: FilterHeader, header_bytes: bytes, body: bytes
+) -> int:
+    """Store one shard's filter; the completion marker is written last. Returns cells written."""
+    shard = header.shard_index
+    store.put_filter_cell(generation, shard, HEADER_SEQ, header_bytes)
+    chunks = 0
+    for offset in range(0, len(body), CHUNK_BYTES):
+        store.put_filter_cell(generation, shard, chunks, body[offset : offset + CHUNK_BYTES])
+        chunks += 1
+    marker = _MARKER.pack(_MARKER_MAGIC, chunks, zlib.crc32(body))
+    store.put_filter_cell(generation, shard, MARKER_SEQ, marker)
+    return chunks + 2
+
+
+def list_generations(store: Store) -> list[GenerationInfo]:
+    """Every generation in the filters table, oldest first (generation ids sort by time)."""
+    by_generation: dict[str, list[ShardInfo]] = {}
+    for generation, shard in store.list_filter_parts():
+        cells = store.get_filter_cells(generation, shard, meta_only=True)
+        by_generation.setdefault(generation, []).append(_shard_info(shard, cells))
+    return [GenerationInfo(gen, tuple(shards)) for gen, shards in sorted(by_generation.items())]
+
+
+def _shard_info(shard: int, cells: dict[int, bytes]) -> ShardInfo:
+    header_bytes = cells.get(HEADER_SEQ)
+    if header_bytes is None:
+        return ShardInfo(shard, None, False, "no header")
+    try:
+        header = decode_header(header_bytes)
+    except FilterCorrupt as exc:
+        return ShardInfo(shard, None, False, str(exc))
+    if MARKER_SEQ not in cells:
+        return ShardInfo(shard, header, False, "no completion marker (build crashed or running)")
+    return ShardInfo(shard, header, True)
+
+
+def latest_complete(store: Store, scope: str) -> GenerationInfo:
+    """The newest complete generation built for ``scope``."""
+    generations = [g for g in list_generations(store) if g.header and g.header.scope == scope]
+    for info in reversed(generations):
+        if info.complete:
+            return info
+    if generations:
+        newest = generations[-1]
+        raise FilterIncomplete(
+            f"no complete filter for this store; newest {newest.generation}: "
+            f"{newest.describe_incompleteness()}"
+        )
+    raise FilterNotFound("no filter has been built for this store yet (run 'dircleaner build')")
+
+
+def find_generation(store: Store, generation: str) -> GenerationInfo:
+    """The named generation, or FilterNotFound."""
+    for info in list_generations(store):
+        if info.generation == generation:
+            return info
+    raise FilterNotFound(f"no filter generation {generation!r} (see 'dircleaner filters list')")
+
+
+def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[FilterHeader, object]:
+    """Read, verify and OR-merge every shard of a complete generation built for ``scope``."""
+    if not info.complete:
+        raise FilterIncomplete(
+            f"filter {info.generation} is incomplete: {info.describe_incompleteness()}"
+        )
+    parts = []
+    for shard_info in sorted(info.shards, key=lambda s: s.shard):
+        cells = store.get_filter_cells(info.generation, shard_info.shard)
+        parts.append(_read_part(info.generation, shard_info.shard, cells))
+    header, filt = merge_shards(parts)
+    if header.scope != scope:
+        raise FilterMismatch(
+            f"filter {info.generation} was built for {header.scope!r}, not {scope!r}"
+        )
+    return header, filt
+
+
+def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[FilterHeader, object]:
+    where = f"filter {generation} shard {shard}"
+    try:
+        magic, chunks, body_crc = _MARKER.unpack(cells[MARKER_SEQ])
+    except (KeyError, struct.error) as exc:
+        raise FilterCorrupt(f"{where}: unreadable completion marker") from exc
+    if magic != _MARKER_MAGIC:
+        raise FilterCorrupt(f"{where}: bad completion marker")
+    missing = [seq for seq in range(chunks) if seq not in cells]
+    if missing:
+        raise FilterCorrupt(f"{where}: truncated: chunk {missing[0]} of {chunks} is missing")
+    body = b"".join(cells[seq] for seq in range(chunks))
+    if zlib.crc32(body) != body_crc:
+        raise FilterCorrupt(f"{where}: body checksum mismatch against its completion marker")
+    try:
+        return deserialize(cells[HEADER_SEQ], body)
+    except FilterCorrupt as exc:
+        raise FilterCorrupt(f"{where}: {exc}") from exc
+
+
+def collect_garbage(store: Store, scope: str, keep: int, protect: Sequence[str] = ()) -> list[str]:
+    """Delete all but the newest ``keep`` complete generations of ``scope`` (and older partials).
+
+    Incomplete generations newer than the newest complete one are left alone: they may be builds
+    still running on other hosts.
+    """
+    generations = [g for g in list_generations(store) if g.header is None or g.header.scope == scope]
+    complete = [g.generation for g in generations if g.complete]
+    kept = set(complete[-keep:]) if keep > 0 else set()
+    newest_complete = complete[-1] if complete else ""
+    removed = []
+    for info in generations:
+        name = info.generation
+        if name in kept or name in protect or name > newest_complete:
+            continue
+        store.delete_filter_generation(name)
+        removed.append(name)
+    return removed

@@ -1,0 +1,35 @@
+"""Clock and duration helpers (µs timestamps, as Cassandra's write times)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from dircleaner.errors import UsageError
+
+_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+
+
+def now_us() -> int:
+    """Wall-clock time in µs since the epoch."""
+    return time.time_ns() // 1000
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a duration such as ``0``, ``90s``, ``10m``, ``2h``, ``1d``."""
+    match = _DURATION.match(text)
+    if not match:
+        raise UsageError(f"invalid duration {text!r} (use e.g. 0, 90s, 10m, 2h, 1d)")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form: ``950ms``, ``12.3s``, ``4m05s``, ``3h12m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
