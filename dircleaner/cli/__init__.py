@@ -1,0 +1,73 @@
+"""The command line: a thin click layer over the library (parse, call one function, print)."""
+
+from __future__ import annotations
+
+import click
+
+from dircleaner import __version__
+from dircleaner.cli.context import AppContext, DircleanerGroup
+from dircleaner.cli.data_commands import (
+    delete_keys,
+    gen,
+    import_keys,
+    init_schema,
+    list_dirs,
+    restore_cmd,
+)
+from dircleaner.cli.filter_commands import filters
+from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
+from dircleaner.store import DEFAULT_STORE_URL
+
+
+@click.group(cls=DircleanerGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--store",
+    "store_url",
+    envvar="DIRCLEANER_STORE",
+    default=DEFAULT_STORE_URL,
+    show_default=True,
+    help="Metastore URL: sqlite:///path/meta.db or cassandra://host1,host2:9042/keyspace?dc=DC"
+    " (env DIRCLEANER_STORE).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    envvar="DIRCLEANER_CONFIG",
+    type=click.Path(dir_okay=False, exists=True),
+    help="TOML file with the Cassandra mapping, consistency, auth and TLS (env DIRCLEANER_CONFIG).",
+)
+@click.version_option(__version__, prog_name="dircleaner")
+@click.pass_context
+def cli(ctx: click.Context, store_url: str, config_path: str | None) -> None:
+    """Find and delete empty directory entries in an S3 metastore's folder index.
+
+    \b
+    The nightly job:
+      dircleaner --store sqlite:///meta.db run
+    Step by step:
+      dircleaner build && dircleaner sweep && dircleaner clean --dry-run
+
+    Exit codes: 0 success, 1 error, 2 usage, 3 refused by a safety guard.
+    """
+    ctx.obj = AppContext(store_url, config_path)
+
+
+for command in (
+    import_keys,
+    delete_keys,
+    list_dirs,
+    gen,
+    restore_cmd,
+    init_schema,
+    build,
+    sweep_cmd,
+    clean,
+    run,
+    filters,
+):
+    cli.add_command(command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="dircleaner")

@@ -1,0 +1,94 @@
+"""Shared CLI plumbing: the store to open, error mapping, progress on a terminal, output."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from dircleaner.errors import DircleanerError
+from dircleaner.store import Store, open_store
+
+
+class CliError(click.ClickException):
+    """A library error shown as one line, with the error's own exit code."""
+
+    def __init__(self, error: DircleanerError) -> None:
+        super().__init__(str(error))
+        self.exit_code = error.exit_code
+
+
+class DircleanerGroup(click.Group):
+    """Turns library errors into one-line messages and their exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DircleanerError as exc:
+            raise CliError(exc) from exc
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """Global options every command shares."""
+
+    store_url: str
+    config_path: str | None
+
+    def open(self, *, create: bool = False) -> Store:
+        config = Path(self.config_path) if self.config_path else None
+        return open_store(self.store_url, config_path=config, create=create)
+
+
+class TerminalProgress:
+    """Rows per second and ETA on stderr, redrawn at most twice a second; silent if not a TTY."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._enabled = self._stream.isatty()
+        self._phase = ""
+        self._phase_started = 0.0
+        self._last_draw = 0.0
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if not self._enabled:
+            return
+        now = time.monotonic()
+        if phase != self._phase:
+            self._phase, self._phase_started = phase, now
+        if now - self._last_draw < 0.5 and done != total:
+            return
+        self._last_draw = now
+        elapsed = max(now - self._phase_started, 1e-6)
+        rate = done / elapsed
+        text = f"{phase}: {done:,}" + (f"/{total:,}" if total else "") + f" ({rate:,.0f}/s"
+        if total and rate > 0:
+            text += f", ETA {max(total - done, 0) / rate:.0f}s"
+        self._stream.write("\r\033[K" + text + ")")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._enabled and self._phase:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+
+
+def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
+    """Print a summary: JSON for machines, aligned lines for people."""
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        for line in lines:
+            click.echo(line)
+
+
+def obj(ctx: click.Context) -> AppContext:
+    app = ctx.find_object(AppContext)
+    if app is None:  # pragma: no cover - click always sets it through the group
+        raise click.UsageError("internal: no application context")
+    return app

@@ -1,0 +1,174 @@
+"""Commands that write or read the metastore's data: keys, directories, datasets, restores."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+import click
+
+from dircleaner.cli.context import TerminalProgress, obj
+from dircleaner.keyfile import read_key_lines
+from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
+from dircleaner.restore import read_audit_entries, restore
+from dircleaner.store import Store
+from dircleaner.timeutil import now_us
+
+KEY_BATCH = 5000
+
+bucket_option = click.option(
+    "--bucket", default=DEFAULT_BUCKET, show_default=True, help="Bucket the keys belong to."
+)
+
+
+def _apply_keys(
+    stream: BinaryIO, bucket: str, write: Callable[[Sequence[str]], None], verb: str
+) -> None:
+    """Feed valid keys to ``write`` in batches; report bad lines; exit 1 if there were any."""
+    validate_bucket(bucket)
+    batch: list[str] = []
+    done = rejected = 0
+    for line in read_key_lines(stream):
+        if line.key is None:
+            rejected += 1
+            click.echo(f"line {line.number}: {line.error}; skipped", err=True)
+            continue
+        batch.append(line.key)
+        if len(batch) >= KEY_BATCH:
+            write(batch)
+            done += len(batch)
+            batch = []
+    if batch:
+        write(batch)
+        done += len(batch)
+    click.echo(f"{verb} {done:,} keys in bucket {bucket!r}; rejected {rejected:,} lines")
+    if rejected:
+        sys.exit(1)
+
+
+@click.command("import-keys")
+@click.argument("path", type=click.File("rb"))
+@bucket_option
+@click.pass_context
+def import_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
+    """Write each key of PATH (one per line, '-' for stdin) as an S3 put.
+
+    A put upserts the object row and a folder row for every ancestor directory. Invalid lines
+    (bad UTF-8, empty, over 1024 bytes) are reported with their line number and skipped.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db import-keys keys.txt
+    """
+    with obj(ctx).open(create=True) as store:
+        _apply_keys(path, bucket, lambda keys: store.put_objects(bucket, keys, now_us()), "put")
+
+
+@click.command("delete-keys")
+@click.argument("path", type=click.File("rb"))
+@bucket_option
+@click.pass_context
+def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
+    """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db delete-keys expired.txt
+    """
+    with obj(ctx).open() as store:
+        _apply_keys(
+            path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
+        )
+
+
+@click.command("list-dirs")
+@bucket_option
+@click.option("--sort", "sort_output", is_flag=True, help="Sort (holds every path in memory).")
+@click.pass_context
+def list_dirs(ctx: click.Context, bucket: str, sort_output: bool) -> None:
+    """Print every directory in the folder index, one full path (ending in '/') per line.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db list-dirs --sort > dirs.txt
+    """
+    with obj(ctx).open() as store:
+        paths = (dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket))
+        out = click.get_text_stream("stdout")
+        for path in sorted(paths) if sort_output else paths:
+            out.write(path + "\n")
+
+
+@click.command()
+@click.option("--dirs", type=click.IntRange(min=10), required=True, help="Directories to create.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Dataset seed.")
+@click.option(
+    "--truth", type=click.Path(dir_okay=False), help="Write every empty directory here."
+)
+@click.option(
+    "--empty-fraction", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+    help="Share of directories left empty.",
+)
+@bucket_option
+@click.pass_context
+def gen(
+    ctx: click.Context,
+    dirs: int,
+    seed: int,
+    truth: str | None,
+    empty_fraction: float,
+    bucket: str,
+) -> None:
+    """Generate a synthetic metastore with known ground truth (deterministic by seed).
+
+    \b
+    Example:
+      dircleaner --store sqlite:///demo.db gen --dirs 200000 --seed 1 --truth truth.txt
+    """
+    from pathlib import Path
+
+    from dircleaner.synth import SynthSpec, generate  # the generator is only needed here
+
+    spec = SynthSpec(dirs=dirs, seed=seed, bucket=bucket, empty_fraction=empty_fraction)
+    progress = TerminalProgress()
+    with obj(ctx).open(create=True) as store:
+        result = generate(
+            store, spec, Path(truth) if truth else None,
+            lambda done: progress("generate", done, dirs),
+        )
+    progress.close()
+    click.echo(
+        f"generated {result.dirs:,} directories ({result.empty_dirs:,} empty) and"
+        f" {result.objects:,} objects in {result.seconds:.1f}s"
+    )
+
+
+@click.command("restore")
+@click.argument("audit_log", type=click.File("r", encoding="utf-8"))
+@click.pass_context
+def restore_cmd(ctx: click.Context, audit_log: click.utils.LazyFile) -> None:
+    """Put back every directory entry an audit log says was deleted.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db restore dircleaner-audit.jsonl
+    """
+    rows = read_audit_entries(audit_log)
+    with obj(ctx).open() as store:
+        result = restore(store, rows, now_us())
+    click.echo(f"restored {result.restored:,} directory entries")
+
+
+@click.command("init-schema")
+@click.pass_context
+def init_schema(ctx: click.Context) -> None:
+    """Create the reference schema (keyspace, objects, folders, filters) if missing.
+
+    \b
+    Example:
+      dircleaner --store cassandra://127.0.0.1:9042/meta init-schema
+    """
+    store: Store = obj(ctx).open(create=True)
+    store.close()
+    click.echo(f"schema ready: {store.scope_id()}")

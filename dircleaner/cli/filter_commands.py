@@ -1,0 +1,105 @@
+"""filters list|show|rm: the stored filter generations."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from dircleaner.cli.context import obj
+from dircleaner.filterstore import GenerationInfo, find_generation, list_generations
+from dircleaner.timeutil import format_duration
+
+
+def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
+    header = info.header
+    out: dict[str, object] = {
+        "generation": info.generation,
+        "complete": info.complete,
+        "shards": f"{sum(s.complete for s in info.shards)}/{header.shard_count if header else '?'}",
+    }
+    if header is not None:
+        age = now_s - header.snapshot_us / 1e6
+        out.update(
+            {
+                "age": format_duration(max(age, 0.0)),
+                "scope": header.scope,
+                "engine": header.engine,
+                "items": header.items,
+                "sized_for": header.expected_n,
+                "fpr_target": header.target_p,
+                "m": header.m,
+                "k": header.k,
+                "salt": f"{header.salt:08x}",
+            }
+        )
+    if not info.complete:
+        out["problem"] = info.describe_incompleteness()
+    return out
+
+
+@click.group()
+def filters() -> None:
+    """Inspect and remove stored filter generations.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db filters list
+    """
+
+
+@filters.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def list_cmd(ctx: click.Context, as_json: bool) -> None:
+    """List every generation with its age, size and completeness.
+
+    \b
+    Example:
+      dircleaner filters list --json
+    """
+    with obj(ctx).open() as store:
+        rows = [_describe(info, time.time()) for info in list_generations(store)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no filters stored")
+    for row in rows:
+        state = "complete" if row["complete"] else "INCOMPLETE"
+        click.echo(
+            f"{row['generation']}  {state:10}  shards {row['shards']}  age {row.get('age', '?')}"
+            f"  items {row.get('items', '?')}  target fpr {row.get('fpr_target', '?')}"
+        )
+
+
+@filters.command("show")
+@click.argument("generation")
+@click.pass_context
+def show_cmd(ctx: click.Context, generation: str) -> None:
+    """Show one generation's header fields.
+
+    \b
+    Example:
+      dircleaner filters show 20261122T021500.000000Z-5f3a9c01
+    """
+    with obj(ctx).open() as store:
+        info = find_generation(store, generation)
+    click.echo(json.dumps(_describe(info, time.time()), indent=2))
+
+
+@filters.command("rm")
+@click.argument("generation")
+@click.pass_context
+def rm_cmd(ctx: click.Context, generation: str) -> None:
+    """Remove one generation.
+
+    \b
+    Example:
+      dircleaner filters rm 20261122T021500.000000Z-5f3a9c01
+    """
+    with obj(ctx).open() as store:
+        find_generation(store, generation)
+        store.delete_filter_generation(generation)
+    click.echo(f"removed {generation}")

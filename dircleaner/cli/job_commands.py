@@ -1,0 +1,134 @@
+"""build, sweep, clean, run: the job's commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dircleaner.build import build_filter
+from dircleaner.cli.context import TerminalProgress, emit, obj
+from dircleaner.cli.options import (
+    bucket_option,
+    build_config,
+    build_options,
+    clean_config,
+    clean_options,
+    json_option,
+    parse_shard,
+    shard_option,
+    sweep_config,
+    sweep_options,
+)
+from dircleaner.job import run_clean, run_job, run_sweep
+from dircleaner.paths import dir_of_row
+from dircleaner.report import (
+    build_lines,
+    build_summary,
+    clean_lines,
+    clean_summary,
+    run_summary,
+    sweep_lines,
+    sweep_summary,
+)
+
+
+@click.command()
+@build_options
+@bucket_option
+@shard_option
+@json_option
+@click.pass_context
+def build(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -> None:
+    """Pass 1: scan object partitions into a Bloom filter and store it.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db build --fpr 0.001
+    """
+    progress = TerminalProgress()
+    with obj(ctx).open() as store:
+        result = build_filter(store, build_config(params, parse_shard(shard)), progress)
+    progress.close()
+    emit(build_summary(result), build_lines(result), as_json)
+
+
+@click.command("sweep")
+@sweep_options
+@bucket_option
+@shard_option
+@click.option(
+    "--out", type=click.Path(dir_okay=False, allow_dash=True),
+    help="Write every candidate directory to this file ('-' for stdout).",
+)
+@json_option
+@click.pass_context
+def sweep_cmd(
+    ctx: click.Context, as_json: bool, shard: str | None, out: str | None, **params: Any
+) -> None:
+    """Pass 2: list the directories absent from the filter (deletes nothing).
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db sweep --out candidates.txt
+    """
+    progress = TerminalProgress()
+    with obj(ctx).open() as store:
+        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress)
+    progress.close()
+    if out is not None:
+        with click.open_file(out, "w", encoding="utf-8") as stream:
+            for row in report.result.candidate_rows():
+                stream.write(dir_of_row(row.parent, row.name) + "\n")
+    if out != "-":
+        emit(sweep_summary(report), sweep_lines(report), as_json)
+
+
+@click.command()
+@sweep_options
+@clean_options
+@bucket_option
+@shard_option
+@json_option
+@click.pass_context
+def clean(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -> None:
+    """Sweep with the newest stored filter and delete the empty directories, safely.
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db clean --dry-run
+    """
+    progress = TerminalProgress()
+    config = clean_config(params, parse_shard(shard))
+    with obj(ctx).open() as store:
+        report = run_clean(store, config, progress)
+    progress.close()
+    emit(clean_summary(report), clean_lines(report, _audit(config.audit_log)), as_json)
+
+
+@click.command()
+@build_options
+@clean_options
+@bucket_option
+@json_option
+@click.pass_context
+def run(ctx: click.Context, as_json: bool, **params: Any) -> None:
+    """The nightly job: build + sweep + clean (never prompts).
+
+    \b
+    Example:
+      dircleaner --store sqlite:///meta.db run --fpr 0.001 --rate 500
+    """
+    progress = TerminalProgress()
+    whole = parse_shard(None)
+    config = clean_config(params, whole)
+    with obj(ctx).open() as store:
+        report = run_job(store, build_config(params, whole), config, progress)
+    progress.close()
+    lines = build_lines(report.build) + clean_lines(report.clean, _audit(config.audit_log))
+    emit(run_summary(report), lines, as_json)
+
+
+def _audit(path: Path | None) -> str | None:
+    return str(path) if path is not None else None

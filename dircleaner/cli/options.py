@@ -1,0 +1,144 @@
+"""Option groups shared by the job commands, and their conversion into typed configs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from dircleaner.bloom import ENGINES
+from dircleaner.build import BuildConfig
+from dircleaner.deleter import ThrottleConfig
+from dircleaner.errors import UsageError
+from dircleaner.guards import GuardConfig
+from dircleaner.job import CleanConfig, SweepConfig
+from dircleaner.store.base import Shard
+from dircleaner.timeutil import parse_duration
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_AUDIT_LOG = "dircleaner-audit.jsonl"
+
+
+def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
+    def decorate(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def parse_shard(text: str | None) -> Shard:
+    """``i/n`` → Shard(i, n); None → the whole ring."""
+    if text is None:
+        return Shard()
+    try:
+        index, count = (int(part) for part in text.split("/"))
+        return Shard(index, count)
+    except ValueError as exc:
+        raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+shard_option = click.option(
+    "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
+)
+
+build_options = _apply(
+    [
+        click.option(
+            "--fpr", type=float, default=0.01, show_default=True,
+            help="Target false-positive rate of the filter.",
+        ),
+        click.option(
+            "--expected-dirs", type=int,
+            help="Size the filter for this many directories (default: counted or estimated).",
+        ),
+        click.option(
+            "--engine", type=click.Choice(sorted(ENGINES)), default="mmh3", show_default=True,
+            help="Filter engine; pybloom-live is the slow reference.",
+        ),
+    ]
+)
+
+sweep_options = _apply(
+    [
+        click.option("--generation", help="Filter generation to use (default: newest complete)."),
+        click.option(
+            "--max-filter-age", default="24h", show_default=True,
+            help="Refuse a filter older than this (e.g. 90m, 24h).",
+        ),
+    ]
+)
+
+clean_options = _apply(
+    [
+        click.option(
+            "--min-age", default="10m", show_default=True,
+            help="Delete at (build start - this): entries written later always survive.",
+        ),
+        click.option(
+            "--max-tombstones-per-partition", type=click.IntRange(min=0), default=500,
+            show_default=True, help="Row tombstones into one live partition per run; rest deferred.",
+        ),
+        click.option(
+            "--max-delete-fraction", type=click.FloatRange(0, 1), default=0.10,
+            show_default=True, help="Refuse if more than this share of directories would go.",
+        ),
+        click.option(
+            "--verify/--no-verify", default=True, show_default=True,
+            help="Re-check each candidate's objects partition before deleting.",
+        ),
+        click.option("--dry-run", is_flag=True, help="Plan and report; delete nothing."),
+        click.option(
+            "--rate", type=click.FloatRange(min=0), default=1000.0, show_default=True,
+            help="Deletes per second at most (0 = unlimited); starts lower and ramps up.",
+        ),
+        click.option(
+            "--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
+            help="Deletes in flight at once.",
+        ),
+        click.option(
+            "--audit-log", type=click.Path(dir_okay=False), default=DEFAULT_AUDIT_LOG,
+            show_default=True, help="Append every deleted directory here (JSON lines).",
+        ),
+        click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
+    ]
+)
+
+
+def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
+    return BuildConfig(
+        fpr=params["fpr"],
+        expected_dirs=params["expected_dirs"],
+        engine=params["engine"],
+        bucket=params["bucket"],
+        shard=shard,
+    )
+
+
+def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
+    guards = GuardConfig(
+        max_delete_fraction=params.get("max_delete_fraction", GuardConfig.max_delete_fraction),
+        max_filter_age_s=parse_duration(params.get("max_filter_age", "24h")),
+        force=params.get("force", False),
+    )
+    return SweepConfig(
+        bucket=params["bucket"], shard=shard, generation=params.get("generation"), guards=guards
+    )
+
+
+def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
+    return CleanConfig(
+        sweep=sweep_config(params, shard),
+        min_age_s=parse_duration(params["min_age"]),
+        max_tombstones_per_partition=params["max_tombstones_per_partition"],
+        verify=params["verify"],
+        dry_run=params["dry_run"],
+        throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
+        audit_log=Path(params["audit_log"]),
+    )

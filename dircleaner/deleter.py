@@ -1,0 +1,217 @@
+"""Executing a deletion plan: rate limit, bounded concurrency, backoff, and the audit log.
+
+The only place that retries. Deletes are issued at timestamp T (the build's start minus
+``--min-age``): a tombstone shadows only writes at or before T, so a directory that received an
+object after T keeps its entry whatever this module does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from dircleaner.errors import DircleanerError, StoreUnavailable, TransientStoreError, UsageError
+from dircleaner.paths import dir_of_row
+from dircleaner.plan import ActionKind, DeleteAction, DeletionPlan
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store.base import Store
+
+
+class DeleteFailed(DircleanerError):
+    """Deletes failed with a non-retryable error; the run stopped."""
+
+
+@dataclass(frozen=True)
+class ThrottleConfig:
+    """How fast and how wide deletes go."""
+
+    #: deletes per second at most (0 = unlimited)
+    rate: float = 1000.0
+    #: deletes in flight at once (also the batch handed to the store)
+    concurrency: int = 32
+    #: the adaptive rate starts at this fraction of ``rate`` and ramps up while healthy
+    start_fraction: float = 0.25
+    max_retries: int = 6
+    base_backoff_s: float = 0.05
+    max_backoff_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.rate < 0:
+            raise UsageError("--rate must be >= 0")
+        if self.concurrency < 1:
+            raise UsageError("--concurrency must be >= 1")
+
+
+class AdaptiveRate:
+    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it."""
+
+    def __init__(
+        self,
+        config: ThrottleConfig,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.max_rate = config.rate
+        self.rate = config.rate * config.start_fraction if config.rate else 0.0
+        self.floor = config.rate / 100 if config.rate else 0.0
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = 0.0
+        self._last = clock()
+
+    def acquire(self, n: int) -> None:
+        """Block until ``n`` deletes may start."""
+        if not self.max_rate:
+            return
+        while True:
+            now = self._clock()
+            burst = max(self.rate, 1.0)
+            self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= n or (n > burst and self._tokens >= burst):
+                self._tokens -= n
+                return
+            self._sleep((min(n, burst) - self._tokens) / self.rate)
+
+    def on_success(self) -> None:
+        if self.max_rate:
+            self.rate = min(self.max_rate, self.rate + self.max_rate / 20)
+
+    def on_overload(self) -> None:
+        if self.max_rate:
+            self.rate = max(self.floor, self.rate / 2)
+
+
+@dataclass
+class DeleteStats:
+    """What the deleter did."""
+
+    partition_deletes: int = 0
+    row_deletes: int = 0
+    directories: int = 0
+    retries: int = 0
+    final_rate: float = 0.0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+
+class AuditLog:
+    """JSON lines, one per deleted directory entry; ``dircleaner restore`` replays them."""
+
+    def __init__(self, stream: IO[str], generation: str, timestamp_us: int) -> None:
+        self._stream = stream
+        self._generation = generation
+        self._timestamp_us = timestamp_us
+
+    def record(self, action: DeleteAction) -> None:
+        for row in action.rows:
+            entry = {
+                "bucket": row.bucket,
+                "dir": dir_of_row(row.parent, row.name),
+                "parent": row.parent,
+                "name": row.name,
+                "via": action.kind.value,
+                "delete_ts_us": self._timestamp_us,
+                "generation": self._generation,
+            }
+            self._stream.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def execute_plan(
+    store: Store,
+    plan: DeletionPlan,
+    timestamp_us: int,
+    throttle: ThrottleConfig,
+    audit: AuditLog | None = None,
+    progress: Progress = no_progress,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> DeleteStats:
+    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff."""
+    started = time.monotonic()
+    stats = DeleteStats()
+    rate = AdaptiveRate(throttle, sleep=sleep)
+    jitter = rng or random.Random()
+    done = 0
+    for chunk in _chunks(plan.actions, throttle.concurrency):
+        rate.acquire(len(chunk))
+        pending = list(chunk)
+        attempt = 0
+        while pending:
+            errors = _issue(store, pending, timestamp_us)
+            failed = [a for a, e in zip(pending, errors, strict=True) if e is not None]
+            for action, error in zip(pending, errors, strict=True):
+                if error is None:
+                    _count(stats, action)
+                    if audit is not None:
+                        audit.record(action)
+            hard = [e for e in errors if e is not None and not isinstance(e, TransientStoreError)]
+            if hard:
+                stats.failures.append(str(hard[0]))
+                raise DeleteFailed(f"delete failed: {hard[0]}")
+            if not failed:
+                rate.on_success()
+                break
+            rate.on_overload()
+            attempt += 1
+            if attempt > throttle.max_retries:
+                raise StoreUnavailable(
+                    f"{len(failed)} deletes still failing after {throttle.max_retries} retries: "
+                    f"{next(e for e in errors if e is not None)}"
+                )
+            stats.retries += len(failed)
+            backoff = min(throttle.max_backoff_s, throttle.base_backoff_s * 2**attempt)
+            sleep(jitter.uniform(0, backoff))  # full jitter
+            pending = failed
+        done += len(chunk)
+        if audit is not None:
+            audit.flush()
+        progress("clean", done, len(plan.actions))
+    stats.final_rate = rate.rate
+    stats.seconds = time.monotonic() - started
+    return stats
+
+
+def _issue(
+    store: Store, actions: Sequence[DeleteAction], timestamp_us: int
+) -> list[BaseException | None]:
+    """Send a mixed batch as at most two store calls, results back in the batch's order."""
+    results: list[BaseException | None] = [None] * len(actions)
+    parts = [i for i, a in enumerate(actions) if a.kind is ActionKind.PARTITION]
+    rows = [i for i, a in enumerate(actions) if a.kind is ActionKind.ROW]
+    if parts:
+        out = store.delete_folder_partitions([actions[i].partition for i in parts], timestamp_us)
+        for i, error in zip(parts, out, strict=True):
+            results[i] = error
+    if rows:
+        out = store.delete_folder_rows([actions[i].rows[0] for i in rows], timestamp_us)
+        for i, error in zip(rows, out, strict=True):
+            results[i] = error
+    return results
+
+
+def _count(stats: DeleteStats, action: DeleteAction) -> None:
+    if action.kind is ActionKind.PARTITION:
+        stats.partition_deletes += 1
+    else:
+        stats.row_deletes += 1
+    stats.directories += len(action.rows)
+
+
+def _chunks(items: Sequence[DeleteAction], size: int) -> Iterator[Sequence[DeleteAction]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def open_audit_log(path: Path) -> IO[str]:
+    """Open an audit log for appending (one JSON object per line)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")

@@ -1,0 +1,167 @@
+"""The job: sweep and clean against a stored filter, and ``run`` = build + clean."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dircleaner.build import BuildConfig, BuildResult, build_filter, scope_of, swept_count_key
+from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
+from dircleaner.filterformat import FilterHeader
+from dircleaner.filterstore import collect_garbage, find_generation, latest_complete, load_generation
+from dircleaner.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.plan import DeletionPlan, drop_nonempty, empty_dirs_of, plan_deletions
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store.base import Shard, Store
+from dircleaner.sweep import SweepResult, sweep
+from dircleaner.timeutil import now_us
+
+#: complete generations kept after a build (older ones are garbage-collected)
+KEEP_GENERATIONS = 3
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Which filter to sweep with, over which slice of the index."""
+
+    bucket: str | None = None
+    shard: Shard = field(default_factory=Shard)
+    #: filter generation to use; the newest complete one for this scope when None
+    generation: str | None = None
+    guards: GuardConfig = field(default_factory=GuardConfig)
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """How to turn candidates into deletes."""
+
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    min_age_s: float = 600.0
+    max_tombstones_per_partition: int = 500
+    verify: bool = True
+    dry_run: bool = False
+    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
+    audit_log: Path | None = None
+
+
+@dataclass(frozen=True)
+class LoadedFilter:
+    """A verified, merged filter generation."""
+
+    generation: str
+    header: FilterHeader
+    filt: object
+    fill_ratio: float
+    estimated_fpr: float
+
+
+@dataclass
+class SweepReport:
+    """The sweep and the filter it used."""
+
+    loaded: LoadedFilter
+    result: SweepResult
+
+
+@dataclass
+class CleanReport:
+    """Everything a clean decided and did."""
+
+    sweep: SweepReport
+    delete_timestamp_us: int
+    verified: int
+    dropped_nonempty: int
+    plan: DeletionPlan
+    dry_run: bool
+    deleted: DeleteStats | None
+    phase_seconds: dict[str, float]
+
+
+@dataclass
+class RunReport:
+    """build + clean."""
+
+    build: BuildResult
+    clean: CleanReport
+    garbage_collected: list[str]
+
+
+def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
+    """Find, verify and merge the filter generation this sweep should use."""
+    scope = scope_of(store, config.bucket)
+    if config.generation is not None:
+        info = find_generation(store, config.generation)
+    else:
+        info = latest_complete(store, scope)
+    header, filt = load_generation(store, info, scope)
+    fill = float(getattr(filt, "fill_ratio")())
+    fpr = float(getattr(filt, "estimated_fpr")())
+    return LoadedFilter(info.generation, header, filt, fill, fpr)
+
+
+def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progress) -> SweepReport:
+    """Load the filter, refuse it if unsafe, and stream the folders index against it."""
+    loaded = load_filter(store, config)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
+    result = sweep(store.scan_folder_rows(config.shard, config.bucket), loaded.filt, progress)  # type: ignore[arg-type]
+    if config.shard.count == 1:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
+    return SweepReport(loaded, result)
+
+
+def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progress) -> CleanReport:
+    """Sweep, guard, re-check, plan and (unless a dry run) delete."""
+    phases: dict[str, float] = {}
+    started = time.monotonic()
+    swept = run_sweep(store, config.sweep, progress)
+    phases["sweep"] = time.monotonic() - started
+    header, result = swept.loaded.header, swept.result
+    check_sweep(header, result.swept_rows, result.candidates, config.sweep.guards)
+
+    # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
+    # after the build started (minus the clock-skew margin) survives whatever happens below.
+    delete_ts = header.snapshot_us - int(config.min_age_s * 1_000_000)
+
+    facts = result.facts
+    verified = dropped = 0
+    if config.verify:
+        started = time.monotonic()
+        empty = sorted(empty_dirs_of(facts))
+        nonempty = store.nonempty_object_partitions(empty)
+        verified, dropped = len(empty), len(nonempty)
+        if nonempty:
+            facts = drop_nonempty(facts, nonempty)
+        phases["verify"] = time.monotonic() - started
+        progress("verify", verified, verified)
+
+    plan = plan_deletions(facts, config.max_tombstones_per_partition)
+    deleted = None
+    if not config.dry_run and plan.actions:
+        started = time.monotonic()
+        stream = open_audit_log(config.audit_log) if config.audit_log else None
+        try:
+            audit = AuditLog(stream, swept.loaded.generation, delete_ts) if stream else None
+            deleted = execute_plan(store, plan, delete_ts, config.throttle, audit, progress)
+        finally:
+            if stream is not None:
+                stream.close()
+        phases["delete"] = time.monotonic() - started
+    return CleanReport(
+        swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases
+    )
+
+
+def run_job(
+    store: Store, build: BuildConfig, clean: CleanConfig, progress: Progress = no_progress
+) -> RunReport:
+    """The nightly job: build a fresh filter, clean with it, collect old generations."""
+    built = build_filter(store, build, progress)
+    # Clean with exactly the generation just built, never a newer one from another host.
+    sweep_config = replace(clean.sweep, bucket=build.bucket, generation=built.generation)
+    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress)
+    removed = collect_garbage(
+        store, scope_of(store, build.bucket), KEEP_GENERATIONS, protect=[built.generation]
+    )
+    return RunReport(built, cleaned, removed)

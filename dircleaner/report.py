@@ -1,0 +1,137 @@
+"""Summaries of a job: a plain dict for ``--json`` and aligned lines for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dircleaner.build import BuildResult
+from dircleaner.job import CleanReport, RunReport, SweepReport
+from dircleaner.plan import DeletionPlan
+
+Summary = dict[str, Any]
+
+
+def build_summary(result: BuildResult) -> Summary:
+    header = result.header
+    return {
+        "generation": result.generation,
+        "engine": header.engine,
+        "partitions_scanned": result.partitions_scanned,
+        "keys_inserted": result.keys_inserted,
+        "sized_for": header.expected_n,
+        "sizing_method": result.sizing.method,
+        "m_bits": header.m,
+        "k": header.k,
+        "filter_bytes": result.filter_bytes,
+        "fill_ratio": round(result.fill_ratio, 6),
+        "fpr_target": header.target_p,
+        "fpr_estimated": result.estimated_fpr,
+        "shard": f"{header.shard_index}/{header.shard_count}",
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def sweep_summary(report: SweepReport) -> Summary:
+    result = report.result
+    return {
+        "generation": report.loaded.generation,
+        "fpr_estimated": report.loaded.estimated_fpr,
+        "swept_dirs": result.swept_rows,
+        "partitions": result.partitions,
+        "candidates": result.candidates,
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def plan_summary(plan: DeletionPlan) -> Summary:
+    return {
+        "directories": plan.directories,
+        "partition_deletes": plan.partition_deletes,
+        "row_deletes": plan.row_deletes,
+        "deferred": len(plan.deferred),
+        "max_row_tombstones_in_a_partition": max(plan.row_tombstones.values(), default=0),
+    }
+
+
+def clean_summary(report: CleanReport) -> Summary:
+    deleted = report.deleted
+    return {
+        "sweep": sweep_summary(report.sweep),
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "verified": report.verified,
+        "dropped_nonempty": report.dropped_nonempty,
+        "plan": plan_summary(report.plan),
+        "dry_run": report.dry_run,
+        "deleted_dirs": deleted.directories if deleted else 0,
+        "partition_tombstones": deleted.partition_deletes if deleted else 0,
+        "row_tombstones": deleted.row_deletes if deleted else 0,
+        "retries": deleted.retries if deleted else 0,
+        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+    }
+
+
+def run_summary(report: RunReport) -> Summary:
+    return {
+        "build": build_summary(report.build),
+        "clean": clean_summary(report.clean),
+        "garbage_collected": report.garbage_collected,
+    }
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.2f} MiB"
+
+
+def build_lines(result: BuildResult) -> list[str]:
+    h = result.header
+    return [
+        f"build   generation {result.generation} ({h.engine}, shard {h.shard_index}/{h.shard_count})",
+        f"        {_n(result.partitions_scanned)} object partitions scanned,"
+        f" {_n(result.keys_inserted)} directories inserted in {result.seconds:.1f}s",
+        f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
+        f" {_n(h.expected_n)} dirs ({result.sizing.method})",
+        f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
+        f" {result.estimated_fpr:.4g} (target {h.target_p:g})",
+    ]
+
+
+def sweep_lines(report: SweepReport) -> list[str]:
+    result = report.result
+    return [
+        f"sweep   {_n(result.swept_rows)} directories in {_n(result.partitions)} partitions"
+        f" against filter {report.loaded.generation}: {_n(result.candidates)} candidates"
+        f" ({result.seconds:.1f}s)"
+    ]
+
+
+def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
+    plan = report.plan
+    lines = sweep_lines(report.sweep)
+    if report.verified:
+        lines.append(
+            f"verify  {_n(report.verified)} directories re-checked,"
+            f" {_n(report.dropped_nonempty)} found non-empty and kept (with their ancestors)"
+        )
+    lines.append(
+        f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
+        f" tombstones, {_n(plan.row_deletes)} row tombstones,"
+        f" {_n(len(plan.deferred))} deferred by the per-partition budget"
+    )
+    if report.dry_run:
+        lines.append("clean   dry run: nothing deleted")
+    elif report.deleted is None:
+        lines.append("clean   nothing to delete")
+    else:
+        d = report.deleted
+        lines.append(
+            f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f" at timestamp {report.delete_timestamp_us} ({_n(d.retries)} retries)"
+        )
+        if audit_log:
+            lines.append(f"        audit log: {audit_log}")
+    return lines

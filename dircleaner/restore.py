@@ -1,0 +1,51 @@
+"""Replaying an audit log: put deleted directory entries back into the folder index."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from dircleaner.errors import UsageError
+from dircleaner.paths import dir_of_row
+from dircleaner.store.base import Store
+
+RESTORE_BATCH = 1000
+
+
+class BadAuditLog(UsageError):
+    """The audit log has a line that is not a directory entry we wrote."""
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """What a restore wrote."""
+
+    restored: int
+
+
+def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
+    """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
+    rows: list[tuple[str, str, str]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            bucket, parent, name = entry["bucket"], entry["parent"], entry["name"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadAuditLog(f"audit log line {number}: not a dircleaner audit entry") from exc
+        if not all(isinstance(v, str) for v in (bucket, parent, name)) or (
+            entry.get("dir") not in (None, dir_of_row(parent, name))
+        ):
+            raise BadAuditLog(f"audit log line {number}: inconsistent entry")
+        rows.append((bucket, parent, name))
+    return rows
+
+
+def restore(store: Store, rows: list[tuple[str, str, str]], timestamp_us: int) -> RestoreResult:
+    """Write the folder rows back (at ``timestamp_us``, newer than the deletes)."""
+    unique = sorted(set(rows))
+    for start in range(0, len(unique), RESTORE_BATCH):
+        store.write_folder_rows(unique[start : start + RESTORE_BATCH], timestamp_us)
+    return RestoreResult(len(unique))
