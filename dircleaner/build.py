@@ -123,7 +123,9 @@ def ancestor_keys(
         yield len(batch), keys
 
 
-def build_filter(store: Store, config: BuildConfig, progress: Progress = no_progress) -> BuildResult:
+def build_filter(
+    store: Store, config: BuildConfig, progress: Progress = no_progress
+) -> BuildResult:
     """Scan the objects table's partition keys into a new filter and store it."""
     started = time.monotonic()
     # Everything written before this instant is seen by the scan; deletes are issued at a time

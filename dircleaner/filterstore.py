@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dircleaner.bloom import Filter
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
 from dircleaner.filterformat import FilterHeader, decode_header, deserialize, merge_shards
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
@@ -125,7 +126,7 @@ def find_generation(store: Store, generation: str) -> GenerationInfo:
     raise FilterNotFound(f"no filter generation {generation!r} (see 'dircleaner filters list')")
 
 
-def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[FilterHeader, object]:
+def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[FilterHeader, Filter]:
     """Read, verify and OR-merge every shard of a complete generation built for ``scope``."""
     if not info.complete:
         raise FilterIncomplete(
@@ -143,7 +144,7 @@ def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[Fil
     return header, filt
 
 
-def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[FilterHeader, object]:
+def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[FilterHeader, Filter]:
     where = f"filter {generation} shard {shard}"
     try:
         magic, chunks, body_crc = _MARKER.unpack(cells[MARKER_SEQ])
@@ -169,7 +170,9 @@ def collect_garbage(store: Store, scope: str, keep: int, protect: Sequence[str] 
     Incomplete generations newer than the newest complete one are left alone: they may be builds
     still running on other hosts.
     """
-    generations = [g for g in list_generations(store) if g.header is None or g.header.scope == scope]
+    generations = [
+        g for g in list_generations(store) if g.header is None or g.header.scope == scope
+    ]
     complete = [g.generation for g in generations if g.complete]
     kept = set(complete[-keep:]) if keep > 0 else set()
     newest_complete = complete[-1] if complete else ""

@@ -6,10 +6,16 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dircleaner.bloom import Filter
 from dircleaner.build import BuildConfig, BuildResult, build_filter, scope_of, swept_count_key
 from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
 from dircleaner.filterformat import FilterHeader
-from dircleaner.filterstore import collect_garbage, find_generation, latest_complete, load_generation
+from dircleaner.filterstore import (
+    collect_garbage,
+    find_generation,
+    latest_complete,
+    load_generation,
+)
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.plan import DeletionPlan, drop_nonempty, empty_dirs_of, plan_deletions
 from dircleaner.progress import Progress, no_progress
@@ -51,7 +57,7 @@ class LoadedFilter:
 
     generation: str
     header: FilterHeader
-    filt: object
+    filt: Filter
     fill_ratio: float
     estimated_fpr: float
 
@@ -95,16 +101,14 @@ def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     else:
         info = latest_complete(store, scope)
     header, filt = load_generation(store, info, scope)
-    fill = float(getattr(filt, "fill_ratio")())
-    fpr = float(getattr(filt, "estimated_fpr")())
-    return LoadedFilter(info.generation, header, filt, fill, fpr)
+    return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
 
 def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progress) -> SweepReport:
     """Load the filter, refuse it if unsafe, and stream the folders index against it."""
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
-    result = sweep(store.scan_folder_rows(config.shard, config.bucket), loaded.filt, progress)  # type: ignore[arg-type]
+    result = sweep(store.scan_folder_rows(config.shard, config.bucket), loaded.filt, progress)
     if config.shard.count == 1:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
@@ -148,9 +152,7 @@ def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progres
             if stream is not None:
                 stream.close()
         phases["delete"] = time.monotonic() - started
-    return CleanReport(
-        swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases
-    )
+    return CleanReport(swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases)
 
 
 def run_job(

@@ -108,7 +108,9 @@ def drop_nonempty(
     out: list[PartitionFacts] = []
     for fact in facts:
         kept = tuple(
-            row for row in fact.candidates if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
+            row
+            for row in fact.candidates
+            if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
         )
         absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
         if kept or absent:

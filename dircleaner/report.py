@@ -90,7 +90,8 @@ def _mib(size: int) -> str:
 def build_lines(result: BuildResult) -> list[str]:
     h = result.header
     return [
-        f"build   generation {result.generation} ({h.engine}, shard {h.shard_index}/{h.shard_count})",
+        f"build   generation {result.generation}"
+        f" ({h.engine}, shard {h.shard_index}/{h.shard_count})",
         f"        {_n(result.partitions_scanned)} object partitions scanned,"
         f" {_n(result.keys_inserted)} directories inserted in {result.seconds:.1f}s",
         f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"

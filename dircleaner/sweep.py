@@ -81,8 +81,11 @@ def sweep(
         # Partition boundaries within the batch, and each partition's own directory.
         starts = [0]
         starts.extend(
-            i for i in range(1, len(batch)) if batch[i].parent != batch[i - 1].parent
-            or batch[i].bucket != batch[i - 1].bucket or batch[i].token != batch[i - 1].token
+            i
+            for i in range(1, len(batch))
+            if batch[i].parent != batch[i - 1].parent
+            or batch[i].bucket != batch[i - 1].bucket
+            or batch[i].token != batch[i - 1].token
         )
         keys = [PartitionKey(batch[i].token, batch[i].bucket, batch[i].parent) for i in starts]
         dir_present = _partition_dirs_present(filt, keys)

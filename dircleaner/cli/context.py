@@ -16,11 +16,22 @@ from dircleaner.store import Store, open_store
 
 
 class CliError(click.ClickException):
-    """A library error shown as one line, with the error's own exit code."""
+    """A library error shown as one line (exit code 1)."""
 
-    def __init__(self, error: DircleanerError) -> None:
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
+
+class CliUsageError(CliError):
+    """Bad input (exit code 2)."""
+
+    exit_code = 2
+
+
+class CliRefused(CliError):
+    """A safety guard refused (exit code 3)."""
+
+    exit_code = 3
+
+
+_BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
 class DircleanerGroup(click.Group):
@@ -30,7 +41,7 @@ class DircleanerGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DircleanerError as exc:
-            raise CliError(exc) from exc
+            raise _BY_EXIT_CODE.get(exc.exit_code, CliError)(str(exc)) from exc
 
 
 @dataclass(frozen=True)

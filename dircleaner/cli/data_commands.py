@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 import click
 
@@ -95,19 +95,19 @@ def list_dirs(ctx: click.Context, bucket: str, sort_output: bool) -> None:
     """
     with obj(ctx).open() as store:
         paths = (dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket))
-        out = click.get_text_stream("stdout")
         for path in sorted(paths) if sort_output else paths:
-            out.write(path + "\n")
+            sys.stdout.write(path + "\n")
 
 
 @click.command()
 @click.option("--dirs", type=click.IntRange(min=10), required=True, help="Directories to create.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Dataset seed.")
+@click.option("--truth", type=click.Path(dir_okay=False), help="Write every empty directory here.")
 @click.option(
-    "--truth", type=click.Path(dir_okay=False), help="Write every empty directory here."
-)
-@click.option(
-    "--empty-fraction", type=click.FloatRange(0, 0.5), default=0.05, show_default=True,
+    "--empty-fraction",
+    type=click.FloatRange(0, 0.5),
+    default=0.05,
+    show_default=True,
     help="Share of directories left empty.",
 )
 @bucket_option
@@ -134,7 +134,9 @@ def gen(
     progress = TerminalProgress()
     with obj(ctx).open(create=True) as store:
         result = generate(
-            store, spec, Path(truth) if truth else None,
+            store,
+            spec,
+            Path(truth) if truth else None,
             lambda done: progress("generate", done, dirs),
         )
     progress.close()
@@ -147,7 +149,7 @@ def gen(
 @click.command("restore")
 @click.argument("audit_log", type=click.File("r", encoding="utf-8"))
 @click.pass_context
-def restore_cmd(ctx: click.Context, audit_log: click.utils.LazyFile) -> None:
+def restore_cmd(ctx: click.Context, audit_log: IO[str]) -> None:
     """Put back every directory entry an audit log says was deleted.
 
     \b

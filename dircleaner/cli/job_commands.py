@@ -40,7 +40,7 @@ from dircleaner.report import (
 @shard_option
 @json_option
 @click.pass_context
-def build(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -> None:
+def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
     """Pass 1: scan object partitions into a Bloom filter and store it.
 
     \b
@@ -59,13 +59,14 @@ def build(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -
 @bucket_option
 @shard_option
 @click.option(
-    "--out", type=click.Path(dir_okay=False, allow_dash=True),
+    "--out",
+    type=click.Path(dir_okay=False, allow_dash=True),
     help="Write every candidate directory to this file ('-' for stdout).",
 )
 @json_option
 @click.pass_context
 def sweep_cmd(
-    ctx: click.Context, as_json: bool, shard: str | None, out: str | None, **params: Any
+    ctx: click.Context, /, as_json: bool, shard: str | None, out: str | None, **params: Any
 ) -> None:
     """Pass 2: list the directories absent from the filter (deletes nothing).
 
@@ -92,7 +93,7 @@ def sweep_cmd(
 @shard_option
 @json_option
 @click.pass_context
-def clean(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -> None:
+def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
     \b
@@ -113,7 +114,7 @@ def clean(ctx: click.Context, as_json: bool, shard: str | None, **params: Any) -
 @bucket_option
 @json_option
 @click.pass_context
-def run(ctx: click.Context, as_json: bool, **params: Any) -> None:
+def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     """The nightly job: build + sweep + clean (never prompts).
 
     \b

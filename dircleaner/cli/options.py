@@ -51,15 +51,22 @@ shard_option = click.option(
 build_options = _apply(
     [
         click.option(
-            "--fpr", type=float, default=0.01, show_default=True,
+            "--fpr",
+            type=float,
+            default=0.01,
+            show_default=True,
             help="Target false-positive rate of the filter.",
         ),
         click.option(
-            "--expected-dirs", type=int,
+            "--expected-dirs",
+            type=int,
             help="Size the filter for this many directories (default: counted or estimated).",
         ),
         click.option(
-            "--engine", type=click.Choice(sorted(ENGINES)), default="mmh3", show_default=True,
+            "--engine",
+            type=click.Choice(sorted(ENGINES)),
+            default="mmh3",
+            show_default=True,
             help="Filter engine; pybloom-live is the slow reference.",
         ),
     ]
@@ -69,7 +76,9 @@ sweep_options = _apply(
     [
         click.option("--generation", help="Filter generation to use (default: newest complete)."),
         click.option(
-            "--max-filter-age", default="24h", show_default=True,
+            "--max-filter-age",
+            default="24h",
+            show_default=True,
             help="Refuse a filter older than this (e.g. 90m, 24h).",
         ),
     ]
@@ -78,33 +87,52 @@ sweep_options = _apply(
 clean_options = _apply(
     [
         click.option(
-            "--min-age", default="10m", show_default=True,
+            "--min-age",
+            default="10m",
+            show_default=True,
             help="Delete at (build start - this): entries written later always survive.",
         ),
         click.option(
-            "--max-tombstones-per-partition", type=click.IntRange(min=0), default=500,
-            show_default=True, help="Row tombstones into one live partition per run; rest deferred.",
+            "--max-tombstones-per-partition",
+            type=click.IntRange(min=0),
+            default=500,
+            show_default=True,
+            help="Row tombstones into one live partition per run; rest deferred.",
         ),
         click.option(
-            "--max-delete-fraction", type=click.FloatRange(0, 1), default=0.10,
-            show_default=True, help="Refuse if more than this share of directories would go.",
+            "--max-delete-fraction",
+            type=click.FloatRange(0, 1),
+            default=0.10,
+            show_default=True,
+            help="Refuse if more than this share of directories would go.",
         ),
         click.option(
-            "--verify/--no-verify", default=True, show_default=True,
+            "--verify/--no-verify",
+            default=True,
+            show_default=True,
             help="Re-check each candidate's objects partition before deleting.",
         ),
         click.option("--dry-run", is_flag=True, help="Plan and report; delete nothing."),
         click.option(
-            "--rate", type=click.FloatRange(min=0), default=1000.0, show_default=True,
+            "--rate",
+            type=click.FloatRange(min=0),
+            default=1000.0,
+            show_default=True,
             help="Deletes per second at most (0 = unlimited); starts lower and ramps up.",
         ),
         click.option(
-            "--concurrency", type=click.IntRange(min=1), default=32, show_default=True,
+            "--concurrency",
+            type=click.IntRange(min=1),
+            default=32,
+            show_default=True,
             help="Deletes in flight at once.",
         ),
         click.option(
-            "--audit-log", type=click.Path(dir_okay=False), default=DEFAULT_AUDIT_LOG,
-            show_default=True, help="Append every deleted directory here (JSON lines).",
+            "--audit-log",
+            type=click.Path(dir_okay=False),
+            default=DEFAULT_AUDIT_LOG,
+            show_default=True,
+            help="Append every deleted directory here (JSON lines).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
     ]

@@ -39,7 +39,9 @@ def backend_class(url: str) -> type[Store]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         hint = _INSTALL_HINTS.get(scheme, "reinstall dircleaner")
-        raise StoreUrlError(f"the {scheme} backend needs a missing package ({exc}); {hint}") from exc
+        raise StoreUrlError(
+            f"the {scheme} backend needs a missing package ({exc}); {hint}"
+        ) from exc
     cls: type[Store] = getattr(module, class_name)
     return cls
 

@@ -127,9 +127,7 @@ class Store(abc.ABC):
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
         """Whether the objects partition ``(bucket, parent)`` holds a live row (LIMIT 1)."""
 
-    def nonempty_object_partitions(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> set[tuple[str, str]]:
+    def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """The subset of ``(bucket, parent)`` whose objects partition holds a live row."""
         return {key for key in keys if self.objects_partition_nonempty(*key)}
 
@@ -176,21 +174,15 @@ class Store(abc.ABC):
 
     # -- the S3 front-end's writes (generator and tests) ---------------------------------------
     @abc.abstractmethod
-    def write_object_rows(
-        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
-    ) -> None:
+    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
         """Upsert ``(bucket, parent, name)`` object rows at ``timestamp_us``."""
 
     @abc.abstractmethod
-    def write_folder_rows(
-        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
-    ) -> None:
+    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
         """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
 
     @abc.abstractmethod
-    def delete_object_rows(
-        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
-    ) -> None:
+    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
         """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched)."""
 
     def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
@@ -211,4 +203,3 @@ class Store(abc.ABC):
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
             yield from batch
-

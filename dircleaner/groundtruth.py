@@ -1,0 +1,46 @@
+"""Scoring a clean against a synthetic dataset's ground truth (its empty directories)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Score:
+    """Precision must be exactly 1.0: no non-empty directory may ever lose its entry."""
+
+    deleted: int
+    empty_total: int
+    true_deletes: int
+    wrongly_deleted: tuple[str, ...]
+
+    @property
+    def precision(self) -> float:
+        return self.true_deletes / self.deleted if self.deleted else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.true_deletes / self.empty_total if self.empty_total else 1.0
+
+
+def score(deleted: Iterable[str], truth: set[str]) -> Score:
+    """Compare the directories a clean removed with the truly empty ones."""
+    removed = set(deleted)
+    wrong = sorted(removed - truth)
+    return Score(len(removed), len(truth), len(removed & truth), tuple(wrong))
+
+
+def read_truth(path: Path) -> set[str]:
+    """One empty directory per line."""
+    with path.open(encoding="utf-8") as stream:
+        return {line.rstrip("\n") for line in stream if line != "\n"}
+
+
+def audited_dirs(path: Path, bucket: str) -> list[str]:
+    """The directories an audit log says were deleted in ``bucket``."""
+    with path.open(encoding="utf-8") as stream:
+        entries = (json.loads(line) for line in stream if line.strip())
+        return [e["dir"] for e in entries if e["bucket"] == bucket]

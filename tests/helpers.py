@@ -1,0 +1,44 @@
+"""Shared test helpers: datasets with known truth, and running the CLI."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from click.testing import CliRunner, Result
+
+from dircleaner.cli import cli
+from dircleaner.paths import directories_of
+
+
+def invoke(store_url: str, *args: str, input: bytes | str | None = None) -> Result:
+    """Run the CLI in-process against ``store_url``."""
+    return CliRunner().invoke(cli, ["--store", store_url, *args], input=input)
+
+
+def expected_dirs(put: Iterable[str], deleted: Iterable[str]) -> tuple[set[str], set[str]]:
+    """(all directories ever created, the non-empty ones) for keys put and then deleted."""
+    put = list(put)
+    dead = set(deleted)
+    every = {d for key in put for d in directories_of(key)}
+    live = {d for key in put if key not in dead for d in directories_of(key)}
+    return every, live
+
+
+def audit_entries(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as stream:
+        return [json.loads(line) for line in stream if line.strip()]
+
+
+def row_tombstones_per_partition(entries: Sequence[dict[str, str]]) -> Counter[tuple[str, str]]:
+    """Row deletes per (bucket, parent) partition in an audit log."""
+    return Counter((e["bucket"], e["parent"]) for e in entries if e["via"] == "row")
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> Path:
+    path.write_bytes(b"".join(line.encode("utf-8") + b"\n" for line in lines))
+    return path

@@ -1,0 +1,248 @@
+"""End to end through the CLI, with ground truth: adversarial names, deep chains, wide parents."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import (
+    audit_entries,
+    expected_dirs,
+    invoke,
+    row_tombstones_per_partition,
+    write_lines,
+)
+
+BUDGET = 100
+
+
+def adversarial_dataset() -> tuple[list[str], list[str]]:
+    """Keys to put and keys then deleted, covering the path model's corner cases."""
+    live = [
+        "plain/file.txt",
+        'quotes/it\'s "quoted"/x',
+        "back\\slash/dir\\name/y",
+        "spaces in/ name /z",
+        "unicodé/日本語/ファイル",
+        "emoji/🙂/🚀.bin",
+        "a//b/c",  # empty segment
+        "/leading/slash",
+        "markers/kept/",  # a marker alone keeps its directory
+        "deep/" + "/".join(f"l{i}" for i in range(10)) + "/leaf",
+        "wide/2026-04-11/LIVE/obj",
+        "long/" + "ж" * 500 + "/x",  # ≈ 1 KiB of UTF-8
+        "rootfile",
+    ]
+    dead = [
+        'quotes/it\'s "quoted"/gone/x',
+        "back\\slash/empty\\dir/y",
+        "unicodé/空/ファイル",
+        "a//b//gone",
+        "//double/root",
+        "markers/gone/",
+        "chain/" + "/".join(f"c{i}" for i in range(40)) + "/obj",  # a 40-level empty chain
+        *(
+            f"wide/2026-04-11/{a}{b}/obj"
+            for a in "ABCDEFGHIJKL"
+            for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        ),
+    ]
+    return live + dead, dead
+
+
+@pytest.fixture()
+def dataset(tmp_path: Path) -> tuple[str, set[str], set[str], Path]:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put, dead = adversarial_dataset()
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "put.txt", put))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "dead.txt", dead))).exit_code == 0
+    every, live = expected_dirs(put, dead)
+    return url, every, live, tmp_path
+
+
+def listed(url: str) -> set[str]:
+    result = invoke(url, "list-dirs")
+    assert result.exit_code == 0, result.output
+    return set(result.output.splitlines())
+
+
+def test_import_builds_the_folder_index_of_every_ancestor(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    url, every, _, _ = dataset
+    assert listed(url) == every
+    assert len(every) > 380
+
+
+def test_repeated_runs_clean_everything_with_perfect_precision_and_budget(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    url, every, live, tmp = dataset
+    empty = every - live
+    assert "chain/" + "/".join(f"c{i}" for i in range(40)) + "/" in empty
+    recall = 0.0
+    for attempt in range(6):
+        audit = tmp / f"audit{attempt}.jsonl"
+        result = invoke(
+            url,
+            "run",
+            "--fpr",
+            "0.001",
+            "--min-age",
+            "0",
+            "--max-delete-fraction",
+            "1",
+            "--max-tombstones-per-partition",
+            str(BUDGET),
+            "--rate",
+            "0",
+            "--audit-log",
+            str(audit),
+            "--json",
+        )
+        assert result.exit_code == 0, result.output
+        remaining = listed(url)
+        assert live <= remaining, f"non-empty directories lost: {sorted(live - remaining)[:5]}"
+        entries = audit_entries(audit)
+        assert {e["dir"] for e in entries} <= empty
+        assert max(row_tombstones_per_partition(entries).values(), default=0) <= BUDGET
+        recall = len(empty - remaining) / len(empty)
+        if recall >= 0.99:
+            break
+    assert recall >= 0.99
+    # 312 empty children under one live parent need ceil(312 / 100) = 4 runs at budget 100.
+    assert attempt >= 3
+
+
+def test_first_run_defers_over_budget_and_reports_it(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    url, _, _, tmp = dataset
+    result = invoke(
+        url,
+        "run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--max-tombstones-per-partition",
+        "50",
+        "--rate",
+        "0",
+        "--audit-log",
+        str(tmp / "a.jsonl"),
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    plan = summary["clean"]["plan"]
+    assert plan["deferred"] >= 312 - 50
+    assert plan["max_row_tombstones_in_a_partition"] == 50
+    per_partition = row_tombstones_per_partition(audit_entries(tmp / "a.jsonl"))
+    assert per_partition[("default", "wide/2026-04-11/")] == 50
+
+
+def test_the_40_level_chain_costs_its_live_parent_one_row_tombstone(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    url, _, _, tmp = dataset
+    audit = tmp / "a.jsonl"
+    result = invoke(
+        url,
+        "run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--rate",
+        "0",
+        "--audit-log",
+        str(audit),
+    )
+    assert result.exit_code == 0, result.output
+    chain = [e for e in audit_entries(audit) if e["dir"].startswith("chain/")]
+    assert len(chain) == 41  # chain/ and its 40 levels
+    rows = [e for e in chain if e["via"] == "row"]
+    assert [e["dir"] for e in rows] == ["chain/"]
+    assert rows[0]["parent"] == ""
+
+
+def test_dry_run_deletes_nothing(dataset: tuple[str, set[str], set[str], Path]) -> None:
+    url, every, _, tmp = dataset
+    result = invoke(
+        url,
+        "run",
+        "--dry-run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--audit-log",
+        str(tmp / "a.jsonl"),
+    )
+    assert result.exit_code == 0, result.output
+    assert "dry run: nothing deleted" in result.output
+    assert listed(url) == every
+    assert not (tmp / "a.jsonl").exists()
+
+
+def test_restore_puts_back_what_the_audit_log_recorded(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    url, every, _, tmp = dataset
+    audit = tmp / "a.jsonl"
+    assert (
+        invoke(
+            url,
+            "run",
+            "--min-age",
+            "0",
+            "--max-delete-fraction",
+            "1",
+            "--rate",
+            "0",
+            "--audit-log",
+            str(audit),
+        ).exit_code
+        == 0
+    )
+    assert listed(url) != every
+    result = invoke(url, "restore", str(audit))
+    assert result.exit_code == 0, result.output
+    assert listed(url) == every
+
+
+def test_sweep_then_clean_step_by_step(dataset: tuple[str, set[str], set[str], Path]) -> None:
+    url, every, live, tmp = dataset
+    assert invoke(url, "build", "--fpr", "0.001").exit_code == 0
+    out = tmp / "candidates.txt"
+    result = invoke(url, "sweep", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    candidates = set(out.read_text(encoding="utf-8").splitlines())
+    assert candidates and candidates <= every - live
+    result = invoke(
+        url,
+        "clean",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--rate",
+        "0",
+        "--audit-log",
+        str(tmp / "a.jsonl"),
+    )
+    assert result.exit_code == 0, result.output
+    assert live <= listed(url)
+
+
+def test_min_age_spares_entries_written_after_the_cutoff(
+    dataset: tuple[str, set[str], set[str], Path],
+) -> None:
+    """Everything here was written seconds ago; with the default --min-age 10m nothing goes."""
+    url, every, _, tmp = dataset
+    result = invoke(url, "run", "--max-delete-fraction", "1", "--audit-log", str(tmp / "a.jsonl"))
+    assert result.exit_code == 0, result.output
+    assert listed(url) == every
