@@ -20,6 +20,7 @@ from dircleaner.cli.options import (
     shard_option,
     sweep_config,
     sweep_options,
+    workers_option,
 )
 from dircleaner.job import run_clean, run_job, run_sweep
 from dircleaner.paths import dir_of_row
@@ -37,6 +38,7 @@ from dircleaner.report import (
 @click.command()
 @build_options
 @bucket_option
+@workers_option
 @shard_option
 @json_option
 @click.pass_context
@@ -57,6 +59,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @click.command("sweep")
 @sweep_options
 @bucket_option
+@workers_option
 @shard_option
 @click.option(
     "--out",
@@ -90,6 +93,7 @@ def sweep_cmd(
 @sweep_options
 @clean_options
 @bucket_option
+@workers_option
 @shard_option
 @json_option
 @click.pass_context
@@ -112,6 +116,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @build_options
 @clean_options
 @bucket_option
+@workers_option
 @json_option
 @click.pass_context
 def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:

@@ -44,6 +44,13 @@ def parse_shard(text: str | None) -> Shard:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes that scan slices of the ring in parallel (e.g. one per core).",
+)
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
 )
@@ -146,6 +153,7 @@ def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
         engine=params["engine"],
         bucket=params["bucket"],
         shard=shard,
+        workers=params["workers"],
     )
 
 
@@ -156,7 +164,11 @@ def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
         force=params.get("force", False),
     )
     return SweepConfig(
-        bucket=params["bucket"], shard=shard, generation=params.get("generation"), guards=guards
+        bucket=params["bucket"],
+        shard=shard,
+        generation=params.get("generation"),
+        guards=guards,
+        workers=params["workers"],
     )
 
 
