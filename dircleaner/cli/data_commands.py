@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO, BinaryIO
 
 import click
@@ -12,7 +13,7 @@ from dircleaner.cli.context import TerminalProgress, obj
 from dircleaner.keyfile import read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.restore import read_audit_entries, restore
-from dircleaner.store import Store
+from dircleaner.store import backend_class
 from dircleaner.timeutil import now_us
 
 KEY_BATCH = 5000
@@ -126,8 +127,6 @@ def gen(
     Example:
       dircleaner --store sqlite:///demo.db gen --dirs 200000 --seed 1 --truth truth.txt
     """
-    from pathlib import Path
-
     from dircleaner.synth import SynthSpec, generate  # the generator is only needed here
 
     spec = SynthSpec(dirs=dirs, seed=seed, bucket=bucket, empty_fraction=empty_fraction)
@@ -171,6 +170,9 @@ def init_schema(ctx: click.Context) -> None:
     Example:
       dircleaner --store cassandra://127.0.0.1:9042/meta init-schema
     """
-    store: Store = obj(ctx).open(create=True)
-    store.close()
-    click.echo(f"schema ready: {store.scope_id()}")
+    app = obj(ctx)
+    config = Path(app.config_path) if app.config_path else None
+    created = backend_class(app.store_url).init_schema(app.store_url, config_path=config)
+    for name in created:
+        click.echo(f"created {name}")
+    click.echo("schema ready" + ("" if created else " (nothing to create)"))

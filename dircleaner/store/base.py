@@ -63,6 +63,10 @@ class Shard:
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
 
+    def split(self, parts: int) -> list[Shard]:
+        """This slice cut into ``parts`` nested sub-slices (slice i of n → (i·p + j) of n·p)."""
+        return [Shard(self.index * parts + j, self.count * parts) for j in range(parts)]
+
 
 @dataclass(frozen=True, slots=True)
 class DirCountEstimate:
@@ -84,6 +88,9 @@ class Store(abc.ABC):
 
     #: URL scheme this backend is registered under.
     scheme: str = ""
+    #: how this store was opened, so worker processes can open their own connection
+    url: str = ""
+    config_path: Path | None = None
 
     @classmethod
     @abc.abstractmethod
@@ -91,6 +98,12 @@ class Store(abc.ABC):
         """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked."""
 
     # -- identity -------------------------------------------------------------------------------
+    @classmethod
+    def init_schema(cls, url: str, *, config_path: Path | None = None) -> list[str]:
+        """Create whatever tables are missing; the names of those created."""
+        cls.open(url, config_path=config_path, create=True).close()
+        return []
+
     @abc.abstractmethod
     def scope_id(self) -> str:
         """A stable name of the tables this store reads (filters from other scopes are refused)."""

@@ -1,0 +1,409 @@
+"""Typed configuration: the Cassandra mapping and connection settings, from URL + TOML + env.
+
+A real metastore's schema differs from our reference one: keyspace, table and column names, the
+bucket column (optional) and the stored form of the root parent all come from a TOML file::
+
+    [cassandra]                   # connection and job tuning
+    [cassandra.tables]            # objects / folders / filters / state
+    [cassandra.columns]           # bucket (or false) / parent / name
+    [cassandra.consistency]       # build / sweep / verify / delete / write / meta
+    [cassandra.auth]              # username / password
+    [cassandra.tls]               # ca_file / cert_file / key_file / verify
+
+``examples/cassandra.toml`` documents every key. Unknown keys are refused (a typo in a deletion
+tool's mapping must not silently fall back to a default). Precedence:
+
+- keyspace and local DC: the URL's (``/keyspace``, ``?dc=``) or the file's; both given and
+  different is an error rather than a guess.
+- credentials: ``DIRCLEANER_CASSANDRA_USERNAME`` / ``DIRCLEANER_CASSANDRA_PASSWORD`` win over the
+  file, so a secret manager can inject them without editing the file. They are never accepted on
+  the command line and never shown by ``repr``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from dircleaner.errors import StoreUrlError, UsageError
+from dircleaner.paths import DEFAULT_BUCKET
+
+DEFAULT_PORT = 9042
+ENV_USERNAME = "DIRCLEANER_CASSANDRA_USERNAME"
+ENV_PASSWORD = "DIRCLEANER_CASSANDRA_PASSWORD"
+
+CONSISTENCY_LEVELS = frozenset(
+    {
+        "ANY",
+        "ONE",
+        "TWO",
+        "THREE",
+        "QUORUM",
+        "ALL",
+        "LOCAL_QUORUM",
+        "EACH_QUORUM",
+        "LOCAL_ONE",
+        "SERIAL",
+        "LOCAL_SERIAL",
+    }
+)
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HOST = re.compile(r"[A-Za-z0-9_.\-]+|\[[0-9A-Fa-f:.]+\]")
+
+
+def validate_identifier(value: str, what: str) -> str:
+    """Return ``value`` if it is a plain CQL identifier, else raise UsageError naming ``what``."""
+    if not _IDENTIFIER.fullmatch(value) or len(value) > 48:
+        raise UsageError(f"{what} {value!r} is not a CQL identifier ([A-Za-z_][A-Za-z0-9_]*)")
+    return value
+
+
+# -- the URL ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CassandraUrl:
+    """The parts of ``cassandra://h1,h2:9042/keyspace?dc=dc1``."""
+
+    hosts: tuple[str, ...]
+    port: int
+    keyspace: str | None
+    dc: str | None
+
+
+def parse_cassandra_url(url: str) -> CassandraUrl:
+    """Parse a Cassandra store URL; one port for all hosts (default 9042), keyspace optional."""
+
+    # Never echo userinfo: a password typed into a URL must not reach a log.
+    shown = re.sub(r"(?<=://)[^/@]*@", "***@", url)
+
+    def bad(why: str) -> StoreUrlError:
+        return StoreUrlError(
+            f"malformed Cassandra URL {shown!r}: {why}"
+            " (expected cassandra://h1,h2:9042/keyspace?dc=dc1)"
+        )
+
+    parts = urlsplit(url)
+    if parts.scheme != "cassandra" or "://" not in url:
+        raise bad("scheme must be cassandra://")
+    if parts.fragment:
+        raise bad("unexpected #fragment")
+    netloc = parts.netloc
+    if "@" in netloc:
+        raise bad("credentials do not belong in the URL; use the config file or environment")
+    if not netloc:
+        raise bad("no host")
+    port = DEFAULT_PORT
+    hosts_part = netloc
+    # A port, if any, follows the last host: h1,h2:9042 (an IPv6 host must be bracketed).
+    tail = netloc.rsplit(",", 1)[-1]
+    if ":" in tail and not tail.endswith("]"):
+        hosts_part, _, port_text = netloc.rpartition(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise bad(f"invalid port {port_text!r}")
+        port = int(port_text)
+    hosts = tuple(hosts_part.split(","))
+    for host in hosts:
+        if not _HOST.fullmatch(host):
+            raise bad(f"invalid host {host!r}")
+    path = parts.path.strip("/")
+    keyspace: str | None = None
+    if path:
+        if not _IDENTIFIER.fullmatch(path):
+            raise bad(f"invalid keyspace {path!r}")
+        keyspace = path
+    dc: str | None = None
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise bad("unparsable query string") from exc
+    for key, value in query:
+        if key != "dc":
+            raise bad(f"unknown parameter {key!r} (only dc= is accepted)")
+        if not value:
+            raise bad("empty dc=")
+        dc = value
+    return CassandraUrl(tuple(h.strip("[]") for h in hosts), port, keyspace, dc)
+
+
+# -- the config ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseConsistency:
+    """Consistency level per phase of the job (names as in ``cassandra.ConsistencyLevel``)."""
+
+    build: str = "LOCAL_QUORUM"
+    sweep: str = "LOCAL_QUORUM"
+    verify: str = "LOCAL_QUORUM"
+    delete: str = "LOCAL_QUORUM"
+    #: the S3 front-end's writes made by the generator and tests
+    write: str = "LOCAL_QUORUM"
+    #: our own filters and state tables
+    meta: str = "LOCAL_QUORUM"
+
+    def __post_init__(self) -> None:
+        for phase in ("build", "sweep", "verify", "delete", "write", "meta"):
+            level = getattr(self, phase)
+            if level not in CONSISTENCY_LEVELS:
+                known = ", ".join(sorted(CONSISTENCY_LEVELS))
+                raise UsageError(f"consistency.{phase} = {level!r} is not one of {known}")
+
+
+@dataclass(frozen=True, slots=True)
+class CassandraConfig:
+    """Everything needed to connect to a Cassandra metastore and map its schema."""
+
+    hosts: tuple[str, ...] = ("127.0.0.1",)
+    port: int = DEFAULT_PORT
+    keyspace: str = "dircleaner"
+    local_dc: str | None = None
+
+    objects_table: str = "objects"
+    folders_table: str = "folders"
+    filters_table: str = "dircleaner_filters"
+    state_table: str = "dircleaner_state"
+
+    #: None: the metastore has no bucket column and holds the single bucket ``bucket_name``
+    bucket_column: str | None = "bucket"
+    bucket_name: str = DEFAULT_BUCKET
+    parent_column: str = "parent"
+    name_column: str = "name"
+    #: how the root parent (``""`` in the model) is stored: partition keys cannot be empty.
+    #: Other parents starting with this value are stored with it once more in front
+    #: (``/`` → ``//``) unless ``parent_prefix`` is set, so the mapping stays one-to-one.
+    root_parent: str = "/"
+    #: prepended to every non-root stored parent (``"/"`` for stores that keep ``/a/b/``)
+    parent_prefix: str = ""
+
+    consistency: PhaseConsistency = field(default_factory=PhaseConsistency)
+    fetch_size: int = 5000
+    splits_per_range: int = 8
+    concurrency: int = 16
+    request_timeout_s: float = 30.0
+    connect_timeout_s: float = 5.0
+    connect_retries: int = 3
+    #: None: negotiate the highest version both sides speak (v5 for Cassandra 5.0)
+    protocol_version: int | None = None
+    #: replication factor of a keyspace created by init-schema (SimpleStrategy)
+    replication_factor: int = 1
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    ssl_ca_file: Path | None = None
+    ssl_cert_file: Path | None = None
+    ssl_key_file: Path | None = None
+    ssl_verify: bool = True
+
+    def __post_init__(self) -> None:
+        validate_identifier(self.keyspace, "keyspace")
+        for attr in ("objects_table", "folders_table", "filters_table", "state_table"):
+            validate_identifier(getattr(self, attr), attr.replace("_", " "))
+        for attr in ("parent_column", "name_column"):
+            validate_identifier(getattr(self, attr), attr.replace("_", " "))
+        if self.bucket_column is not None:
+            validate_identifier(self.bucket_column, "bucket column")
+        if len({self.objects_table, self.folders_table, self.filters_table, self.state_table}) < 4:
+            raise UsageError("the objects, folders, filters and state tables must be distinct")
+        if not self.hosts:
+            raise UsageError("no Cassandra host given")
+        if not self.root_parent:
+            raise UsageError("root_parent cannot be empty: Cassandra partition keys cannot be")
+        root, prefix = self.root_parent, self.parent_prefix
+        if prefix and root != prefix and root.startswith(prefix) and root.endswith("/"):
+            raise UsageError(
+                f"root_parent {root!r} is also the stored form of parent"
+                f" {root[len(prefix):]!r} under parent_prefix {prefix!r}"
+            )
+        for attr, low in (
+            ("fetch_size", 1),
+            ("splits_per_range", 1),
+            ("concurrency", 1),
+            ("connect_retries", 1),
+            ("replication_factor", 1),
+        ):
+            if getattr(self, attr) < low:
+                raise UsageError(f"{attr} must be at least {low}")
+        if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
+            raise UsageError("timeouts must be positive")
+        if (self.username is None) != (self.password is None):
+            raise UsageError("Cassandra auth needs both a username and a password")
+        if (self.ssl_cert_file is None) != (self.ssl_key_file is None):
+            raise UsageError("TLS client auth needs both cert_file and key_file")
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether connections use TLS (any TLS file configured, or verification turned off)."""
+        return (
+            self.ssl_ca_file is not None or self.ssl_cert_file is not None or not self.ssl_verify
+        )
+
+    @property
+    def contact(self) -> str:
+        """``h1,h2:port`` for messages."""
+        return f"{','.join(self.hosts)}:{self.port}"
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+_TOP_KEYS: Mapping[str, str] = {
+    "keyspace": "keyspace",
+    "local_dc": "local_dc",
+    "bucket_name": "bucket_name",
+    "root_parent": "root_parent",
+    "parent_prefix": "parent_prefix",
+    "fetch_size": "fetch_size",
+    "splits_per_range": "splits_per_range",
+    "concurrency": "concurrency",
+    "request_timeout_s": "request_timeout_s",
+    "connect_timeout_s": "connect_timeout_s",
+    "connect_retries": "connect_retries",
+    "protocol_version": "protocol_version",
+    "replication_factor": "replication_factor",
+}
+_TABLE_KEYS: Mapping[str, str] = {
+    "objects": "objects_table",
+    "folders": "folders_table",
+    "filters": "filters_table",
+    "state": "state_table",
+}
+_COLUMN_KEYS: Mapping[str, str] = {
+    "bucket": "bucket_column",
+    "parent": "parent_column",
+    "name": "name_column",
+}
+_AUTH_KEYS: Mapping[str, str] = {"username": "username", "password": "password"}
+_TLS_KEYS: Mapping[str, str] = {
+    "ca_file": "ssl_ca_file",
+    "cert_file": "ssl_cert_file",
+    "key_file": "ssl_key_file",
+    "verify": "ssl_verify",
+}
+_SECTIONS: Mapping[str, Mapping[str, str]] = {
+    "tables": _TABLE_KEYS,
+    "columns": _COLUMN_KEYS,
+    "auth": _AUTH_KEYS,
+    "tls": _TLS_KEYS,
+}
+_TYPES: Mapping[str, tuple[type, ...]] = {
+    "fetch_size": (int,),
+    "splits_per_range": (int,),
+    "concurrency": (int,),
+    "connect_retries": (int,),
+    "protocol_version": (int,),
+    "replication_factor": (int,),
+    "request_timeout_s": (int, float),
+    "connect_timeout_s": (int, float),
+    "ssl_verify": (bool,),
+    "bucket_column": (str, bool),
+}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise UsageError(f"config file {path} does not exist") from exc
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def _typed(attr: str, key: str, value: object) -> object:
+    """Check a TOML value's type for ``attr``; paths become Path, ``bucket = false`` None."""
+    expected = _TYPES.get(attr, (str,))
+    # bool is an int subclass: refuse ``fetch_size = true``.
+    if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+        names = " or ".join(t.__name__ for t in expected)
+        raise UsageError(f"config key {key} must be {names}, not {type(value).__name__}")
+    if attr == "bucket_column":
+        if value is True:
+            raise UsageError(f"config key {key} must be a column name or false")
+        return None if value in (False, "") else value
+    if attr.startswith("ssl_") and attr.endswith("_file"):
+        return Path(str(value)).expanduser()
+    if attr.endswith("_s"):
+        return float(value)  # type: ignore[arg-type]
+    return value
+
+
+def _settings_from_toml(data: Mapping[str, Any], source: Path) -> dict[str, object]:
+    """Flatten the ``[cassandra]`` tree into CassandraConfig keyword values."""
+    unknown_top = sorted(set(data) - {"cassandra"})
+    if unknown_top:
+        raise UsageError(f"unknown config key {unknown_top[0]!r} in {source}")
+    section = data.get("cassandra", {})
+    if not isinstance(section, dict):
+        raise UsageError(f"config key 'cassandra' in {source} must be a table")
+    out: dict[str, object] = {}
+    consistency: dict[str, str] = {}
+    for key, value in section.items():
+        if key in _TOP_KEYS:
+            out[_TOP_KEYS[key]] = _typed(_TOP_KEYS[key], f"cassandra.{key}", value)
+        elif key in _SECTIONS or key == "consistency":
+            if not isinstance(value, dict):
+                raise UsageError(f"config key cassandra.{key} in {source} must be a table")
+            for sub, sub_value in value.items():
+                name = f"cassandra.{key}.{sub}"
+                if key == "consistency":
+                    if sub not in PhaseConsistency.__dataclass_fields__:
+                        raise UsageError(f"unknown config key {name!r} in {source}")
+                    if not isinstance(sub_value, str):
+                        raise UsageError(f"config key {name} must be str")
+                    consistency[sub] = sub_value.upper()
+                    continue
+                mapping = _SECTIONS[key]
+                if sub not in mapping:
+                    raise UsageError(f"unknown config key {name!r} in {source}")
+                out[mapping[sub]] = _typed(mapping[sub], name, sub_value)
+        else:
+            raise UsageError(f"unknown config key 'cassandra.{key}' in {source}")
+    if consistency:
+        out["consistency"] = PhaseConsistency(**consistency)
+    return out
+
+
+def load_cassandra_config(
+    url_parts: CassandraUrl,
+    config_path: Path | None,
+    environ: Mapping[str, str] | None = None,
+) -> CassandraConfig:
+    """Merge the URL, the TOML file (if any) and the environment into one CassandraConfig."""
+    env = os.environ if environ is None else environ
+    source = config_path if config_path is not None else Path("<no config file>")
+    settings = _settings_from_toml(_read_toml(config_path), source) if config_path else {}
+
+    file_keyspace = settings.pop("keyspace", None)
+    if url_parts.keyspace and file_keyspace and url_parts.keyspace != file_keyspace:
+        raise UsageError(
+            f"the URL names keyspace {url_parts.keyspace!r} but {source} names {file_keyspace!r}"
+        )
+    keyspace = url_parts.keyspace or file_keyspace
+    if not keyspace:
+        raise UsageError("no keyspace: name it in the URL (cassandra://host/keyspace) or config")
+
+    file_dc = settings.pop("local_dc", None)
+    if url_parts.dc and file_dc and url_parts.dc != file_dc:
+        raise UsageError(f"the URL names dc {url_parts.dc!r} but {source} names {file_dc!r}")
+
+    for attr, var in (("username", ENV_USERNAME), ("password", ENV_PASSWORD)):
+        if env.get(var):
+            settings[attr] = env[var]
+
+    return CassandraConfig(
+        hosts=url_parts.hosts,
+        port=url_parts.port,
+        keyspace=str(keyspace),
+        local_dc=url_parts.dc or (str(file_dc) if file_dc else None),
+        **settings,  # type: ignore[arg-type]
+    )

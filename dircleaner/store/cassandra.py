@@ -1,0 +1,1087 @@
+"""The Cassandra metastore: token-range scans, timestamped deletes, bounded concurrency.
+
+Every data value goes through a prepared statement. The only identifiers in CQL come from the
+mapping (``CassandraConfig``), are validated as plain identifiers and are always double-quoted.
+
+Scans split the ring along the cluster's own token ranges (``cluster.metadata.token_map``), cut
+each range into ``splits_per_range`` splits and clip them to the requested ``Shard``. Up to
+``concurrency`` splits are read at once, each paged with an explicit ``fetch_size`` and routed to a
+replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictly in token order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import queue
+import random
+import re
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from cassandra import (
+    ConsistencyLevel,
+    OperationTimedOut,
+    ReadTimeout,
+    Unavailable,
+    WriteTimeout,
+)
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import (
+    EXEC_PROFILE_DEFAULT,
+    Cluster,
+    ExecutionProfile,
+    NoHostAvailable,
+    Session,
+)
+from cassandra.concurrent import execute_concurrent
+from cassandra.connection import ConnectionException
+from cassandra.metadata import Murmur3Token
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    HostDistance,
+    TokenAwarePolicy,
+)
+from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
+from cassandra.query import (
+    BatchStatement,
+    BatchType,
+    PreparedStatement,
+    SimpleStatement,
+    tuple_factory,
+)
+
+from dircleaner.config import (
+    CassandraConfig,
+    load_cassandra_config,
+    parse_cassandra_url,
+)
+from dircleaner.errors import (
+    SchemaError,
+    StoreUnavailable,
+    TransientStoreError,
+    UsageError,
+)
+from dircleaner.store.base import (
+    MAX_TOKEN,
+    MIN_TOKEN,
+    DirCountEstimate,
+    FolderRow,
+    PartitionKey,
+    Shard,
+    Store,
+)
+
+__all__ = [
+    "CassandraStore",
+    "RangeAwarePolicy",
+    "cql_token_bounds",
+    "init_schema",
+    "map_error",
+    "model_parent",
+    "ring_splits",
+    "schema_cql",
+    "stored_parent",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_FILTER_CELL_BYTES = 1 << 20
+#: filter cells are up to 1 MiB each: page them a few at a time, not fetch_size at a time
+FILTER_FETCH_SIZE = 4
+#: pages each running split may read ahead of the consumer
+PAGES_AHEAD = 2
+#: attempts per page / per verify or generator request before giving up
+REQUEST_ATTEMPTS = 4
+#: below this many estimated rows the folder index is counted instead
+SMALL_TABLE_ROWS = 1_000_000
+#: a count stops and extrapolates past this many rows
+COUNT_LIMIT = 1_000_000
+#: a lower bound of the serialized size of a folders row beyond its name: flags, clustering
+#: header, name length, row size, previous row size, timestamp delta (1 byte each at least)
+ROW_OVERHEAD_BYTES = 6
+#: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
+BATCH_MAX_ROWS = 64
+BATCH_MAX_BYTES = 4000
+
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    ReadTimeout,
+    WriteTimeout,
+    Unavailable,
+    OperationTimedOut,
+    OverloadedErrorMessage,
+    IsBootstrappingErrorMessage,
+    NoHostAvailable,
+    ConnectionException,
+)
+
+_TRACE_COUNTS = re.compile(r"Read (\d+) live (?:rows )?and (\d+) tombstone cells")
+
+T = TypeVar("T")
+Params = tuple[object, ...]
+
+
+def map_error(exc: BaseException) -> BaseException:
+    """A driver timeout/overload becomes TransientStoreError (worth a retry); others unchanged."""
+    if isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, TransientStoreError):
+        mapped = TransientStoreError(f"{type(exc).__name__}: {_one_line(exc)}")
+        mapped.__cause__ = exc
+        return mapped
+    return exc
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _q(identifier: str) -> str:
+    """Double-quote a validated identifier (config validated it as [A-Za-z_][A-Za-z0-9_]*)."""
+    return f'"{identifier}"'
+
+
+def _backoff(attempt: int) -> None:
+    time.sleep(min(0.1 * 2**attempt, 2.0) * (0.5 + random.random()))
+
+
+def stored_parent(cfg: CassandraConfig, parent: str) -> str:
+    """Model parent → stored value; a bijection, so no two parents share a partition.
+
+    The root ``""`` is stored as ``root_parent``. With a ``parent_prefix`` every other parent is
+    stored behind it (``a/`` → ``/a/``). Without one, parents are stored as they are, except
+    that a parent starting with the root's value gets it once more in front (``/`` → ``//``),
+    so a key such as ``/x`` cannot land in the root's partition.
+    """
+    root, prefix = cfg.root_parent, cfg.parent_prefix
+    if parent == "":
+        return root
+    if prefix:
+        return prefix + parent
+    return root + parent if parent.startswith(root) else parent
+
+
+def model_parent(cfg: CassandraConfig, stored: str) -> str:
+    """Stored value → model parent (the inverse of stored_parent)."""
+    root, prefix = cfg.root_parent, cfg.parent_prefix
+    if stored == root:
+        return ""
+    if prefix:
+        if not stored.startswith(prefix):
+            raise SchemaError(
+                f"stored parent {stored!r} lacks the configured parent_prefix {prefix!r};"
+                " check the [cassandra] mapping"
+            )
+        return stored[len(prefix) :]
+    return stored[len(root) :] if stored.startswith(root) else stored
+
+
+# -- token ranges -----------------------------------------------------------------------------
+
+
+def ring_splits(
+    ring: Sequence[int], splits_per_range: int, lo: int = MIN_TOKEN, hi: int = MAX_TOKEN
+) -> list[tuple[int, int]]:
+    """Inclusive, sorted, disjoint token splits covering exactly ``[lo, hi]``.
+
+    Each ring token owns ``(previous token, token]``; the range past the last token wraps to
+    ``[MIN_TOKEN, first token]``. Each range is cut into ``splits_per_range`` equal splits.
+    """
+    tokens = sorted(set(ring))
+    bounds: list[tuple[int, int]] = []
+    if not tokens:
+        bounds.append((MIN_TOKEN, MAX_TOKEN))
+    else:
+        bounds.append((MIN_TOKEN, tokens[0]))
+        bounds.extend((a + 1, b) for a, b in itertools.pairwise(tokens))
+        if tokens[-1] < MAX_TOKEN:
+            bounds.append((tokens[-1] + 1, MAX_TOKEN))
+    out: list[tuple[int, int]] = []
+    for start, end in bounds:
+        width = end - start + 1
+        parts = min(splits_per_range, width)
+        for j in range(parts):
+            s = start + width * j // parts
+            e = start + width * (j + 1) // parts - 1
+            s, e = max(s, lo), min(e, hi)
+            if s <= e:
+                out.append((s, e))
+    return out
+
+
+def cql_token_bounds(lo: int, hi: int) -> tuple[int, int] | None:
+    """``(a, b)`` for ``token > a AND token <= b`` covering inclusive ``[lo, hi]``, or None.
+
+    Murmur3 never gives a partition MIN_TOKEN (the partitioner maps it to MAX_TOKEN), so
+    ``token > MIN_TOKEN`` loses nothing, and a split that holds only MIN_TOKEN is empty: it must
+    not be sent, because Cassandra reads ``(MIN, MIN]`` as the whole ring.
+    """
+    if hi <= MIN_TOKEN:
+        return None
+    return (lo - 1 if lo > MIN_TOKEN else MIN_TOKEN), hi
+
+
+class RangeAwarePolicy(TokenAwarePolicy):  # type: ignore[misc]
+    """TokenAwarePolicy that also routes token-range reads to a replica of their range.
+
+    The driver can only route by partition key; a statement carrying a ``routing_token``
+    attribute (set by our scans) is sent first to the live local replicas owning that token,
+    then to the child policy's other hosts, so failover still works.
+    """
+
+    def make_query_plan(self, working_keyspace: Any = None, query: Any = None) -> Iterator[Any]:
+        token = getattr(query, "routing_token", None)
+        metadata = self._cluster_metadata
+        keyspace = (query.keyspace if query is not None else None) or working_keyspace
+        if token is None or keyspace is None or metadata is None or metadata.token_map is None:
+            yield from super().make_query_plan(working_keyspace, query)
+            return
+        child = self._child_policy
+        replicas = metadata.token_map.get_replicas(keyspace, Murmur3Token(token))
+        for replica in replicas:
+            if replica.is_up and child.distance(replica) == HostDistance.LOCAL:
+                yield replica
+        for host in child.make_query_plan(keyspace, query):
+            if host not in replicas or child.distance(host) == HostDistance.REMOTE:
+                yield host
+
+
+# -- schema -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _TableSpec:
+    """What the mapping expects of one table: key columns and column types."""
+
+    name: str
+    partition_key: tuple[str, ...]
+    clustering: tuple[str, ...]
+    #: the clustering key must be exactly this (False: only start with it)
+    exact_clustering: bool
+    types: tuple[tuple[str, str], ...]
+
+    def ddl(self, keyspace: str) -> str:
+        cols = ", ".join(f"{_q(col)} {typ}" for col, typ in self.types)
+        pk = "(" + ", ".join(_q(c) for c in self.partition_key) + ")"
+        key = ", ".join([pk, *(_q(c) for c in self.clustering)])
+        table = f"{_q(keyspace)}.{_q(self.name)}"
+        return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({key}))"
+
+
+def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
+    """(role, spec) of every table the mapping names."""
+    key = (*((cfg.bucket_column,) if cfg.bucket_column else ()), cfg.parent_column)
+    index_types = tuple((col, "text") for col in (*key, cfg.name_column))
+    return [
+        ("objects", _TableSpec(cfg.objects_table, key, (cfg.name_column,), False, index_types)),
+        ("folders", _TableSpec(cfg.folders_table, key, (cfg.name_column,), True, index_types)),
+        (
+            "filters",
+            _TableSpec(
+                cfg.filters_table,
+                ("generation", "shard"),
+                ("seq",),
+                True,
+                (("generation", "text"), ("shard", "int"), ("seq", "int"), ("data", "blob")),
+            ),
+        ),
+        (
+            "state",
+            _TableSpec(cfg.state_table, ("key",), (), True, (("key", "text"), ("value", "text"))),
+        ),
+    ]
+
+
+def schema_cql(cfg: CassandraConfig) -> list[str]:
+    """The DDL ``init-schema`` runs (idempotent: IF NOT EXISTS), for review or manual use."""
+    keyspace = (
+        f"CREATE KEYSPACE IF NOT EXISTS {_q(cfg.keyspace)} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {int(cfg.replication_factor)}}}"
+    )
+    return [keyspace, *(spec.ddl(cfg.keyspace) for _, spec in _table_specs(cfg))]
+
+
+def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
+    """Raise SchemaError naming the first missing or mis-shaped keyspace, table or column."""
+    ks = metadata.keyspaces.get(cfg.keyspace)
+    if ks is None:
+        raise SchemaError(
+            f"keyspace {cfg.keyspace!r} does not exist at {cfg.contact}"
+            " (check the URL or config; 'dircleaner init-schema' creates the reference schema)"
+        )
+    for role, spec in _table_specs(cfg):
+        where = f"{cfg.keyspace}.{spec.name}"
+        table = ks.tables.get(spec.name)
+        if table is None:
+            hint = (
+                "run 'dircleaner init-schema'"
+                if role in ("filters", "state")
+                else "check [cassandra.tables]"
+            )
+            raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
+        for col, typ in spec.types:
+            column = table.columns.get(col)
+            if column is None:
+                raise SchemaError(
+                    f"column {col!r} does not exist in table {where} (check [cassandra.columns];"
+                    " names are case-sensitive)"
+                )
+            actual = str(column.cql_type)
+            if actual.replace("varchar", "text") != typ:
+                raise SchemaError(f"column {where}.{col} is {actual}, expected {typ}")
+        partition = tuple(c.name for c in table.partition_key)
+        if partition != spec.partition_key:
+            raise SchemaError(
+                f"table {where} is partitioned by ({', '.join(partition)}), the mapping expects"
+                f" ({', '.join(spec.partition_key)})"
+            )
+        clustering = tuple(c.name for c in table.clustering_key)
+        expected = spec.clustering
+        if clustering[: len(expected)] != expected or (
+            spec.exact_clustering and clustering != expected
+        ):
+            raise SchemaError(
+                f"table {where} has clustering columns ({', '.join(clustering)}), the mapping"
+                f" expects ({', '.join(expected)}{'' if spec.exact_clustering else ', …'})"
+            )
+
+
+def _missing_schema(metadata: Any, cfg: CassandraConfig) -> list[str]:
+    """Human names of the keyspace/tables init-schema would create."""
+    ks = metadata.keyspaces.get(cfg.keyspace)
+    if ks is None:
+        return [f"keyspace {cfg.keyspace}"] + [
+            f"table {cfg.keyspace}.{spec.name}" for _, spec in _table_specs(cfg)
+        ]
+    return [
+        f"table {cfg.keyspace}.{spec.name}"
+        for _, spec in _table_specs(cfg)
+        if spec.name not in ks.tables
+    ]
+
+
+# -- connecting -------------------------------------------------------------------------------
+
+_PHASES = ("build", "sweep", "verify", "delete", "write", "meta")
+
+
+def _ssl_context(cfg: CassandraConfig) -> ssl.SSLContext | None:
+    if not cfg.tls_enabled:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        if cfg.ssl_verify:
+            if cfg.ssl_ca_file is not None:
+                ctx.load_verify_locations(cafile=str(cfg.ssl_ca_file))
+            else:
+                ctx.load_default_certs()
+        else:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if cfg.ssl_cert_file is not None and cfg.ssl_key_file is not None:
+            ctx.load_cert_chain(str(cfg.ssl_cert_file), str(cfg.ssl_key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot load TLS files: {_one_line(exc)}") from exc
+    return ctx
+
+
+def _cluster(cfg: CassandraConfig) -> Any:
+    policy = RangeAwarePolicy(DCAwareRoundRobinPolicy(local_dc=cfg.local_dc))
+
+    def profile(level: str) -> Any:
+        return ExecutionProfile(
+            load_balancing_policy=policy,
+            consistency_level=getattr(ConsistencyLevel, level),
+            request_timeout=cfg.request_timeout_s,
+            row_factory=tuple_factory,
+        )
+
+    profiles = {phase: profile(getattr(cfg.consistency, phase)) for phase in _PHASES}
+    profiles[EXEC_PROFILE_DEFAULT] = profile(cfg.consistency.meta)
+    profiles["trace"] = profile("ONE")
+    options: dict[str, Any] = {}
+    if cfg.protocol_version is not None:
+        options["protocol_version"] = cfg.protocol_version
+    auth = (
+        PlainTextAuthProvider(username=cfg.username, password=cfg.password)
+        if cfg.username is not None
+        else None
+    )
+    return Cluster(
+        contact_points=list(cfg.hosts),
+        port=cfg.port,
+        execution_profiles=profiles,
+        auth_provider=auth,
+        ssl_context=_ssl_context(cfg),
+        connect_timeout=cfg.connect_timeout_s,
+        control_connection_timeout=cfg.connect_timeout_s,
+        **options,
+    )
+
+
+def _connect(cfg: CassandraConfig) -> tuple[Any, Session]:
+    """Connect with bounded retries; StoreUnavailable (one line) when no host answers."""
+    reason = "no attempt made"
+    for attempt in range(1, cfg.connect_retries + 1):
+        cluster = _cluster(cfg)
+        try:
+            return cluster, cluster.connect()
+        except NoHostAvailable as exc:
+            errors = list(getattr(exc, "errors", {}).values())
+            reason = _one_line(errors[0]) if errors else _one_line(exc)
+            auth_failed = any(
+                "AuthenticationFailed" in type(e).__name__ or "Bad credentials" in str(e)
+                for e in errors
+            )
+        except (OperationTimedOut, ConnectionException, OSError) as exc:
+            reason, auth_failed = _one_line(exc), False
+        cluster.shutdown()
+        if auth_failed:
+            raise StoreUnavailable(
+                f"Cassandra at {cfg.contact} refused our credentials ([cassandra.auth] or"
+                f" DIRCLEANER_CASSANDRA_USERNAME/PASSWORD): {reason}"
+            )
+        if attempt < cfg.connect_retries:
+            _backoff(attempt + 2)
+    raise StoreUnavailable(
+        f"cannot reach Cassandra at {cfg.contact} after {cfg.connect_retries} attempts: {reason}"
+    )
+
+
+def init_schema(url: str, *, config_path: Path | None = None) -> list[str]:
+    """Create the keyspace and tables the mapping names where missing; the names created.
+
+    Existing tables are left untouched (a real metastore keeps its own), then the whole mapping
+    is checked as ``open`` does. Idempotent: a second call returns ``[]``.
+    """
+    cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
+    cluster, session = _connect(cfg)
+    try:
+        created = _missing_schema(cluster.metadata, cfg)
+        _create_schema(cluster, session, cfg)
+        return created
+    finally:
+        cluster.shutdown()
+
+
+def _create_schema(cluster: Any, session: Session, cfg: CassandraConfig) -> None:
+    if not _missing_schema(cluster.metadata, cfg):
+        _check_schema(cluster.metadata, cfg)
+        return
+    for ddl in schema_cql(cfg):
+        session.execute(SimpleStatement(ddl), timeout=max(cfg.request_timeout_s, 60.0))
+    cluster.refresh_schema_metadata()
+    _check_schema(cluster.metadata, cfg)
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+class _Done:
+    """End of one split's pages."""
+
+
+class _Failed:
+    """A split's worker failed; the consumer re-raises."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_DONE = _Done()
+
+
+class CassandraStore(Store):
+    """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
+
+    scheme = "cassandra"
+
+    def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
+        self.config = cfg
+        self._cluster = cluster
+        self._session = session
+        self._key_columns = (
+            *((cfg.bucket_column,) if cfg.bucket_column else ()),
+            cfg.parent_column,
+        )
+        self._prepare_all()
+
+    @classmethod
+    def init_schema(cls, url: str, *, config_path: Path | None = None) -> list[str]:
+        return init_schema(url, config_path=config_path)
+
+    @classmethod
+    def open(
+        cls, url: str, *, config_path: Path | None = None, create: bool = False
+    ) -> CassandraStore:
+        cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
+        store = cls.from_config(cfg, create=create)
+        store.url, store.config_path = url, config_path
+        return store
+
+    @classmethod
+    def from_config(cls, cfg: CassandraConfig, *, create: bool = False) -> CassandraStore:
+        """Connect and check the mapping; with ``create``, first create what is missing."""
+        cluster, session = _connect(cfg)
+        try:
+            if create:
+                _create_schema(cluster, session, cfg)
+            else:
+                _check_schema(cluster.metadata, cfg)
+            return cls(cfg, cluster, session)
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+    def scope_id(self) -> str:
+        cfg = self.config
+        return f"cassandra:{cfg.keyspace}.{cfg.objects_table},{cfg.folders_table}"
+
+    def close(self) -> None:
+        self._cluster.shutdown()
+
+    # -- statements -----------------------------------------------------------------------------
+    def _prepare_all(self) -> None:
+        cfg = self.config
+        ks = _q(cfg.keyspace)
+        objects = f"{ks}.{_q(cfg.objects_table)}"
+        folders = f"{ks}.{_q(cfg.folders_table)}"
+        filters = f"{ks}.{_q(cfg.filters_table)}"
+        state = f"{ks}.{_q(cfg.state_table)}"
+        key = ", ".join(_q(c) for c in self._key_columns)
+        name = _q(cfg.name_column)
+        token = f"token({key})"
+        in_range = f"{token} > ? AND {token} <= ?"
+        key_eq = " AND ".join(f"{_q(c)} = ?" for c in self._key_columns)
+        row_eq = f"{key_eq} AND {name} = ?"
+        marks = ", ".join("?" for _ in (*self._key_columns, name))
+        p = self._prepare
+        self._scan_objects = p(f"SELECT DISTINCT {token}, {key} FROM {objects} WHERE {in_range}")
+        self._scan_folders = p(f"SELECT {token}, {key}, {name} FROM {folders} WHERE {in_range}")
+        self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
+        self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
+        self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
+        self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
+        self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
+        self._insert = {
+            table: p(
+                f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?"
+            )
+            for table, ref in (("objects", objects), ("folders", folders))
+        }
+        self._put_cell = p(
+            f"INSERT INTO {filters} (generation, shard, seq, data) VALUES (?, ?, ?, ?)"
+        )
+        self._get_cells = p(f"SELECT seq, data FROM {filters} WHERE generation = ? AND shard = ?")
+        self._get_meta_cells = p(
+            f"SELECT seq, data FROM {filters} WHERE generation = ? AND shard = ? AND seq < 0"
+        )
+        self._list_parts = p(f"SELECT DISTINCT generation, shard FROM {filters}")
+        self._delete_part = p(f"DELETE FROM {filters} WHERE generation = ? AND shard = ?")
+        self._put_state = p(f'INSERT INTO {state} ("key", "value") VALUES (?, ?)')
+        self._get_state = p(f'SELECT "value" FROM {state} WHERE "key" = ?')
+        self._size_estimates = p(
+            "SELECT range_start, range_end, partitions_count, mean_partition_size"
+            " FROM system.size_estimates WHERE keyspace_name = ? AND table_name = ?"
+        )
+
+    def _prepare(self, cql: str) -> PreparedStatement:
+        stmt = self._session.prepare(cql)
+        # Every write we make carries an explicit timestamp or is an overwrite: replaying
+        # it is harmless, so the driver may retry it on another host.
+        stmt.is_idempotent = True
+        return stmt
+
+    # -- the parent and bucket mapping -----------------------------------------------------------
+    def _key_values(self, bucket: str, parent: str) -> Params:
+        """Bind values of a partition key ``(bucket, parent)`` in the mapped columns' order."""
+        stored = stored_parent(self.config, parent)
+        if self.config.bucket_column is None:
+            if bucket != self.config.bucket_name:
+                raise UsageError(
+                    f"this metastore has no bucket column; its only bucket is"
+                    f" {self.config.bucket_name!r}, not {bucket!r}"
+                )
+            return (stored,)
+        return (bucket, stored)
+
+    def _bucket_of(self, row: Sequence[Any]) -> tuple[str, str]:
+        """(bucket, model parent) from a row whose columns after the token are the key."""
+        if self.config.bucket_column is None:
+            return self.config.bucket_name, model_parent(self.config, row[1])
+        return row[1], model_parent(self.config, row[2])
+
+    def _scans_bucket(self, bucket: str | None) -> bool:
+        """False when a bucket filter cannot match anything in this metastore."""
+        return (
+            bucket is None
+            or self.config.bucket_column is not None
+            or bucket == self.config.bucket_name
+        )
+
+    # -- paging and ordered concurrency ---------------------------------------------------------
+    def _execute(
+        self,
+        stmt: Any,
+        params: Params | None,
+        profile: str,
+        *,
+        paging_state: bytes | None = None,
+        fetch_size: int | None = None,
+        routing_token: int | None = None,
+    ) -> Any:
+        """One request with bounded retries of transient failures (then TransientStoreError)."""
+        bound = stmt.bind(params) if params is not None else stmt
+        if fetch_size is not None:
+            bound.fetch_size = fetch_size
+        if routing_token is not None:
+            bound.routing_token = routing_token
+        for attempt in range(REQUEST_ATTEMPTS):
+            try:
+                return self._session.execute(
+                    bound, execution_profile=profile, paging_state=paging_state
+                )
+            except TRANSIENT_ERRORS as exc:
+                if attempt == REQUEST_ATTEMPTS - 1:
+                    raise map_error(exc) from exc
+                log.debug("retrying after %s", _one_line(exc))
+                _backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _pages(
+        self,
+        stmt: Any,
+        params: Params,
+        profile: str,
+        fetch_size: int,
+        routing_token: int | None = None,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Every page of one query; a failed page is retried from its paging state."""
+        paging_state: bytes | None = None
+        while True:
+            result = self._execute(
+                stmt,
+                params,
+                profile,
+                paging_state=paging_state,
+                fetch_size=fetch_size,
+                routing_token=routing_token,
+            )
+            rows = result.current_rows
+            if rows:
+                yield list(rows)
+            paging_state = result.paging_state
+            if not paging_state:
+                return
+
+    def _ordered(self, jobs: Sequence[Callable[[], Iterator[T]]]) -> Iterator[T]:
+        """Run jobs ``concurrency`` at a time; yield their items in job order.
+
+        Each job gets a small bounded queue, so a split that runs ahead holds at most
+        PAGES_AHEAD pages. The pool starts jobs in submission order, so the job the consumer
+        waits on is always running or about to run: no deadlock.
+        """
+        if not jobs:
+            return
+        stop = threading.Event()
+        queues: list[queue.Queue[T | _Done | _Failed]] = [
+            queue.Queue(maxsize=PAGES_AHEAD) for _ in jobs
+        ]
+
+        def put(q: queue.Queue[T | _Done | _Failed], item: T | _Done | _Failed) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def run(index: int) -> None:
+            if stop.is_set():
+                return
+            q = queues[index]
+            try:
+                for item in jobs[index]():
+                    if not put(q, item):
+                        return
+            except Exception as exc:  # handed to the consumer, which re-raises it
+                put(q, _Failed(exc))
+                return
+            put(q, _DONE)
+
+        workers = min(self.config.concurrency, len(jobs))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dircleaner-scan")
+        try:
+            for index in range(len(jobs)):
+                pool.submit(run, index)
+            for q in queues:
+                while True:
+                    item = q.get()
+                    if isinstance(item, _Done):
+                        break
+                    if isinstance(item, _Failed):
+                        raise item.exc
+                    yield item
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _splits(self, shard: Shard) -> list[tuple[int, int]]:
+        token_map = self._cluster.metadata.token_map
+        ring = [int(t.value) for t in token_map.ring] if token_map is not None else []
+        lo, hi = shard.token_range()
+        return ring_splits(ring, self.config.splits_per_range, lo, hi)
+
+    def _range_scan(self, stmt: Any, shard: Shard, profile: str) -> Iterator[list[tuple[Any, ...]]]:
+        def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
+            return lambda: self._pages(stmt, (a, b), profile, self.config.fetch_size, b)
+
+        jobs = [
+            job(*bounds)
+            for lo, hi in self._splits(shard)
+            if (bounds := cql_token_bounds(lo, hi)) is not None
+        ]
+        return self._ordered(jobs)
+
+    # -- scans ------------------------------------------------------------------------------------
+    def scan_object_partitions(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[PartitionKey]]:
+        if not self._scans_bucket(bucket):
+            return
+        for page in self._range_scan(self._scan_objects, shard, "build"):
+            batch = [PartitionKey(int(row[0]), *self._bucket_of(row)) for row in page]
+            if bucket is not None:
+                batch = [key for key in batch if key.bucket == bucket]
+            if batch:
+                yield batch
+
+    def scan_folder_rows(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[FolderRow]]:
+        if not self._scans_bucket(bucket):
+            return
+        for page in self._range_scan(self._scan_folders, shard, "sweep"):
+            batch = [FolderRow(int(row[0]), *self._bucket_of(row), row[-1]) for row in page]
+            if bucket is not None:
+                batch = [row for row in batch if row.bucket == bucket]
+            if batch:
+                yield batch
+
+    def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
+        """Directories in the folder index, from ``system.size_estimates`` or counted.
+
+        ``system.size_estimates`` is node-local: each node lists its primary token ranges
+        with ``partitions_count`` and ``mean_partition_size`` (bytes) of the folders table,
+        refreshed every few minutes from SSTables only (memtables are not counted). We read it
+        from every live node and sum over distinct ranges. It counts partitions (parent
+        directories), not rows (directories), so::
+
+            rows ≈ Σ partitions_count × mean_partition_size / row_bytes
+            row_bytes = mean UTF-8 length of sampled names + ROW_OVERHEAD_BYTES
+
+        ROW_OVERHEAD_BYTES is a lower bound of a row's serialized overhead and the partition's
+        own header is not subtracted, so this errs high, the safe side for sizing a filter. It
+        covers every bucket (the estimates cannot tell them apart).
+
+        When the estimate is missing, zero or under SMALL_TABLE_ROWS (a fresh or small table,
+        where the estimate is least reliable), the rows are counted by a token-range scan
+        instead (``exact=True``). That count is bounded: splits are visited in a spread-out
+        order and once COUNT_LIMIT rows are counted the rest is extrapolated by the share of
+        the ring covered (Murmur3 spreads partitions evenly), with ``exact=False``, so that a
+        caller holding the previous run's exact count prefers it. ``method`` says which.
+        """
+        estimated = self._size_estimate()
+        if estimated is not None:
+            partitions, data_bytes, ranges, hosts = estimated
+            row_bytes = self._sampled_row_bytes()
+            rows = math.ceil(data_bytes / row_bytes)
+            if rows >= SMALL_TABLE_ROWS:
+                return DirCountEstimate(
+                    rows,
+                    f"system.size_estimates over {ranges} ranges from {hosts} nodes:"
+                    f" {partitions} partitions, {data_bytes} bytes / ~{row_bytes:.1f} bytes per"
+                    " row (all buckets; SSTables only, errs high)",
+                )
+        why = "no size estimates yet" if estimated is None else "small table"
+        return self._count_folder_rows(bucket, why)
+
+    def _count_folder_rows(self, bucket: str | None, why: str) -> DirCountEstimate:
+        """Count folder rows split by split, extrapolating past COUNT_LIMIT rows."""
+        if not self._scans_bucket(bucket):
+            return DirCountEstimate(0, f"no rows can match bucket {bucket!r}", exact=True)
+        splits = [
+            (lo, hi, bounds)
+            for lo, hi in self._splits(Shard())
+            if (bounds := cql_token_bounds(lo, hi)) is not None
+        ]
+        # A fixed shuffle: the first splits counted are spread over the whole ring.
+        random.Random(0).shuffle(splits)
+
+        by_bucket = bucket is not None and self.config.bucket_column is not None
+
+        def job(bounds: tuple[int, int], width: int) -> Callable[[], Iterator[tuple[int, int]]]:
+            def count() -> Iterator[tuple[int, int]]:
+                rows = 0
+                for page in self._pages(
+                    self._scan_folders, bounds, "sweep", self.config.fetch_size, bounds[1]
+                ):
+                    # Row layout: token, [bucket,] parent, name.
+                    rows += sum(row[1] == bucket for row in page) if by_bucket else len(page)
+                yield rows, width
+
+            return count
+
+        counted = covered = done = 0
+        for rows, width in self._ordered([job(b, hi - lo + 1) for lo, hi, b in splits]):
+            counted, covered, done = counted + rows, covered + width, done + 1
+            if counted >= COUNT_LIMIT and done < len(splits):
+                share = covered / 2**64
+                return DirCountEstimate(
+                    math.ceil(counted / share),
+                    f"{counted} folder rows counted in {done} of {len(splits)} token splits"
+                    f" ({share:.1%} of the ring), extrapolated ({why})",
+                )
+        return DirCountEstimate(
+            counted, f"exact count of folder rows by token-range scan ({why})", exact=True
+        )
+
+    def _size_estimate(self) -> tuple[int, int, int, int] | None:
+        """(partitions, bytes, ranges, nodes) summed over the live nodes' primary ranges."""
+        cfg = self.config
+        per_range: dict[tuple[str, str], tuple[int, int]] = {}
+        hosts = 0
+        for host in self._cluster.metadata.all_hosts():
+            if not host.is_up:
+                continue
+            try:
+                result = self._session.execute(
+                    self._size_estimates.bind((cfg.keyspace, cfg.folders_table)),
+                    execution_profile="trace",
+                    host=host,
+                )
+            except TRANSIENT_ERRORS as exc:
+                log.debug("no size estimates from %s: %s", host, _one_line(exc))
+                continue
+            hosts += 1
+            for start, end, count, mean_size in result:
+                count, mean_size = int(count or 0), int(mean_size or 0)
+                old = per_range.get((start, end), (0, 0))
+                per_range[(start, end)] = max(old, (count, count * mean_size))
+        partitions = sum(count for count, _ in per_range.values())
+        if partitions <= 0:
+            return None
+        data_bytes = sum(size for _, size in per_range.values())
+        return partitions, data_bytes, len(per_range), hosts
+
+    def _sampled_row_bytes(self, samples: int = 8, rows_per_sample: int = 500) -> float:
+        """Mean name length of a few hundred folder rows from splits spread over the ring."""
+        splits = self._splits(Shard())
+        step = max(1, len(splits) // samples)
+        total = count = 0
+        for lo, hi in splits[::step][:samples]:
+            bounds = cql_token_bounds(lo, hi)
+            if bounds is None:
+                continue
+            result = self._execute(
+                self._scan_folders, bounds, "sweep", fetch_size=rows_per_sample
+            )
+            for row in result.current_rows:
+                total += len(str(row[-1]).encode("utf-8"))
+                count += 1
+        mean_name = total / count if count else 0.0
+        return mean_name + ROW_OVERHEAD_BYTES
+
+    # -- emptiness re-check --------------------------------------------------------------------
+    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
+        return bool(result.current_rows)
+
+    def nonempty_object_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> set[tuple[str, str]]:
+        """Probe every partition with ``concurrency`` requests in flight.
+
+        A probe that keeps failing raises TransientStoreError: an unverified directory must
+        not be treated as empty, and silently treating it as non-empty would hide an outage.
+        """
+        unique = list(dict.fromkeys(keys))
+        results = self._run_many(
+            self._object_probe,
+            [self._key_values(b, p) for b, p in unique],
+            "verify",
+            retries=REQUEST_ATTEMPTS - 1,
+        )
+        out: set[tuple[str, str]] = set()
+        for key, result in zip(unique, results, strict=True):
+            if isinstance(result, BaseException):
+                raise map_error(result) from result
+            if result.current_rows:
+                out.add(key)
+        return out
+
+    def _run_many(
+        self, stmt: Any, params: Sequence[Params], profile: str, *, retries: int = 0
+    ) -> list[Any]:
+        """Run one statement per params, ``concurrency`` in flight; a result or the exception.
+
+        Transient failures are retried ``retries`` times, with backoff, before being returned.
+        """
+        return self._run_statements([(stmt, p) for p in params], profile, retries=retries)
+
+    def _run_statements(
+        self, items: Sequence[tuple[Any, Params]], profile: str, *, retries: int = 0
+    ) -> list[Any]:
+        results: list[Any] = [None] * len(items)
+        pending = list(range(len(items)))
+        for attempt in range(retries + 1):
+            if not pending:
+                break
+            if attempt:
+                _backoff(attempt)
+            outcome = execute_concurrent(
+                self._session,
+                [items[i] for i in pending],
+                concurrency=self.config.concurrency,
+                raise_on_first_error=False,
+                execution_profile=profile,
+            )
+            retry: list[int] = []
+            for index, (ok, value) in zip(pending, outcome, strict=True):
+                results[index] = value
+                if not ok and isinstance(value, TRANSIENT_ERRORS):
+                    retry.append(index)
+            pending = retry
+        return results
+
+    # -- deletes at a timestamp ---------------------------------------------------------------
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        params = [(timestamp_us, *self._key_values(r.bucket, r.parent), r.name) for r in rows]
+        return self._outcomes(self._run_many(self._delete_folder_row, params, "delete"))
+
+    def delete_folder_partitions(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[BaseException | None]:
+        params = [(timestamp_us, *self._key_values(k.bucket, k.parent)) for k in partitions]
+        return self._outcomes(self._run_many(self._delete_folder_part, params, "delete"))
+
+    @staticmethod
+    def _outcomes(results: Sequence[Any]) -> list[BaseException | None]:
+        return [map_error(r) if isinstance(r, BaseException) else None for r in results]
+
+    def tombstones_in_partition(self, bucket: str, parent: str) -> int:
+        """Tombstones a read of one folders partition scans, as Cassandra counts them (tests).
+
+        A traced read at ONE; the count is the largest ``Read N live rows and M tombstone
+        cells`` M among the replicas' trace events. Each deleted row counts 1. A partition
+        deletion counts 0: Cassandra reports (and counts against tombstone_warn_threshold) only
+        the row and cell tombstones it iterates over, not the partition-level deletion marker.
+        """
+        bound = self._folder_partition.bind(self._key_values(bucket, parent))
+        bound.fetch_size = 100_000
+        result = self._session.execute(bound, execution_profile="trace", trace=True)
+        trace = result.get_query_trace(max_wait_sec=10.0)
+        counts = [
+            int(match.group(2))
+            for event in trace.events
+            if (match := _TRACE_COUNTS.search(str(event.description)))
+        ]
+        if not counts:
+            raise RuntimeError("the read's trace reports no tombstone count")
+        return max(counts)
+
+    # -- filters table ----------------------------------------------------------------------------
+    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
+        if len(data) > MAX_FILTER_CELL_BYTES:
+            raise ValueError(f"filter cell of {len(data)} bytes exceeds 1 MiB")
+        self._execute(self._put_cell, (generation, shard, seq, data), "meta")
+
+    def get_filter_cells(
+        self, generation: str, shard: int, *, meta_only: bool = False
+    ) -> dict[int, bytes]:
+        stmt = self._get_meta_cells if meta_only else self._get_cells
+        cells: dict[int, bytes] = {}
+        for page in self._pages(stmt, (generation, shard), "meta", FILTER_FETCH_SIZE):
+            cells.update((int(seq), bytes(data)) for seq, data in page)
+        return cells
+
+    def list_filter_parts(self) -> list[tuple[str, int]]:
+        parts = {
+            (str(gen), int(shard))
+            for page in self._pages(self._list_parts, (), "meta", self.config.fetch_size)
+            for gen, shard in page
+        }
+        return sorted(parts)
+
+    def delete_filter_generation(self, generation: str) -> None:
+        shards = [shard for gen, shard in self.list_filter_parts() if gen == generation]
+        for shard in shards:
+            self._execute(self._delete_part, (generation, shard), "meta")
+
+    # -- small state ------------------------------------------------------------------------------
+    def put_state(self, key: str, value: str) -> None:
+        self._execute(self._put_state, (key, value), "meta")
+
+    def get_state(self, key: str) -> str | None:
+        rows = self._execute(self._get_state, (key,), "meta").current_rows
+        return None if not rows else cast(str | None, rows[0][0])
+
+    # -- the S3 front-end's writes ----------------------------------------------------------------
+    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self._write("objects", [(b, p, n, timestamp_us) for b, p, n in rows])
+
+    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self._write("folders", [(b, p, n, timestamp_us) for b, p, n in rows])
+
+    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        params = [(timestamp_us, *self._key_values(b, p), n) for b, p, n in rows]
+        self._raise_first(self._run_many(self._delete_object_row, params, "write", retries=3))
+
+    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
+        """Insert ``(token_ignored, bucket, parent, name, ts)`` rows (generator fast path)."""
+        if table not in self._insert:
+            raise ValueError(f"unknown table {table!r}")
+        self._write(table, [(b, p, n, ts) for _, b, p, n, ts in rows])
+
+    def _write(self, table: str, rows: Sequence[tuple[str, str, str, int]]) -> None:
+        """Upsert rows, one UNLOGGED batch per run of rows in the same partition.
+
+        Single-partition batches are applied as one mutation on one replica set; they stay
+        under BATCH_MAX_ROWS/BATCH_MAX_BYTES so Cassandra's batch size warning stays quiet.
+        """
+        stmt = self._insert[table]
+        items: list[tuple[Any, Params]] = []
+        batch: Any = None
+        batch_key: Params | None = None
+        batch_rows = batch_bytes = 0
+        for bucket, parent, name, ts in rows:
+            key = self._key_values(bucket, parent)
+            size = sum(len(str(v).encode("utf-8")) for v in (*key, name)) + 16
+            if (
+                batch is None
+                or key != batch_key
+                or batch_rows >= BATCH_MAX_ROWS
+                or batch_bytes + size > BATCH_MAX_BYTES
+            ):
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                batch_key, batch_rows, batch_bytes = key, 0, 0
+                items.append((batch, ()))
+            batch.add(stmt, (*key, name, ts))
+            batch_rows += 1
+            batch_bytes += size
+        self._raise_first(self._run_statements(items, "write", retries=3))
+
+    @staticmethod
+    def _raise_first(results: Sequence[Any]) -> None:
+        for result in results:
+            if isinstance(result, BaseException):
+                raise map_error(result) from result

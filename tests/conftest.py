@@ -1,0 +1,39 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from dircleaner.config import parse_cassandra_url
+
+# -- Cassandra ------------------------------------------------------------------------------------
+
+DEFAULT_CASSANDRA_URL = "cassandra://127.0.0.1:9042/dircleaner_test"
+
+
+@pytest.fixture(scope="session")
+def cassandra_url() -> str:
+    """URL of a live Cassandra node (``DIRCLEANER_CASSANDRA_URL``), its keyspace for tests.
+
+    Skips when no node answers, or fails when ``DIRCLEANER_REQUIRE_CASSANDRA=1`` (CI).
+    Start one with ``scripts/cassandra start``.
+    """
+    url = os.environ.get("DIRCLEANER_CASSANDRA_URL", DEFAULT_CASSANDRA_URL)
+    parts = parse_cassandra_url(url)
+    errors: list[str] = []
+    for host in parts.hosts:
+        try:
+            with socket.create_connection((host, parts.port), timeout=2.0):
+                return url
+        except OSError as exc:
+            errors.append(f"{host}:{parts.port}: {exc}")
+    why = f"no Cassandra node answers ({'; '.join(errors)}); run scripts/cassandra start"
+    if os.environ.get("DIRCLEANER_REQUIRE_CASSANDRA") == "1":
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+# -- more shared fixtures below -------------------------------------------------------------------

@@ -1,0 +1,425 @@
+"""The store conformance suite, written once, run against every backend.
+
+A backend's test class subclasses ``StoreContract`` and provides a ``store`` fixture: a fresh,
+empty store per test. Tests write at ``self.t0`` plus at most a few thousand µs; a backend that
+empties its store by deleting at a timestamp (rather than truncating) sets ``self.t0`` past it.
+Backends without a bucket column set ``OTHER_BUCKET = None`` and fix ``BUCKET`` to their single
+bucket; the tests that need two buckets then skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator
+
+import pytest
+
+from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.store.base import (
+    HEADER_SEQ,
+    MARKER_SEQ,
+    FolderRow,
+    PartitionKey,
+    Shard,
+    Store,
+)
+
+T0 = 1_000_000
+
+
+WHOLE_RING = Shard()
+
+
+def partitions(
+    store: Store, shard: Shard = WHOLE_RING, bucket: str | None = None
+) -> list[PartitionKey]:
+    """Every object partition of ``shard``, checking that batches are non-empty lists."""
+    out: list[PartitionKey] = []
+    for batch in store.scan_object_partitions(shard, bucket):
+        assert isinstance(batch, list) and batch
+        out.extend(batch)
+    return out
+
+
+def folder_rows(
+    store: Store, shard: Shard = WHOLE_RING, bucket: str | None = None
+) -> list[FolderRow]:
+    """Every folder row of ``shard``, checking that batches are non-empty lists."""
+    out: list[FolderRow] = []
+    for batch in store.scan_folder_rows(shard, bucket):
+        assert isinstance(batch, list) and batch
+        out.extend(batch)
+    return out
+
+
+def expected_folder_rows(bucket: str, keys: Iterable[str]) -> set[tuple[str, str, str]]:
+    return {(bucket, *folder_row_of(d)) for key in keys for d in directories_of(key)}
+
+
+def expected_partitions(bucket: str, keys: Iterable[str]) -> set[tuple[str, str]]:
+    return {(bucket, split_key(key)[0]) for key in keys}
+
+
+def row_keys(rows: Iterable[FolderRow]) -> set[tuple[str, str, str]]:
+    return {(r.bucket, r.parent, r.name) for r in rows}
+
+
+def partition_keys(keys: Iterable[PartitionKey]) -> set[tuple[str, str]]:
+    return {(k.bucket, k.parent) for k in keys}
+
+
+def spread_keys(count: int) -> list[str]:
+    """Keys in ``count`` distinct directories, two objects each, plus some nesting."""
+    keys = []
+    for i in range(count):
+        keys.append(f"d{i % 7}/sub{i}/obj-a")
+        keys.append(f"d{i % 7}/sub{i}/obj-b")
+    return keys
+
+
+ODD_KEYS = [
+    pytest.param(["a//b"], id="empty-segment"),
+    pytest.param(["//x", "/lead/slash"], id="leading-slashes"),
+    pytest.param(["unicodé/日本語/ファイル", "emoji/🙂/🚀.bin"], id="unicode"),
+    pytest.param(["quotes/it's \"q\"/x", "sql/'; DROP TABLE folders; --/y"], id="quotes"),
+    pytest.param(["back\\slash/dir\\name/y", "tab\tand\nnewline/z"], id="control-and-backslash"),
+    pytest.param(["p/" + "n" * 1022], id="1024-byte-name"),
+    pytest.param(["k/" * 511 + "xy"], id="1024-byte-key-511-levels"),
+    pytest.param(["long/" + "ж" * 508 + "/x"], id="1024-byte-multibyte-dir"),
+]
+
+
+class StoreContract:
+    """Semantics every Store backend must honour."""
+
+    BUCKET = "b1"
+    OTHER_BUCKET: str | None = "b2"
+    #: the first write timestamp (µs) of a test; a backend's ``store`` fixture may move it on
+    t0 = T0
+
+    @pytest.fixture
+    def store(self) -> Iterator[Store]:
+        raise NotImplementedError("a backend's test class provides a fresh, empty store")
+
+    def need_two_buckets(self) -> str:
+        if self.OTHER_BUCKET is None:
+            pytest.skip("this mapping has a single bucket")
+        return self.OTHER_BUCKET
+
+    # -- an empty store ----------------------------------------------------------------------------
+    def test_empty_store(self, store: Store) -> None:
+        assert partitions(store) == []
+        assert folder_rows(store) == []
+        assert store.estimate_directory_count().count >= 0
+        assert store.list_filter_parts() == []
+        assert store.get_state("nothing") is None
+        assert not store.objects_partition_nonempty(self.BUCKET, "a/")
+        assert store.scope_id() == store.scope_id() != ""
+
+    # -- puts and the folder index -----------------------------------------------------------------
+    def test_put_creates_object_row_and_every_ancestor(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c.txt"], self.t0)
+        assert partition_keys(partitions(store)) == {(self.BUCKET, "a/b/")}
+        assert row_keys(folder_rows(store)) == {(self.BUCKET, "", "a"), (self.BUCKET, "a/", "b")}
+        assert store.objects_partition_nonempty(self.BUCKET, "a/b/")
+        assert not store.objects_partition_nonempty(self.BUCKET, "a/")
+
+    def test_marker_key_is_stored_in_its_own_directory(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/"], self.t0)
+        assert partition_keys(partitions(store)) == {(self.BUCKET, "a/b/")}
+        assert row_keys(folder_rows(store)) == {(self.BUCKET, "", "a"), (self.BUCKET, "a/", "b")}
+        assert store.objects_partition_nonempty(self.BUCKET, "a/b/")
+
+    def test_root_level_key_and_root_round_trip(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["top.txt"], self.t0)
+        assert [(k.bucket, k.parent) for k in partitions(store)] == [(self.BUCKET, "")]
+        assert folder_rows(store) == []
+        assert store.objects_partition_nonempty(self.BUCKET, "")
+        store.write_folder_rows([(self.BUCKET, "", "x")], self.t0)
+        (row,) = folder_rows(store)
+        assert (row.bucket, row.parent, row.name) == (self.BUCKET, "", "x")
+        assert store.delete_folder_rows([row], self.t0) == [None]
+        assert folder_rows(store) == []
+
+    @pytest.mark.parametrize("keys", ODD_KEYS)
+    def test_odd_keys_round_trip(self, store: Store, keys: list[str]) -> None:
+        store.put_objects(self.BUCKET, keys, self.t0)
+        assert partition_keys(partitions(store)) == expected_partitions(self.BUCKET, keys)
+        assert row_keys(folder_rows(store)) == expected_folder_rows(self.BUCKET, keys)
+        for key in keys:
+            assert store.objects_partition_nonempty(self.BUCKET, split_key(key)[0])
+        store.delete_objects(self.BUCKET, keys, self.t0)
+        assert partitions(store) == []
+
+    def test_put_objects_is_idempotent(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c", "a/b/d"], self.t0)
+        store.put_objects(self.BUCKET, ["a/b/c"], self.t0 + 1)
+        assert len(partitions(store)) == 1
+        assert len(folder_rows(store)) == 2
+
+    def test_delete_objects_leaves_the_folder_index_alone(self, store: Store) -> None:
+        keys = ["a/b/c.txt", "a/b/d.txt", "a/e/f.txt"]
+        store.put_objects(self.BUCKET, keys, self.t0)
+        before = row_keys(folder_rows(store))
+        store.delete_objects(self.BUCKET, ["a/b/c.txt", "a/b/d.txt"], self.t0 + 1)
+        assert partition_keys(partitions(store)) == {(self.BUCKET, "a/e/")}
+        assert row_keys(folder_rows(store)) == before
+        assert not store.objects_partition_nonempty(self.BUCKET, "a/b/")
+
+    def test_object_delete_at_t_spares_later_writes(self, store: Store) -> None:
+        store.write_object_rows([(self.BUCKET, "a/", "old")], self.t0)
+        store.write_object_rows([(self.BUCKET, "a/", "new")], self.t0 + 200)
+        both = [(self.BUCKET, "a/", "old"), (self.BUCKET, "a/", "new")]
+        store.delete_object_rows(both, self.t0 + 100)
+        assert store.objects_partition_nonempty(self.BUCKET, "a/")
+        store.delete_object_rows([(self.BUCKET, "a/", "new")], self.t0 + 200)
+        assert not store.objects_partition_nonempty(self.BUCKET, "a/")
+
+    # -- scans -------------------------------------------------------------------------------------
+    def test_object_partitions_are_distinct_and_in_token_order(self, store: Store) -> None:
+        keys = spread_keys(150)
+        store.put_objects(self.BUCKET, keys, self.t0)
+        found = partitions(store)
+        assert len(found) == len({(k.bucket, k.parent) for k in found})
+        assert partition_keys(found) == expected_partitions(self.BUCKET, keys)
+        tokens = [k.token for k in found]
+        assert tokens == sorted(tokens)
+
+    @pytest.mark.parametrize("count", [2, 4, 7])
+    def test_object_partition_shards_cover_the_ring_once(self, store: Store, count: int) -> None:
+        store.put_objects(self.BUCKET, spread_keys(120), self.t0)
+        whole = partitions(store)
+        pieces: list[PartitionKey] = []
+        for index in range(count):
+            shard = Shard(index, count)
+            lo, hi = shard.token_range()
+            part = partitions(store, shard)
+            assert all(lo <= k.token <= hi for k in part)
+            pieces.extend(part)
+        assert sorted(pieces) == sorted(whole)
+        assert len(set(pieces)) == len(pieces)
+
+    def test_tokens_agree_between_tables(self, store: Store) -> None:
+        keys = spread_keys(20)
+        store.put_objects(self.BUCKET, keys, self.t0)
+        # A directory whose objects partition exists is listed in its own folders partition too
+        # (its marker-less children): write one folder row into each objects partition's key.
+        store.write_folder_rows([(k.bucket, k.parent, "child") for k in partitions(store)], self.t0)
+        object_tokens = {(k.bucket, k.parent): k.token for k in partitions(store)}
+        folder_tokens = {(r.bucket, r.parent): r.token for r in folder_rows(store)}
+        for key, token in object_tokens.items():
+            assert folder_tokens[key] == token
+
+    def test_folder_rows_are_contiguous_per_partition_in_clustering_order(
+        self, store: Store
+    ) -> None:
+        names = ["zeta", "Alpha", "alpha", "ä", "日", "a b", "a", "", "ab", "~", "0"]
+        rows = [(self.BUCKET, f"p{i}/", name) for i in range(40) for name in names]
+        store.write_folder_rows(rows, self.t0)
+        found = folder_rows(store)
+        assert row_keys(found) == set(rows)
+        runs = [key for key, _ in itertools.groupby(found, key=lambda r: (r.bucket, r.parent))]
+        assert len(runs) == len(set(runs)) == 40
+        tokens = [r.token for r in found]
+        assert tokens == sorted(tokens)
+        for _, group in itertools.groupby(found, key=lambda r: (r.bucket, r.parent)):
+            got = [r.name for r in group]
+            assert got == sorted(names, key=lambda n: n.encode("utf-8"))
+
+    @pytest.mark.parametrize("count", [3, 4])
+    def test_folder_row_shards_are_disjoint_and_complete(self, store: Store, count: int) -> None:
+        store.put_objects(self.BUCKET, spread_keys(100), self.t0)
+        whole = folder_rows(store)
+        pieces = [row for i in range(count) for row in folder_rows(store, Shard(i, count))]
+        assert pieces == whole  # shards in order concatenate to the whole scan
+        assert len(set(pieces)) == len(pieces)
+
+    def test_bucket_filter_on_scans(self, store: Store) -> None:
+        other = self.need_two_buckets()
+        store.put_objects(self.BUCKET, ["a/b/c", "x/y"], self.t0)
+        store.put_objects(other, ["a/b/c", "q/r"], self.t0)
+        assert partition_keys(partitions(store, bucket=self.BUCKET)) == {
+            (self.BUCKET, "a/b/"),
+            (self.BUCKET, "x/"),
+        }
+        assert partition_keys(partitions(store, bucket=other)) == {(other, "a/b/"), (other, "q/")}
+        assert partition_keys(partitions(store, bucket="nobody")) == set()
+        assert row_keys(folder_rows(store, bucket=other)) == expected_folder_rows(
+            other, ["a/b/c", "q/r"]
+        )
+        assert len(folder_rows(store)) == 6
+        store.delete_objects(other, ["a/b/c"], self.t0 + 1)
+        assert store.objects_partition_nonempty(self.BUCKET, "a/b/")
+        assert not store.objects_partition_nonempty(other, "a/b/")
+
+    def test_bucket_filter_matching_nothing(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
+        assert partitions(store, bucket="nobody") == []
+        assert folder_rows(store, bucket="nobody") == []
+
+    def test_iter_folder_rows(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
+        assert list(store.iter_folder_rows()) == folder_rows(store)
+
+    # -- the emptiness re-check -------------------------------------------------------------------
+    def test_nonempty_object_partitions(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c", "top", "m/"], self.t0)
+        store.put_objects(self.BUCKET, ["gone/x"], self.t0)
+        store.delete_objects(self.BUCKET, ["gone/x"], self.t0)
+        asked = [
+            (self.BUCKET, "a/b/"),
+            (self.BUCKET, "a/"),
+            (self.BUCKET, ""),
+            (self.BUCKET, "m/"),
+            (self.BUCKET, "gone/"),
+            (self.BUCKET, "never/"),
+            (self.BUCKET, "a/b/"),
+        ]
+        assert store.nonempty_object_partitions(asked) == {
+            (self.BUCKET, "a/b/"),
+            (self.BUCKET, ""),
+            (self.BUCKET, "m/"),
+        }
+        assert store.nonempty_object_partitions([]) == set()
+
+    def test_nonempty_object_partitions_many(self, store: Store) -> None:
+        keys = spread_keys(200)
+        store.put_objects(self.BUCKET, keys, self.t0)
+        parents = sorted(expected_partitions(self.BUCKET, keys))
+        missing = [(self.BUCKET, f"missing{i}/") for i in range(100)]
+        assert store.nonempty_object_partitions(parents + missing) == set(parents)
+
+    # -- deletes at a timestamp -------------------------------------------------------------------
+    def test_delete_rows_at_t_removes_rows_written_at_or_before_t(self, store: Store) -> None:
+        store.write_folder_rows([(self.BUCKET, "p/", "old")], self.t0)
+        store.write_folder_rows([(self.BUCKET, "p/", "exact")], self.t0 + 100)
+        store.write_folder_rows([(self.BUCKET, "p/", "new")], self.t0 + 200)
+        store.write_folder_rows([(self.BUCKET, "q/", "other")], self.t0)
+        rows = [r for r in folder_rows(store) if r.parent == "p/"]
+        assert len(rows) == 3
+        assert store.delete_folder_rows(rows, self.t0 + 100) == [None, None, None]
+        assert row_keys(folder_rows(store)) == {
+            (self.BUCKET, "p/", "new"),
+            (self.BUCKET, "q/", "other"),
+        }
+
+    def test_rewritten_row_survives_an_older_delete(self, store: Store) -> None:
+        store.write_folder_rows([(self.BUCKET, "p/", "d")], self.t0)
+        store.write_folder_rows([(self.BUCKET, "p/", "d")], self.t0 + 300)
+        # An older write does not roll the row's timestamp back.
+        store.write_folder_rows([(self.BUCKET, "p/", "d")], self.t0 + 100)
+        (row,) = folder_rows(store)
+        assert store.delete_folder_rows([row], self.t0 + 200) == [None]
+        assert row_keys(folder_rows(store)) == {(self.BUCKET, "p/", "d")}
+        assert store.delete_folder_rows([row], self.t0 + 300) == [None]
+        assert folder_rows(store) == []
+
+    def test_delete_partitions_at_t(self, store: Store) -> None:
+        store.write_folder_rows([(self.BUCKET, "p/", n) for n in ("a", "b", "c")], self.t0)
+        store.write_folder_rows([(self.BUCKET, "p/", "late")], self.t0 + 500)
+        store.write_folder_rows([(self.BUCKET, "q/", "kept")], self.t0)
+        store.write_folder_rows([(self.BUCKET, "", "rootdir")], self.t0)
+        keys = {(k.bucket, k.parent): k for k in self._folder_partitions(store)}
+        results = store.delete_folder_partitions(
+            [keys[(self.BUCKET, "p/")], keys[(self.BUCKET, "")]], self.t0 + 100
+        )
+        assert results == [None, None]
+        assert row_keys(folder_rows(store)) == {
+            (self.BUCKET, "p/", "late"),
+            (self.BUCKET, "q/", "kept"),
+        }
+
+    def test_delete_of_absent_rows_and_partitions_is_harmless(self, store: Store) -> None:
+        ghost = FolderRow(0, self.BUCKET, "nowhere/", "x")
+        assert store.delete_folder_rows([ghost], self.t0) == [None]
+        nowhere = PartitionKey(0, self.BUCKET, "nowhere/")
+        assert store.delete_folder_partitions([nowhere], self.t0) == [None]
+        assert store.delete_folder_rows([], self.t0) == []
+        assert store.delete_folder_partitions([], self.t0) == []
+
+    def test_delete_results_one_per_item(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, spread_keys(30), self.t0)
+        rows = folder_rows(store)
+        assert store.delete_folder_rows(rows, self.t0) == [None] * len(rows)
+        assert folder_rows(store) == []
+
+    @staticmethod
+    def _folder_partitions(store: Store) -> list[PartitionKey]:
+        seen: dict[tuple[str, str], PartitionKey] = {}
+        for r in folder_rows(store):
+            seen.setdefault((r.bucket, r.parent), PartitionKey(r.token, r.bucket, r.parent))
+        return list(seen.values())
+
+    # -- sizing -----------------------------------------------------------------------------------
+    def test_estimate_is_at_least_the_folder_count(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, [*spread_keys(60), "x/y/z/w"], self.t0)
+        actual = len(folder_rows(store))
+        estimate = store.estimate_directory_count()
+        assert estimate.count >= actual
+        assert estimate.method
+        if estimate.exact:
+            assert estimate.count == actual
+
+    def test_estimate_per_bucket(self, store: Store) -> None:
+        other = self.need_two_buckets()
+        store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
+        store.put_objects(other, spread_keys(10), self.t0)
+        estimate = store.estimate_directory_count(self.BUCKET)
+        assert estimate.count >= 2
+        if estimate.exact:
+            assert estimate.count == 2
+
+    # -- the filters table ------------------------------------------------------------------------
+    def test_filter_cells(self, store: Store) -> None:
+        blob = bytes(range(256)) * 4
+        store.put_filter_cell("g1", 0, HEADER_SEQ, b"header")
+        store.put_filter_cell("g1", 0, 0, blob)
+        store.put_filter_cell("g1", 0, 1, b"")
+        store.put_filter_cell("g1", 0, MARKER_SEQ, b"done")
+        store.put_filter_cell("g1", 1, 0, b"shard1")
+        store.put_filter_cell("g2", 0, 0, b"other")
+        assert store.get_filter_cells("g1", 0) == {
+            HEADER_SEQ: b"header",
+            MARKER_SEQ: b"done",
+            0: blob,
+            1: b"",
+        }
+        assert store.get_filter_cells("g1", 0, meta_only=True) == {
+            HEADER_SEQ: b"header",
+            MARKER_SEQ: b"done",
+        }
+        assert store.get_filter_cells("g1", 7) == {}
+        assert store.list_filter_parts() == [("g1", 0), ("g1", 1), ("g2", 0)]
+        store.put_filter_cell("g1", 0, 0, b"overwritten")
+        assert store.get_filter_cells("g1", 0)[0] == b"overwritten"
+        store.delete_filter_generation("g1")
+        assert store.list_filter_parts() == [("g2", 0)]
+        assert store.get_filter_cells("g1", 0) == {}
+        store.delete_filter_generation("never")
+        assert store.get_filter_cells("g2", 0) == {0: b"other"}
+
+    def test_filter_cell_of_one_mebibyte(self, store: Store) -> None:
+        data = bytes(i % 251 for i in range(1 << 20))
+        for seq in range(3):
+            store.put_filter_cell("big", 0, seq, data)
+        cells = store.get_filter_cells("big", 0)
+        assert sorted(cells) == [0, 1, 2]
+        assert all(cell == data for cell in cells.values())
+
+    # -- small state ------------------------------------------------------------------------------
+    def test_state(self, store: Store) -> None:
+        assert store.get_state("swept") is None
+        store.put_state("swept", "41")
+        store.put_state("swept", "42")
+        store.put_state("other|key with spaces", "ü")
+        assert store.get_state("swept") == "42"
+        assert store.get_state("other|key with spaces") == "ü"
+
+    # -- bigger picture ----------------------------------------------------------------------------
+    def test_every_partition_appears_in_exactly_one_page_run(self, store: Store) -> None:
+        keys = [f"w/{i:04d}/o" for i in range(300)]
+        store.put_objects(self.BUCKET, keys, self.t0)
+        counts = Counter((k.bucket, k.parent) for k in partitions(store))
+        assert set(counts.values()) == {1}
+        assert len(counts) == 300

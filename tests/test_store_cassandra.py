@@ -1,0 +1,779 @@
+"""The Cassandra store: the conformance suite on a real node, plus Cassandra-only behaviour.
+
+Tests marked ``cassandra`` need a node (``scripts/cassandra start``); the rest (URL and config
+parsing, token splitting, error mapping, an unreachable node) run anywhere. The keyspaces are
+created once per session; tests get a clean store by truncating its tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Generator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from cassandra import ConsistencyLevel, InvalidRequest, OperationTimedOut, WriteTimeout
+from cassandra.cluster import NoHostAvailable
+from cassandra.metadata import Murmur3Token
+from cassandra.policies import HostDistance
+from cassandra.protocol import OverloadedErrorMessage
+from cassandra.query import SimpleStatement
+
+import dircleaner.store.cassandra as cassandra_module
+from dircleaner.config import (
+    CassandraConfig,
+    CassandraUrl,
+    load_cassandra_config,
+    parse_cassandra_url,
+)
+from dircleaner.errors import (
+    SchemaError,
+    StoreUnavailable,
+    StoreUrlError,
+    TransientStoreError,
+    UsageError,
+)
+from dircleaner.store import open_store
+from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, PartitionKey, Shard
+from dircleaner.store.cassandra import (
+    CassandraStore,
+    RangeAwarePolicy,
+    cql_token_bounds,
+    init_schema,
+    map_error,
+    model_parent,
+    ring_splits,
+    schema_cql,
+    stored_parent,
+)
+from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
+
+REPO = Path(__file__).resolve().parent.parent
+
+CUSTOM_TOML = """
+[cassandra]
+keyspace = "{keyspace}"
+bucket_name = "only"
+root_parent = "/"
+parent_prefix = "/"
+fetch_size = 7
+splits_per_range = 3
+concurrency = 4
+
+[cassandra.tables]
+objects = "s3_objs"
+folders = "s3_dirs"
+filters = "cleaner_filters"
+state = "cleaner_state"
+
+[cassandra.columns]
+bucket = false
+parent = "dir"
+name = "entry"
+
+[cassandra.consistency]
+build = "one"
+sweep = "LOCAL_ONE"
+"""
+
+
+def keyspace_url(base: str, keyspace: str) -> str:
+    """``base`` with its keyspace replaced."""
+    parts = parse_cassandra_url(base)
+    return f"cassandra://{','.join(parts.hosts)}:{parts.port}/{keyspace}"
+
+
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+#: tests write at t0 plus at most this many µs (see StoreContract)
+TEST_SPAN_US = 100_000
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def empty_store(store: CassandraStore) -> int:
+    """Delete every live row of the store's tables; return a t0 later than every delete.
+
+    TRUNCATE would be simpler but costs ~0.5 s per table (flush and snapshot) and needs every
+    node up. Deleting at a timestamp past anything a previous test wrote, and starting the next
+    test's writes after it, gives each test an empty store in a few tens of ms.
+    """
+    cfg = store.config
+    session = store._session
+    cutoff = now_us() + TEST_SPAN_US
+    key_cols = [c for c in (cfg.bucket_column, cfg.parent_column) if c]
+    where = " AND ".join(f'"{c}" = ?' for c in key_cols)
+    delete_objects = session.prepare(
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.objects_table}" USING TIMESTAMP ? WHERE {where}'
+    )
+    object_keys = [k for batch in store.scan_object_partitions(Shard()) for k in batch]
+    args = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in object_keys]
+    assert all(r is None for r in store._outcomes(store._run_many(delete_objects, args, "write")))
+    folder_keys = {
+        (r.bucket, r.parent): PartitionKey(r.token, r.bucket, r.parent)
+        for batch in store.scan_folder_rows(Shard())
+        for r in batch
+    }
+    results = store.delete_folder_partitions(list(folder_keys.values()), cutoff)
+    assert all(r is None for r in results)
+    for generation in {gen for gen, _ in store.list_filter_parts()}:
+        store.delete_filter_generation(generation)
+    state = f'"{cfg.keyspace}"."{cfg.state_table}"'
+    delete_state = session.prepare(f'DELETE FROM {state} WHERE "key" = ?')
+    for (key,) in session.execute(f'SELECT "key" FROM {state}'):
+        session.execute(delete_state, (key,))
+    return cutoff + 1
+
+
+# -- the conformance suite ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cassandra_store(cassandra_url: str) -> Iterator[CassandraStore]:
+    """One connection to the test keyspace, with the reference schema, for the whole session."""
+    store = CassandraStore.open(cassandra_url, create=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.mark.cassandra
+class TestCassandra(StoreContract):
+    @pytest.fixture
+    def store(self, cassandra_store: CassandraStore) -> CassandraStore:
+        self.t0 = empty_store(cassandra_store)
+        return cassandra_store
+
+
+@pytest.fixture(scope="session")
+def custom_toml(tmp_path_factory: pytest.TempPathFactory, cassandra_url: str) -> Path:
+    keyspace = parse_cassandra_url(cassandra_url).keyspace or "dircleaner_test"
+    text = CUSTOM_TOML.format(keyspace=f"{keyspace}_custom")
+    return write_toml(tmp_path_factory.mktemp("cfg") / "custom.toml", text)
+
+
+@pytest.fixture(scope="session")
+def custom_store(cassandra_url: str, custom_toml: Path) -> Iterator[CassandraStore]:
+    """A metastore with other table and column names, no bucket column, ``/a/b/`` parents."""
+    url = keyspace_url(cassandra_url, "").rstrip("/")
+    store = CassandraStore.open(url, config_path=custom_toml, create=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.mark.cassandra
+class TestCassandraCustomMapping(StoreContract):
+    BUCKET = "only"
+    OTHER_BUCKET = None
+
+    @pytest.fixture
+    def store(self, custom_store: CassandraStore) -> CassandraStore:
+        self.t0 = empty_store(custom_store)
+        return custom_store
+
+    def test_the_mapping_is_what_cassandra_holds(self, store: CassandraStore) -> None:
+        store.put_objects("only", ["a/b/c", "top"], self.t0)
+        cfg = store.config
+        rows = store._session.execute(f'SELECT dir, entry FROM "{cfg.keyspace}".s3_dirs')
+        assert sorted(tuple(r) for r in rows) == [("/", "a"), ("/a/", "b")]
+        parents = store._session.execute(f'SELECT DISTINCT dir FROM "{cfg.keyspace}".s3_objs')
+        assert sorted(r[0] for r in parents) == ["/", "/a/b/"]
+        assert store.scope_id() == f"cassandra:{cfg.keyspace}.s3_objs,s3_dirs"
+
+    def test_another_bucket_is_refused_on_write_and_empty_on_read(
+        self, store: CassandraStore
+    ) -> None:
+        with pytest.raises(UsageError, match="no bucket column"):
+            store.put_objects("other", ["a/b"], self.t0)
+        store.put_objects("only", ["a/b"], self.t0)
+        assert partitions(store, bucket="other") == []
+        assert folder_rows(store, bucket="other") == []
+
+
+# -- Cassandra-only, against the node -----------------------------------------------------------
+
+
+@pytest.mark.cassandra
+class TestCassandraNode:
+    t0 = T0
+
+    @pytest.fixture
+    def store(self, cassandra_store: CassandraStore) -> CassandraStore:
+        self.t0 = empty_store(cassandra_store)
+        return cassandra_store
+
+    def test_negotiates_protocol_v5_and_token_ring(self, store: CassandraStore) -> None:
+        assert store._cluster.protocol_version >= 5
+        assert store._cluster.metadata.token_map is not None
+
+    def test_row_tombstones_are_reported_by_the_traced_read(self, store: CassandraStore) -> None:
+        p = f"p{self.t0}/"
+        store.write_folder_rows([("b", p, f"d{i:02d}") for i in range(20)], self.t0)
+        rows = [r for r in folder_rows(store) if r.parent == p]
+        assert store.delete_folder_rows(rows[:5], self.t0) == [None] * 5
+        # Cassandra 5.0: "Read 15 live rows and 5 tombstone cells"
+        assert store.tombstones_in_partition("b", p) == 5
+        assert len(folder_rows(store)) == 15
+
+    def test_a_partition_deletion_is_not_a_counted_tombstone(self, store: CassandraStore) -> None:
+        q = f"q{self.t0}/"
+        store.write_folder_rows([("b", q, f"d{i}") for i in range(10)], self.t0)
+        (row, *_) = folder_rows(store)
+        store.delete_folder_partitions([PartitionKey(row.token, "b", q)], self.t0)
+        # Cassandra 5.0: "Read 0 live rows and 0 tombstone cells"; the partition-level deletion
+        # is not iterated over, so it does not count against tombstone_warn_threshold.
+        assert store.tombstones_in_partition("b", q) == 0
+        assert folder_rows(store) == []
+
+    def test_rows_shadowed_by_a_partition_deletion_count_nothing_either(
+        self, store: CassandraStore
+    ) -> None:
+        r = f"r{self.t0}/"
+        store.write_folder_rows([("b", r, f"d{i}") for i in range(10)], self.t0)
+        rows = folder_rows(store)
+        store.delete_folder_rows(rows[:3], self.t0)
+        assert store.tombstones_in_partition("b", r) == 3
+        store.delete_folder_partitions([PartitionKey(rows[0].token, "b", r)], self.t0 + 1)
+        assert store.tombstones_in_partition("b", r) == 0
+
+    def test_filter_cell_over_one_mebibyte_is_refused(self, store: CassandraStore) -> None:
+        with pytest.raises(ValueError, match="1 MiB"):
+            store.put_filter_cell("g", 0, 0, b"x" * ((1 << 20) + 1))
+        assert store.list_filter_parts() == []
+
+    def test_small_pages_many_splits_same_scan(
+        self, store: CassandraStore, cassandra_url: str
+    ) -> None:
+        store.put_objects("b", spread_keys(80), self.t0)
+        tiny = dataclasses.replace(store.config, fetch_size=3, splits_per_range=5, concurrency=3)
+        with CassandraStore.from_config(tiny) as small:
+            assert folder_rows(small) == folder_rows(store)
+            assert partitions(small) == partitions(store)
+            assert partitions(small, Shard(1, 3)) == partitions(store, Shard(1, 3))
+
+    def test_abandoning_a_scan_does_not_hang(self, store: CassandraStore) -> None:
+        store.put_objects("b", spread_keys(200), self.t0)
+        tiny = dataclasses.replace(store.config, fetch_size=2, concurrency=4)
+        with CassandraStore.from_config(tiny) as small:
+            started = time.monotonic()
+            scan = small.scan_folder_rows(Shard())
+            assert isinstance(scan, Generator)
+            first = next(scan)
+            scan.close()
+            assert first
+            assert time.monotonic() - started < 10
+
+    def test_scans_are_safe_from_several_threads(self, store: CassandraStore) -> None:
+        store.put_objects("b", spread_keys(60), self.t0)
+        expected = folder_rows(store)
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: folder_rows(store), range(4)))
+        assert all(result == expected for result in results)
+
+    def test_estimate_of_a_small_table_is_an_exact_count(self, store: CassandraStore) -> None:
+        store.put_objects("b", spread_keys(40), self.t0)
+        estimate = store.estimate_directory_count()
+        assert estimate.exact
+        assert estimate.count == len(folder_rows(store))
+        assert "exact count" in estimate.method
+
+    def test_a_large_count_is_extrapolated(
+        self, store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        rows = [("b", f"p{i}/", f"n{j}") for i in range(200) for j in range(5)]
+        store.write_folder_rows(rows, self.t0)
+        monkeypatch.setattr(cassandra_module, "COUNT_LIMIT", 100)
+        estimate = store.estimate_directory_count()
+        assert not estimate.exact
+        assert "extrapolated" in estimate.method
+        assert 300 <= estimate.count <= 3000  # 1000 rows; ~10% of the ring sampled
+
+    def test_estimate_from_size_estimates(
+        self, store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store.write_folder_rows([("b", f"p{i}/", "n" * 20) for i in range(300)], self.t0)
+        # 100k partitions of 2 KB each, names of 20 bytes: ≈ 2e8 / 26 rows.
+        monkeypatch.setattr(store, "_size_estimate", lambda: (100_000, 200_000_000, 16, 1))
+        estimate = store.estimate_directory_count()
+        assert not estimate.exact
+        assert estimate.count == -(-200_000_000 // 26)
+        assert "size_estimates" in estimate.method
+
+    def test_size_estimates_are_read_from_every_node(self, store: CassandraStore) -> None:
+        # On a fresh table the recorder has nothing yet (or only zeros): None means "count".
+        result = store._size_estimate()
+        assert result is None or result[0] > 0
+
+    def test_open_without_create_checks_the_schema(self, cassandra_url: str) -> None:
+        with CassandraStore.open(cassandra_url) as store:
+            assert store.scope_id().startswith("cassandra:")
+
+    def test_init_schema_is_idempotent(self, cassandra_url: str) -> None:
+        assert init_schema(cassandra_url) == []
+
+    def test_open_store_dispatches_to_cassandra(self, cassandra_url: str) -> None:
+        with open_store(cassandra_url) as store:
+            assert isinstance(store, CassandraStore)
+
+    def test_missing_keyspace_is_named(self, cassandra_url: str) -> None:
+        url = keyspace_url(cassandra_url, "dircleaner_no_such_keyspace")
+        with pytest.raises(SchemaError, match="keyspace 'dircleaner_no_such_keyspace'"):
+            CassandraStore.open(url)
+
+    def test_missing_table_is_named(self, cassandra_url: str, tmp_path: Path) -> None:
+        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nfolders = "no_such_folders"\n')
+        match = r"\.no_such_folders \(folders table\) does not exist"
+        with pytest.raises(SchemaError, match=match):
+            CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_missing_column_is_named(self, cassandra_url: str, tmp_path: Path) -> None:
+        cfg = write_toml(tmp_path / "c.toml", '[cassandra.columns]\nparent = "parnt"\n')
+        with pytest.raises(SchemaError, match="column 'parnt' does not exist"):
+            CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_wrong_partition_key_is_named(self, cassandra_url: str, tmp_path: Path) -> None:
+        cfg = write_toml(tmp_path / "c.toml", "[cassandra.columns]\nbucket = false\n")
+        with pytest.raises(SchemaError, match=r"partitioned by \(bucket, parent\)"):
+            CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_missing_filters_table_suggests_init_schema(
+        self, cassandra_url: str, tmp_path: Path
+    ) -> None:
+        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nfilters = "nope"\n')
+        with pytest.raises(SchemaError, match="init-schema"):
+            CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_consistency_profiles_follow_the_config(
+        self, cassandra_url: str, custom_store: CassandraStore
+    ) -> None:
+        profiles = custom_store._cluster.profile_manager.profiles
+        assert profiles["build"].consistency_level == ConsistencyLevel.ONE
+        assert profiles["sweep"].consistency_level == ConsistencyLevel.LOCAL_ONE
+        assert profiles["delete"].consistency_level == ConsistencyLevel.LOCAL_QUORUM
+
+
+# -- no node needed -------------------------------------------------------------------------------
+
+
+def test_unreachable_node_is_store_unavailable_quickly(tmp_path: Path) -> None:
+    text = "[cassandra]\nconnect_retries = 2\nconnect_timeout_s = 1\n"
+    cfg = write_toml(tmp_path / "c.toml", text)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
+    message = str(info.value)
+    assert message.startswith("cannot reach Cassandra at 127.0.0.1:1 after 2 attempts: ")
+    assert "\n" not in message
+    assert time.monotonic() - started < 10
+
+
+def test_credentials_never_appear_in_errors(tmp_path: Path) -> None:
+    cfg = write_toml(
+        tmp_path / "c.toml",
+        '[cassandra]\nconnect_retries = 1\n[cassandra.auth]\nusername = "u"\npassword = "s3cr3t"\n',
+    )
+    with pytest.raises(StoreUnavailable) as info:
+        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
+    assert "s3cr3t" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("cassandra://h1,h2:9042/ks?dc=dc1", CassandraUrl(("h1", "h2"), 9042, "ks", "dc1")),
+        ("cassandra://127.0.0.1/ks", CassandraUrl(("127.0.0.1",), 9042, "ks", None)),
+        ("cassandra://h:19042/ks/", CassandraUrl(("h",), 19042, "ks", None)),
+        ("cassandra://[::1]:9000/ks", CassandraUrl(("::1",), 9000, "ks", None)),
+        ("cassandra://h", CassandraUrl(("h",), 9042, None, None)),
+    ],
+)
+def test_parse_cassandra_url(url: str, expected: CassandraUrl) -> None:
+    assert parse_cassandra_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("cassandra://", "no host"),
+        ("cassandra:///ks", "no host"),
+        ("cassandra://h:x/ks", "invalid port"),
+        ("cassandra://h:0/ks", "invalid port"),
+        ("cassandra://h,/ks", "invalid host"),
+        ("cassandra://h/k-s", "invalid keyspace"),
+        ("cassandra://h/a/b", "invalid keyspace"),
+        ("cassandra://h/ks?foo=1", "unknown parameter 'foo'"),
+        ("cassandra://h/ks?dc=", "empty dc"),
+        ("cassandra://h/ks#frag", "fragment"),
+        ("cassandra://user:pw@h/ks", "credentials do not belong in the URL"),
+        ("cassandra:h/ks", "scheme"),
+    ],
+)
+def test_malformed_cassandra_url(url: str, fragment: str) -> None:
+    with pytest.raises(StoreUrlError) as info:
+        parse_cassandra_url(url)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+    assert "pw@" not in message
+
+
+def test_malformed_url_through_open_store() -> None:
+    with pytest.raises(StoreUrlError, match="invalid port"):
+        open_store("cassandra://h:port/ks")
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+FULL_TOML = """
+[cassandra]
+keyspace = "ks"
+local_dc = "dc9"
+bucket_name = "solo"
+root_parent = "<root>"
+fetch_size = 100
+splits_per_range = 2
+concurrency = 3
+request_timeout_s = 2
+connect_timeout_s = 1.5
+connect_retries = 5
+protocol_version = 5
+replication_factor = 3
+
+[cassandra.tables]
+objects = "o"
+folders = "f"
+filters = "fl"
+state = "st"
+
+[cassandra.columns]
+bucket = false
+parent = "p"
+name = "n"
+
+[cassandra.consistency]
+verify = "quorum"
+delete = "EACH_QUORUM"
+
+[cassandra.auth]
+username = "file-user"
+password = "file-pass"
+
+[cassandra.tls]
+ca_file = "~/ca.pem"
+verify = false
+"""
+
+
+def test_load_full_config(tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "c.toml", FULL_TOML)
+    cfg = load_cassandra_config(parse_cassandra_url("cassandra://a,b:1234"), path, environ={})
+    assert cfg.hosts == ("a", "b") and cfg.port == 1234
+    assert (cfg.keyspace, cfg.local_dc, cfg.bucket_name, cfg.root_parent) == (
+        "ks",
+        "dc9",
+        "solo",
+        "<root>",
+    )
+    assert (cfg.objects_table, cfg.folders_table, cfg.filters_table, cfg.state_table) == (
+        "o",
+        "f",
+        "fl",
+        "st",
+    )
+    assert (cfg.bucket_column, cfg.parent_column, cfg.name_column) == (None, "p", "n")
+    assert cfg.consistency.verify == "QUORUM"
+    assert cfg.consistency.delete == "EACH_QUORUM"
+    assert cfg.consistency.build == "LOCAL_QUORUM"
+    assert (cfg.fetch_size, cfg.splits_per_range, cfg.concurrency) == (100, 2, 3)
+    assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)
+    assert (cfg.protocol_version, cfg.replication_factor) == (5, 3)
+    assert (cfg.username, cfg.password) == ("file-user", "file-pass")
+    assert cfg.ssl_ca_file == Path("~/ca.pem").expanduser()
+    assert cfg.ssl_verify is False and cfg.tls_enabled
+
+
+def test_defaults_without_a_file() -> None:
+    cfg = load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), None, environ={})
+    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks", local_dc="dc1")
+    assert cfg.root_parent == "/" and cfg.bucket_column == "bucket"
+    assert cfg.consistency.write == "LOCAL_QUORUM"
+    assert not cfg.tls_enabled
+
+
+def test_example_file_loads() -> None:
+    cfg = load_cassandra_config(
+        parse_cassandra_url("cassandra://h/ks"), REPO / "examples" / "cassandra.toml", environ={}
+    )
+    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[cassandra]\nfetchsize = 1\n", "cassandra.fetchsize"),
+        ("[cassandra.tables]\nobject = 'x'\n", "cassandra.tables.object"),
+        ("[cassandra.columns]\nparents = 'x'\n", "cassandra.columns.parents"),
+        ("[cassandra.consistency]\nclean = 'ONE'\n", "cassandra.consistency.clean"),
+        ("[cassandra.auth]\ntoken = 'x'\n", "cassandra.auth.token"),
+        ("[cassandra.tls]\ncafile = 'x'\n", "cassandra.tls.cafile"),
+        ("[cassandra.pool]\nx = 1\n", "cassandra.pool"),
+        ("[sqlite]\nx = 1\n", "sqlite"),
+    ],
+)
+def test_unknown_config_key_is_named(tmp_path: Path, text: str, named: str) -> None:
+    path = write_toml(tmp_path / "c.toml", text)
+    with pytest.raises(UsageError, match=named.replace(".", r"\.")):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[cassandra]\nfetch_size = 'many'\n", "fetch_size must be int"),
+        ("[cassandra]\nfetch_size = true\n", "fetch_size must be int"),
+        ("[cassandra]\nfetch_size = 0\n", "fetch_size must be at least 1"),
+        ("[cassandra]\nconcurrency = 0\n", "concurrency must be at least 1"),
+        ("[cassandra]\nroot_parent = ''\n", "root_parent cannot be empty"),
+        ("[cassandra.tables]\nfolders = 'bad-name'\n", "not a CQL identifier"),
+        ("[cassandra.tables]\nfolders = 'objects'\n", "must be distinct"),
+        ("[cassandra.columns]\nparent = 'x\"; DROP'\n", "not a CQL identifier"),
+        ("[cassandra.columns]\nbucket = true\n", "column name or false"),
+        ("[cassandra.consistency]\nbuild = 'FAST'\n", "consistency.build"),
+        ("[cassandra.auth]\nusername = 'u'\n", "both a username and a password"),
+        ("[cassandra.tls]\ncert_file = 'c.pem'\n", "both cert_file and key_file"),
+        ("[cassandra]\nroot_parent = '/x/'\nparent_prefix = '/'\n", "stored form of parent"),
+        ("[cassandra\n", "not valid TOML"),
+        ("[cassandra]\nkeyspace = 'other'\n", "names keyspace 'ks'"),
+        ("[cassandra]\nlocal_dc = 'dc2'\n", "names dc 'dc1'"),
+    ],
+)
+def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write_toml(tmp_path / "c.toml", text)
+    with pytest.raises(UsageError, match=fragment):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), path, environ={})
+
+
+def test_missing_config_file_and_keyspace(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), tmp_path / "no.toml", {})
+    with pytest.raises(UsageError, match="no keyspace"):
+        load_cassandra_config(parse_cassandra_url("cassandra://h"), None, environ={})
+
+
+def test_environment_credentials_win_over_the_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "c.toml", "[cassandra.auth]\nusername = 'fu'\npassword = 'fp'\n")
+    url = parse_cassandra_url("cassandra://h/ks")
+    env = {"DIRCLEANER_CASSANDRA_USERNAME": "eu", "DIRCLEANER_CASSANDRA_PASSWORD": "ep"}
+    cfg = load_cassandra_config(url, path, environ=env)
+    assert (cfg.username, cfg.password) == ("eu", "ep")
+    assert load_cassandra_config(url, None, environ=env).password == "ep"
+    assert load_cassandra_config(url, path, environ={}).password == "fp"
+
+
+def test_repr_hides_the_password() -> None:
+    cfg = CassandraConfig(username="u", password="hunter2")
+    assert "hunter2" not in repr(cfg)
+    assert "hunter2" not in str(cfg)
+
+
+# -- the mapping of parents ------------------------------------------------------------------------
+
+PARENTS = ["", "/", "//", "a/", "/a/", "a//", "<root>/", "<root>", "ü/日/", "a/b/c/"]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CassandraConfig(),
+        CassandraConfig(root_parent="<root>"),
+        CassandraConfig(root_parent="/", parent_prefix="/"),
+        CassandraConfig(root_parent="ROOT", parent_prefix="P:"),
+    ],
+    ids=["default", "named-root", "absolute-paths", "prefixed"],
+)
+def test_parent_mapping_is_one_to_one(cfg: CassandraConfig) -> None:
+    stored = [stored_parent(cfg, p) for p in PARENTS]
+    assert all(stored)  # partition keys cannot be empty
+    assert len(set(stored)) == len(PARENTS)
+    assert [model_parent(cfg, s) for s in stored] == PARENTS
+    assert stored_parent(cfg, "") == cfg.root_parent
+
+
+def test_default_parent_mapping() -> None:
+    cfg = CassandraConfig()
+    assert [stored_parent(cfg, p) for p in ("", "a/", "/", "/a/")] == ["/", "a/", "//", "//a/"]
+
+
+def test_foreign_stored_parent_under_a_prefix_is_a_schema_error() -> None:
+    with pytest.raises(SchemaError, match="parent_prefix"):
+        model_parent(CassandraConfig(parent_prefix="/"), "a/")
+
+
+# -- token splits ----------------------------------------------------------------------------------
+
+
+def assert_exact_cover(splits: list[tuple[int, int]], lo: int, hi: int) -> None:
+    assert splits[0][0] == lo and splits[-1][1] == hi
+    for (_, end), (start, _) in itertools.pairwise(splits):
+        assert start == end + 1
+    assert all(s <= e for s, e in splits)
+
+
+def test_ring_splits_without_a_ring() -> None:
+    splits = ring_splits([], 8)
+    assert len(splits) == 8
+    assert_exact_cover(splits, MIN_TOKEN, MAX_TOKEN)
+
+
+@pytest.mark.parametrize(
+    "ring",
+    [
+        [0],
+        [-5, 7, 1000],
+        [MIN_TOKEN, 0],
+        [MAX_TOKEN],
+        [MIN_TOKEN, MAX_TOKEN],
+        [-(2**62), 3, 2**62, 2**63 - 10],
+    ],
+)
+@pytest.mark.parametrize("per_range", [1, 3, 8])
+def test_ring_splits_cover_the_ring_once(ring: list[int], per_range: int) -> None:
+    assert_exact_cover(ring_splits(ring, per_range), MIN_TOKEN, MAX_TOKEN)
+    for shard in (Shard(0, 4), Shard(3, 4), Shard(1, 3)):
+        lo, hi = shard.token_range()
+        assert_exact_cover(ring_splits(ring, per_range, lo, hi), lo, hi)
+
+
+def test_ring_splits_follow_the_ring() -> None:
+    splits = ring_splits([-100, 100], 2)
+    ends = {e for _, e in splits}
+    assert {-100, 100} <= ends  # no split straddles a ring token
+    assert len(splits) == 6
+
+
+def test_tiny_ranges_are_not_split_below_one_token() -> None:
+    splits = ring_splits([0, 1, 2], 8)
+    assert (1, 1) in splits and (2, 2) in splits
+    assert_exact_cover(splits, MIN_TOKEN, MAX_TOKEN)
+
+
+def test_cql_token_bounds() -> None:
+    assert cql_token_bounds(MIN_TOKEN, 5) == (MIN_TOKEN, 5)
+    assert cql_token_bounds(MIN_TOKEN + 1, 5) == (MIN_TOKEN, 5)
+    assert cql_token_bounds(-3, 5) == (-4, 5)
+    assert cql_token_bounds(6, MAX_TOKEN) == (5, MAX_TOKEN)
+    # (MIN, MIN] would read as the whole ring; no partition has token MIN anyway.
+    assert cql_token_bounds(MIN_TOKEN, MIN_TOKEN) is None
+
+
+# -- errors and schema text ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        WriteTimeout("timed out", write_type=0),
+        OperationTimedOut("client timeout"),
+        NoHostAvailable("none", {}),
+        OverloadedErrorMessage(0x1001, "overloaded", None),
+    ],
+)
+def test_transient_driver_errors_are_mapped(exc: Exception) -> None:
+    mapped = map_error(exc)
+    assert isinstance(mapped, TransientStoreError)
+    assert mapped.__cause__ is exc
+    assert type(exc).__name__ in str(mapped)
+
+
+def test_other_errors_are_returned_unchanged() -> None:
+    exc = InvalidRequest("bad")
+    assert map_error(exc) is exc
+
+
+def test_schema_cql_quotes_mapped_identifiers() -> None:
+    cfg = CassandraConfig(keyspace="Ks", folders_table="Dirs", bucket_column=None)
+    ddl = schema_cql(cfg)
+    assert ddl[0].startswith('CREATE KEYSPACE IF NOT EXISTS "Ks" WITH replication')
+    assert "'replication_factor': 1" in ddl[0]
+    folders = next(s for s in ddl if '"Dirs"' in s)
+    assert folders == (
+        'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
+        ' PRIMARY KEY (("parent"), "name"))'
+    )
+    assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
+
+
+
+# -- routing of token-range reads ------------------------------------------------------------------
+
+
+class FakeHost:
+    def __init__(self, name: str, up: bool = True) -> None:
+        self.name, self.is_up = name, up
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class FakeChildPolicy:
+    def __init__(self, hosts: list[FakeHost]) -> None:
+        self.hosts = hosts
+
+    def distance(self, host: FakeHost) -> object:
+        return HostDistance.LOCAL
+
+    def make_query_plan(self, keyspace: object = None, query: object = None) -> Iterator[FakeHost]:
+        return iter(self.hosts)
+
+
+class FakeTokenMap:
+    def __init__(self, owner: dict[int, list[FakeHost]]) -> None:
+        self.owner = owner
+        self.asked: list[tuple[str, int]] = []
+
+    def get_replicas(self, keyspace: str, token: Murmur3Token) -> list[FakeHost]:
+        self.asked.append((keyspace, token.value))
+        return self.owner[token.value]
+
+
+def routed_plan(
+    token: int | None, replicas: list[FakeHost]
+) -> tuple[list[str], FakeTokenMap]:
+    """The plan (host names) for a statement routed to ``token``, owned by ``replicas``."""
+    hosts = [FakeHost("h1"), FakeHost("h2"), *replicas]
+    token_map = FakeTokenMap({42: replicas})
+    policy = RangeAwarePolicy(FakeChildPolicy(hosts))
+    policy._cluster_metadata = SimpleNamespace(token_map=token_map)
+    stmt = SimpleStatement("SELECT 1", keyspace="ks")
+    if token is not None:
+        stmt.routing_token = token
+    return [h.name for h in policy.make_query_plan(None, stmt)], token_map
+
+
+def test_range_reads_go_to_a_replica_of_their_range_first() -> None:
+    plan, token_map = routed_plan(42, [FakeHost("h3")])
+    assert plan == ["h3", "h1", "h2"]
+    assert token_map.asked == [("ks", 42)]
+
+
+def test_a_down_replica_is_skipped_and_other_hosts_follow() -> None:
+    plan, _ = routed_plan(42, [FakeHost("h3", up=False)])
+    assert plan == ["h1", "h2"]
+
+
+def test_statements_without_a_routing_token_use_the_child_plan() -> None:
+    plan, token_map = routed_plan(None, [FakeHost("h3")])
+    assert plan == ["h1", "h2", "h3"]
+    assert token_map.asked == []

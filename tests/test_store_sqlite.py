@@ -1,0 +1,144 @@
+"""The embedded SQLite store: the conformance suite on a real file, plus SQLite-only behaviour."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.store import open_store
+from dircleaner.store.base import FolderRow, PartitionKey, Shard, murmur_token
+from dircleaner.store.sqlite import SqliteStore, path_from_url
+from tests.store_contract import T0, StoreContract, folder_rows
+
+
+def url_of(path: Path) -> str:
+    return f"sqlite:///{path}"
+
+
+class TestSqlite(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[SqliteStore]:
+        store = SqliteStore.open(url_of(tmp_path / "meta.db"), create=True)
+        try:
+            yield store
+        finally:
+            store.close()
+
+
+# -- URLs ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///meta.db", Path("meta.db")),
+        ("sqlite:///rel/dir/meta.db", Path("rel/dir/meta.db")),
+        ("sqlite:////abs/meta.db", Path("/abs/meta.db")),
+    ],
+)
+def test_path_from_url(url: str, path: Path) -> None:
+    assert path_from_url(url) == path
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://host/meta.db",
+        "sqlite:///",
+        "sqlite:///dir/",
+        "sqlite:///meta.db?mode=ro",
+        "sqlite:///meta.db#x",
+        "sqlite://",
+    ],
+)
+def test_malformed_sqlite_url(url: str) -> None:
+    with pytest.raises(StoreUrlError) as info:
+        path_from_url(url)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["sqlite:meta.db", "meta.db", "nosuch:///x", ""])
+def test_malformed_url_through_the_registry(url: str) -> None:
+    with pytest.raises(StoreUrlError):
+        open_store(url)
+
+
+def test_open_store_dispatches_by_scheme(tmp_path: Path) -> None:
+    with open_store(url_of(tmp_path / "m.db"), create=True) as store:
+        assert isinstance(store, SqliteStore)
+        assert store.scope_id() == "sqlite:objects,folders"
+
+
+# -- opening ---------------------------------------------------------------------------------------
+
+
+def test_missing_file_is_not_created_without_create(tmp_path: Path) -> None:
+    path = tmp_path / "absent.db"
+    with pytest.raises(StoreNotFound, match="no metastore at"):
+        SqliteStore.open(url_of(path))
+    assert not path.exists()
+
+
+def test_create_makes_parent_directories(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "meta.db"
+    SqliteStore.open(url_of(path), create=True).close()
+    assert path.is_file()
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE something (x)")
+    conn.close()
+    with pytest.raises(StoreNotFound, match="not a dircleaner metastore"):
+        SqliteStore.open(url_of(path))
+
+
+def test_non_sqlite_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreNotFound, match="not a usable SQLite database"):
+        SqliteStore.open(url_of(path))
+
+
+def test_data_persists_across_reopen(tmp_path: Path) -> None:
+    url = url_of(tmp_path / "meta.db")
+    with SqliteStore.open(url, create=True) as store:
+        store.put_objects("b", ["a/b/c"], T0)
+        store.put_state("k", "v")
+    with SqliteStore.open(url) as store:
+        assert len(folder_rows(store)) == 2
+        assert store.get_state("k") == "v"
+
+
+def test_tokens_are_murmur_of_the_partition_key(tmp_path: Path) -> None:
+    with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
+        store.put_objects("b", ["a/b/c"], T0)
+        (key,) = [k for batch in store.scan_object_partitions(Shard()) for k in batch]
+        assert key.token == murmur_token("b", "a/b/")
+
+
+# -- the tombstone ledger --------------------------------------------------------------------------
+
+
+def test_tombstone_ledger_counts_rows_and_partitions(tmp_path: Path) -> None:
+    store = SqliteStore.open(url_of(tmp_path / "m.db"), create=True)
+    try:
+        store.write_folder_rows([("b", "p/", f"d{i:02d}") for i in range(20)], T0)
+        rows = [r for r in folder_rows(store) if r.parent == "p/"]
+        assert store.delete_folder_rows(rows[:5], T0) == [None] * 5
+        assert store.tombstones_in_partition("b", "p/") == 5
+        assert len(folder_rows(store)) == 15
+        token = murmur_token("b", "q/")
+        store.write_folder_rows([("b", "q/", f"d{i}") for i in range(10)], T0)
+        store.delete_folder_partitions([PartitionKey(token, "b", "q/")], T0)
+        assert store.tombstones_in_partition("b", "q/") == 1
+        assert store.tombstones_in_partition("b", "never/") == 0
+        store.delete_folder_rows([FolderRow(token, "b", "q/", "x")], T0)
+        assert store.tombstones_in_partition("b", "q/") == 2
+    finally:
+        store.close()
