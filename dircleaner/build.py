@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 
 from dircleaner.bloom import new_filter
 from dircleaner.errors import UsageError
-from dircleaner.filterformat import FilterHeader, serialize
+from dircleaner.filterformat import FilterHeader, deserialize, serialize
 from dircleaner.filterstore import save_filter_part
+from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
 from dircleaner.timeutil import now_us
@@ -41,12 +42,16 @@ class BuildConfig:
     salt: int | None = None
     #: generation id to write into (shards of one generation); a new one when None
     generation: str | None = None
+    #: worker processes; each builds a partial filter over a sub-slice, OR-merged at load
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not 0 < self.fpr < 0.5:
             raise UsageError(f"--fpr must be between 0 and 0.5, got {self.fpr}")
         if self.expected_dirs is not None and self.expected_dirs < 1:
             raise UsageError("--expected-dirs must be a positive number")
+        if self.workers < 1:
+            raise UsageError("--workers must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -123,10 +128,18 @@ def ancestor_keys(
         yield len(batch), keys
 
 
+@dataclass(frozen=True)
+class _PartResult:
+    partitions: int
+    inserted: int
+    header_bytes: bytes
+    body: bytes
+
+
 def build_filter(
     store: Store, config: BuildConfig, progress: Progress = no_progress
 ) -> BuildResult:
-    """Scan the objects table's partition keys into a new filter and store it."""
+    """Scan the objects table's partition keys into a new filter generation and store it."""
     started = time.monotonic()
     # Everything written before this instant is seen by the scan; deletes are issued at a time
     # before it (minus --min-age), so anything (re)written during or after the build survives.
@@ -135,36 +148,45 @@ def build_filter(
     capacity = max(sizing.count, MIN_CAPACITY)
     salt = config.salt if config.salt is not None else secrets.randbits(32)
     generation = config.generation or new_generation_id(snapshot_us, salt)
-    filt = new_filter(config.engine, capacity, config.fpr, salt)
+    scope = scope_of(store, config.bucket)
 
-    partitions = inserted = 0
-    for count, keys in ancestor_keys(
-        store.scan_object_partitions(config.shard, config.bucket), progress
-    ):
-        partitions += count
-        inserted += len(keys)
-        if keys:
-            filt.add_many(keys)
+    def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
+        filt = new_filter(config.engine, capacity, config.fpr, salt)
+        partitions = inserted = 0
+        scan = part_store.scan_object_partitions(shard, config.bucket)
+        for count, keys in ancestor_keys(scan, report):
+            partitions += count
+            inserted += len(keys)
+            if keys:
+                filt.add_many(keys)
+        header, header_bytes, body = serialize(
+            filt,
+            expected_n=capacity,
+            target_p=config.fpr,
+            snapshot_us=snapshot_us,
+            shard_index=shard.index,
+            shard_count=shard.count,
+            items=inserted,
+            scope=scope,
+        )
+        save_filter_part(part_store, generation, header, header_bytes, body)
+        return _PartResult(partitions, inserted, header_bytes, body)
 
-    header, header_bytes, body = serialize(
-        filt,
-        expected_n=capacity,
-        target_p=config.fpr,
-        snapshot_us=snapshot_us,
-        shard_index=config.shard.index,
-        shard_count=config.shard.count,
-        items=inserted,
-        scope=scope_of(store, config.bucket),
-    )
-    save_filter_part(store, generation, header, header_bytes, body)
+    shards = config.shard.split(config.workers) if config.workers > 1 else [config.shard]
+    parts = map_shards(store, shards, build_part, "build", progress)
+    # The parts share m, k and salt: their OR is the filter of this whole slice.
+    header, union = deserialize(parts[0].header_bytes, parts[0].body)
+    for part in parts[1:]:
+        union |= deserialize(part.header_bytes, part.body)[1]
+    fill = union.fill_ratio()
     return BuildResult(
         generation=generation,
         header=header,
         sizing=sizing,
-        partitions_scanned=partitions,
-        keys_inserted=inserted,
-        fill_ratio=filt.fill_ratio(),
-        estimated_fpr=filt.estimated_fpr(),
-        filter_bytes=len(body),
+        partitions_scanned=sum(p.partitions for p in parts),
+        keys_inserted=sum(p.inserted for p in parts),
+        fill_ratio=fill,
+        estimated_fpr=union.estimated_fpr(),
+        filter_bytes=header.body_len,
         seconds=time.monotonic() - started,
     )

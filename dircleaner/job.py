@@ -17,6 +17,7 @@ from dircleaner.filterstore import (
     load_generation,
 )
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.parallel import map_shards
 from dircleaner.plan import DeletionPlan, drop_nonempty, empty_dirs_of, plan_deletions
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Shard, Store
@@ -36,6 +37,8 @@ class SweepConfig:
     #: filter generation to use; the newest complete one for this scope when None
     generation: str | None = None
     guards: GuardConfig = field(default_factory=GuardConfig)
+    #: worker processes, each sweeping a sub-slice of the shard
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,20 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
     """Load the filter, refuse it if unsafe, and stream the folders index against it."""
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
-    result = sweep(store.scan_folder_rows(config.shard, config.bucket), loaded.filt, progress)
+
+    def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
+        return sweep(part_store.scan_folder_rows(shard, config.bucket), loaded.filt, report)
+
+    shards = config.shard.split(config.workers) if config.workers > 1 else [config.shard]
+    parts = map_shards(store, shards, sweep_part, "sweep", progress)
+    # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
+    # partitions whole and in token order.
+    result = SweepResult(
+        facts=[fact for part in parts for fact in part.facts],
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        seconds=max(p.seconds for p in parts),
+    )
     if config.shard.count == 1:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))

@@ -48,4 +48,6 @@ def backend_class(url: str) -> type[Store]:
 
 def open_store(url: str, *, config_path: Path | None = None, create: bool = False) -> Store:
     """Open the store at ``url``; only commands that write may ``create`` it."""
-    return backend_class(url).open(url, config_path=config_path, create=create)
+    store = backend_class(url).open(url, config_path=config_path, create=create)
+    store.url, store.config_path = url, config_path
+    return store
