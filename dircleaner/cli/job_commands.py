@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +19,16 @@ from dircleaner.cli.options import (
     clean_config,
     clean_options,
     json_option,
+    metrics_option,
     parse_shard,
     shard_option,
     sweep_config,
     sweep_options,
     workers_option,
 )
+from dircleaner.errors import DircleanerError
 from dircleaner.job import run_clean, run_job, run_sweep
+from dircleaner.metrics import render, write_atomically
 from dircleaner.paths import dir_of_row
 from dircleaner.report import (
     build_lines,
@@ -96,8 +102,11 @@ def sweep_cmd(
 @workers_option
 @shard_option
 @json_option
+@metrics_option
 @click.pass_context
-def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
+def clean(
+    ctx: click.Context, /, as_json: bool, shard: str | None, metrics_file: str | None, **params: Any
+) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
     \b
@@ -106,10 +115,12 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     """
     progress = TerminalProgress()
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open() as store:
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
         report = run_clean(store, config, progress)
     progress.close()
-    emit(clean_summary(report), clean_lines(report, _audit(config.audit_log)), as_json)
+    summary = clean_summary(report)
+    write_metrics(metrics_file, {"clean": summary}, success=True)
+    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json)
 
 
 @click.command()
@@ -118,8 +129,9 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @bucket_option
 @workers_option
 @json_option
+@metrics_option
 @click.pass_context
-def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
+def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params: Any) -> None:
     """The nightly job: build + sweep + clean (never prompts).
 
     \b
@@ -129,11 +141,29 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open() as store:
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
         report = run_job(store, build_config(params, whole), config, progress)
     progress.close()
+    summary = run_summary(report)
+    write_metrics(metrics_file, summary, success=True)
     lines = build_lines(report.build) + clean_lines(report.clean, _audit(config.audit_log))
-    emit(run_summary(report), lines, as_json)
+    emit(summary, lines, as_json)
+
+
+def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
+    """Prometheus textfile metrics, when asked for."""
+    if path is not None:
+        write_atomically(Path(path), render(summary, success=success, finished_at=time.time()))
+
+
+@contextlib.contextmanager
+def metrics_on_failure(path: str | None) -> Iterator[None]:
+    """On an error or refusal, still tell monitoring that the run failed."""
+    try:
+        yield
+    except DircleanerError:
+        write_metrics(path, {}, success=False)
+        raise
 
 
 def _audit(path: Path | None) -> str | None:

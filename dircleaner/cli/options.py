@@ -43,6 +43,11 @@ def parse_shard(text: str | None) -> Shard:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+metrics_option = click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False),
+    help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
+)
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
 workers_option = click.option(
     "--workers",

@@ -1,0 +1,69 @@
+"""Prometheus textfile metrics: the format node_exporter reads, written on success and failure."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from dircleaner.metrics import render
+from tests.helpers import invoke, write_lines
+
+SAMPLE = re.compile(r'^dircleaner_[a-z_]+(\{phase="[a-z]+"\})? -?[0-9.e+-]+$')
+
+
+def parse(text: str) -> dict[str, float]:
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert re.match(r"^# (HELP|TYPE) dircleaner_[a-z_]+ ", line), line
+            continue
+        assert SAMPLE.match(line), line
+        name, value = line.rsplit(" ", 1)
+        values[name] = float(value)
+    return values
+
+
+def test_render_keeps_full_precision_and_labels_phases() -> None:
+    summary = {
+        "build": {"partitions_scanned": 12, "seconds": 1.5},
+        "clean": {"deleted_dirs": 3, "phase_seconds": {"sweep": 0.25}, "plan": {"deferred": 7}},
+    }
+    values = parse(render(summary, success=True, finished_at=1795329648.0))
+    assert values["dircleaner_last_run_timestamp_seconds"] == 1795329648.0
+    assert values["dircleaner_object_partitions_scanned"] == 12
+    assert values["dircleaner_deleted_directories"] == 3
+    assert values["dircleaner_deferred_by_budget"] == 7
+    assert values['dircleaner_phase_seconds{phase="build"}'] == 1.5
+    assert values['dircleaner_phase_seconds{phase="sweep"}'] == 0.25
+
+
+def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = [f"m/{i}/obj" for i in range(40)]
+    invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", keys)))
+    invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", keys[:10])))
+    metrics = tmp_path / "textfile" / "dircleaner.prom"
+    result = invoke(
+        url,
+        "run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--metrics-file",
+        str(metrics),
+        "--audit-log",
+        str(tmp_path / "a.jsonl"),
+    )
+    assert result.exit_code == 0, result.output
+    values = parse(metrics.read_text())
+    assert values["dircleaner_last_run_success"] == 1
+    assert values["dircleaner_directories_scanned"] == 41
+    assert values["dircleaner_deleted_directories"] == 10
+    assert values["dircleaner_candidates"] == 10
+
+    result = invoke(
+        url, "run", "--min-age", "0", "--max-delete-fraction", "0", "--metrics-file", str(metrics)
+    )
+    assert result.exit_code == 3
+    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0
