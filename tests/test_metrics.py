@@ -62,6 +62,7 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
     assert values["dircleaner_deleted_directories"] == 10
     assert values["dircleaner_candidates"] == 10
 
+    invoke(url, "delete-keys", str(write_lines(tmp_path / "d2.txt", keys[10:20])))
     result = invoke(
         url, "run", "--min-age", "0", "--max-delete-fraction", "0", "--metrics-file", str(metrics)
     )
