@@ -54,7 +54,8 @@ def check_sweep(
     if header.items == 0:
         raise FilterSuspiciouslyEmpty(
             f"the filter holds no directory while the folder index has {swept_rows} rows"
-            " (is the objects table empty or the mapping wrong?)"
+            " (is the objects table empty or the mapping wrong?); if everything really went,"
+            " rerun with --force"
         )
     fraction = candidates / swept_rows
     if fraction > config.max_delete_fraction:

@@ -1,0 +1,596 @@
+"""Tests of the deleter: AIMD token bucket, retries with backoff, failures, audit log, order."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from dircleaner.deleter import (
+    AdaptiveRate,
+    AuditLog,
+    DeleteFailed,
+    ThrottleConfig,
+    execute_plan,
+    open_audit_log,
+)
+from dircleaner.errors import (
+    DircleanerError,
+    StoreUnavailable,
+    TransientStoreError,
+    UsageError,
+)
+from dircleaner.paths import dir_of_row
+from dircleaner.plan import (
+    ActionKind,
+    DeleteAction,
+    DeletionPlan,
+    PartitionFacts,
+    plan_deletions,
+)
+from dircleaner.store.base import FolderRow, PartitionKey, murmur_token
+from dircleaner.store.sqlite import SqliteStore
+
+BUCKET = "bkt"
+WRITE_TS = 1_000
+DELETE_TS = 5_000
+GENERATION = "gen-0001"
+
+
+# -- a fake clock for the token bucket -------------------------------------------------------------
+
+
+class FakeClock:
+    """A monotonic clock that only moves when someone sleeps (or the test advances it)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0, "never asked to sleep a non-positive time"
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def limiter(rate: float, start_fraction: float = 1.0) -> tuple[AdaptiveRate, FakeClock]:
+    clock = FakeClock()
+    config = ThrottleConfig(rate=rate, start_fraction=start_fraction)
+    return AdaptiveRate(config, clock=clock, sleep=clock.sleep), clock
+
+
+# -- AdaptiveRate ----------------------------------------------------------------------------------
+
+
+def test_rate_starts_at_its_fraction_with_a_floor_of_one_percent() -> None:
+    rate, _ = limiter(1000.0, start_fraction=0.25)
+    assert rate.rate == 250.0
+    assert rate.max_rate == 1000.0
+    assert rate.floor == 10.0
+
+
+def test_acquire_one_waits_one_over_the_rate() -> None:
+    rate, clock = limiter(4.0)
+    rate.acquire(1)
+    assert clock.sleeps == [0.25]
+    assert clock.now == 0.25
+
+
+def test_acquire_paces_a_stream_at_the_rate() -> None:
+    rate, clock = limiter(4.0)
+    for _ in range(8):
+        rate.acquire(1)
+    assert clock.sleeps == [0.25] * 8
+    assert clock.now == 2.0  # 8 deletes at 4/s
+
+
+def test_acquire_batches_at_the_rate() -> None:
+    # A power-of-two rate keeps the fake clock's arithmetic exact.
+    rate, clock = limiter(1024.0)
+    for _ in range(64):
+        rate.acquire(4)
+    # 256 deletes at 1024/s take 0.25 s of waiting, 4/1024 s before each batch.
+    assert clock.sleeps == [4 / 1024] * 64
+    assert clock.now == 0.25
+
+
+def test_idle_time_fills_the_bucket_up_to_one_second_of_rate() -> None:
+    rate, clock = limiter(4.0)
+    clock.now = 100.0  # long idle: the bucket holds at most `rate` tokens
+    for _ in range(4):
+        rate.acquire(1)
+    assert clock.sleeps == []
+    rate.acquire(1)
+    assert clock.sleeps == [0.25]
+
+
+def test_acquire_more_than_the_burst_goes_into_debt() -> None:
+    rate, clock = limiter(2.0)
+    rate.acquire(5)  # waits for a full bucket (2 tokens), then owes 3
+    assert clock.sleeps == [1.0]
+    rate.acquire(1)  # pays off the debt of 3 plus its own 1 at 2/s
+    assert clock.sleeps == [1.0, 2.0]
+    assert clock.now == 3.0
+
+
+def test_a_rate_below_one_still_admits_single_deletes() -> None:
+    rate, clock = limiter(2.0, start_fraction=0.25)  # 0.5/s, burst of 1
+    rate.acquire(1)
+    assert clock.sleeps == [2.0]
+    clock.now += 60.0  # idle: the bucket still holds only one token
+    rate.acquire(1)
+    rate.acquire(1)
+    assert clock.sleeps == [2.0, 2.0]
+
+
+def test_rate_zero_is_unlimited_and_never_sleeps() -> None:
+    rate, clock = limiter(0.0)
+    for n in (1, 32, 10**6):
+        rate.acquire(n)
+    rate.on_success()
+    rate.on_overload()
+    assert clock.sleeps == []
+    assert rate.rate == 0.0
+
+
+def test_on_success_adds_a_twentieth_of_the_max_up_to_the_max() -> None:
+    rate, _ = limiter(1000.0, start_fraction=0.25)
+    seen = []
+    for _ in range(17):
+        rate.on_success()
+        seen.append(rate.rate)
+    assert seen[:3] == [300.0, 350.0, 400.0]
+    assert seen[14] == 1000.0  # 250 + 15 * 50
+    assert seen[15:] == [1000.0, 1000.0]
+
+
+def test_on_overload_halves_down_to_the_floor() -> None:
+    rate, _ = limiter(1000.0)
+    seen = []
+    for _ in range(9):
+        rate.on_overload()
+        seen.append(rate.rate)
+    assert seen == [500.0, 250.0, 125.0, 62.5, 31.25, 15.625, 10.0, 10.0, 10.0]
+
+
+def test_overload_slows_acquire_down() -> None:
+    rate, clock = limiter(8.0)
+    rate.acquire(1)
+    rate.on_overload()  # 8/s → 4/s
+    rate.acquire(1)
+    assert clock.sleeps == [0.125, 0.25]
+
+
+@pytest.mark.parametrize(("field", "value"), [("rate", -1.0), ("concurrency", 0)])
+def test_throttle_config_rejects_bad_values(field: str, value: float) -> None:
+    with pytest.raises(UsageError, match=f"--{field} must be"):
+        ThrottleConfig(**{field: value})  # type: ignore[arg-type]
+
+
+# -- a SQLite store that fails on purpose ----------------------------------------------------------
+
+
+class FaultyStore(SqliteStore):
+    """The real SQLite store, with injected per-row / per-partition failures and a call log."""
+
+    def __init__(self, path: Path, conn: object) -> None:
+        super().__init__(path, conn)  # type: ignore[arg-type]
+        #: row or partition → how many more attempts fail with TransientStoreError
+        self.transient: dict[object, int] = {}
+        #: row or partition → the non-retryable error it fails with (every time)
+        self.hard: dict[object, BaseException] = {}
+        #: every item each call was given: ("rows" | "partitions", item)
+        self.calls: list[tuple[str, object]] = []
+
+    def _fail(self, item: object) -> BaseException | None:
+        if self.transient.get(item, 0) > 0:
+            self.transient[item] -= 1
+            return TransientStoreError(f"timeout deleting {item}")
+        return self.hard.get(item)
+
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        self.calls.extend(("rows", r) for r in rows)
+        errors = [self._fail(r) for r in rows]
+        super().delete_folder_rows(
+            [r for r, e in zip(rows, errors, strict=True) if e is None], timestamp_us
+        )
+        return errors
+
+    def delete_folder_partitions(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[BaseException | None]:
+        self.calls.extend(("partitions", p) for p in partitions)
+        errors = [self._fail(p) for p in partitions]
+        super().delete_folder_partitions(
+            [p for p, e in zip(partitions, errors, strict=True) if e is None], timestamp_us
+        )
+        return errors
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[FaultyStore]:
+    opened = FaultyStore.open("sqlite:///" + str(tmp_path / "meta.db"), create=True)
+    assert isinstance(opened, FaultyStore)
+    with opened:
+        yield opened
+
+
+def frow(parent: str, name: str) -> FolderRow:
+    return FolderRow(murmur_token(BUCKET, parent), BUCKET, parent, name)
+
+
+def pkey(parent: str) -> PartitionKey:
+    return PartitionKey(murmur_token(BUCKET, parent), BUCKET, parent)
+
+
+# Folder index used below: root lists a/ (live) and x/ (an empty subtree x/, x/y/, x/z/, x/y/q/);
+# the live directory m/ lists 5 empty children m/c0/ … m/c4/.
+INDEX = {
+    "": ["a", "m", "x"],
+    "a/": ["keep"],
+    "x/": ["y", "z"],
+    "x/y/": ["q"],
+    "m/": ["c0", "c1", "c2", "c3", "c4"],
+}
+
+
+def populate(store: SqliteStore) -> None:
+    store.write_folder_rows(
+        [(BUCKET, parent, name) for parent, names in INDEX.items() for name in names], WRITE_TS
+    )
+
+
+def sweep_facts() -> list[PartitionFacts]:
+    """What a perfect sweep reports for INDEX."""
+    return [
+        PartitionFacts(pkey(""), 3, (frow("", "x"),)),
+        PartitionFacts(pkey("x/"), 2, (frow("x/", "y"), frow("x/", "z")), dir_absent=True),
+        PartitionFacts(pkey("x/y/"), 1, (frow("x/y/", "q"),), dir_absent=True),
+        PartitionFacts(pkey("m/"), 5, tuple(frow("m/", f"c{i}") for i in range(5))),
+    ]
+
+
+def make_plan(budget: int = 100) -> DeletionPlan:
+    plan = plan_deletions(sweep_facts(), budget)
+    # The plan the tests rely on: 2 partition deletes then 6 round-robin row deletes.
+    assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (2, 6, 9)
+    return plan
+
+
+def remaining(store: SqliteStore) -> set[tuple[str, str]]:
+    return {(r.parent, r.name) for r in store.iter_folder_rows()}
+
+
+def audit_entries(buffer: io.StringIO) -> list[dict[str, object]]:
+    text = buffer.getvalue()
+    assert text == "" or text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def audited_rows(buffer: io.StringIO) -> list[tuple[str, str]]:
+    return [(str(e["parent"]), str(e["name"])) for e in audit_entries(buffer)]
+
+
+def plan_rows(actions: Sequence[DeleteAction]) -> list[tuple[str, str]]:
+    return [(r.parent, r.name) for a in actions for r in a.rows]
+
+
+ALL_PLANNED = {
+    ("", "x"),
+    ("x/", "y"),
+    ("x/", "z"),
+    ("x/y/", "q"),
+    *(("m/", f"c{i}") for i in range(5)),
+}
+SURVIVORS = {("", "a"), ("", "m"), ("a/", "keep")}
+
+
+def fast(**overrides: object) -> ThrottleConfig:
+    """Unlimited rate (no token-bucket sleeps) unless overridden."""
+    fields: dict[str, object] = {"rate": 0.0, "concurrency": 32}
+    fields.update(overrides)
+    return ThrottleConfig(**fields)  # type: ignore[arg-type]
+
+
+class SleepLog:
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+# -- execute_plan ----------------------------------------------------------------------------------
+
+
+def test_execute_deletes_the_plan_and_audits_every_entry_once(store: FaultyStore) -> None:
+    populate(store)
+    plan = make_plan()
+    buffer = io.StringIO()
+    sleep = SleepLog()
+    stats = execute_plan(
+        store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=sleep
+    )
+    assert remaining(store) == SURVIVORS
+    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (2, 6, 9)
+    assert stats.retries == 0
+    assert stats.failures == []
+    assert sleep.calls == []
+    assert audited_rows(buffer) == plan_rows(plan.actions)
+    assert set(audited_rows(buffer)) == ALL_PLANNED
+    entries = {(e["parent"], e["name"]): e for e in audit_entries(buffer)}
+    assert entries[("x/", "y")] == {
+        "bucket": BUCKET,
+        "dir": "x/y/",
+        "parent": "x/",
+        "name": "y",
+        "via": "partition",
+        "delete_ts_us": DELETE_TS,
+        "generation": GENERATION,
+    }
+    assert entries[("m/", "c3")]["via"] == "row"
+    assert entries[("", "x")]["dir"] == "x/"
+    assert all(e["dir"] == dir_of_row(str(e["parent"]), str(e["name"])) for e in entries.values())
+    # One tombstone per action: partitions x/ and x/y/ got one each, m/ got 5 row tombstones.
+    assert store.tombstones_in_partition(BUCKET, "x/") == 1
+    assert store.tombstones_in_partition(BUCKET, "m/") == 5
+    assert store.tombstones_in_partition(BUCKET, "") == 1
+
+
+def test_execute_respects_the_plans_budget_and_leaves_deferred_rows(store: FaultyStore) -> None:
+    populate(store)
+    plan = plan_deletions(sweep_facts(), 2)
+    execute_plan(store, plan, DELETE_TS, fast(), sleep=SleepLog())
+    assert {(r.parent, r.name) for r in plan.deferred} == {("m/", "c2"), ("m/", "c3"), ("m/", "c4")}
+    assert remaining(store) == SURVIVORS | {("m/", "c2"), ("m/", "c3"), ("m/", "c4")}
+    assert store.tombstones_in_partition(BUCKET, "m/") == 2
+
+
+def test_deletes_are_issued_at_the_plan_timestamp(store: FaultyStore) -> None:
+    populate(store)
+    # m/c1/ was re-written after T (an object was put under it): its tombstone must not win.
+    store.write_folder_rows([(BUCKET, "m/", "c1")], DELETE_TS + 1)
+    execute_plan(store, make_plan(), DELETE_TS, fast(), sleep=SleepLog())
+    assert remaining(store) == SURVIVORS | {("m/", "c1")}
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 32])
+def test_actions_are_issued_in_plan_order(store: FaultyStore, concurrency: int) -> None:
+    populate(store)
+    plan = make_plan()
+    execute_plan(store, plan, DELETE_TS, fast(concurrency=concurrency), sleep=SleepLog())
+    expected = [
+        ("partitions", a.partition) if a.kind is ActionKind.PARTITION else ("rows", a.rows[0])
+        for a in plan.actions
+    ]
+    assert store.calls == expected
+
+
+def test_progress_is_reported_per_chunk(store: FaultyStore) -> None:
+    populate(store)
+    calls: list[tuple[str, int, int | None]] = []
+    execute_plan(
+        store,
+        make_plan(),
+        DELETE_TS,
+        fast(concurrency=3),
+        progress=lambda phase, done, total: calls.append((phase, done, total)),
+        sleep=SleepLog(),
+    )
+    assert calls == [("clean", 3, 8), ("clean", 6, 8), ("clean", 8, 8)]
+
+
+def test_transient_failures_are_retried_with_capped_jittered_backoff(store: FaultyStore) -> None:
+    populate(store)
+    plan = make_plan()
+    store.transient[frow("m/", "c1")] = 3
+    store.transient[frow("", "x")] = 1
+    store.transient[pkey("x/y/")] = 2
+    throttle = fast(base_backoff_s=1.0, max_backoff_s=3.0, max_retries=6)
+    sleep = SleepLog()
+    buffer = io.StringIO()
+    stats = execute_plan(
+        store,
+        plan,
+        DELETE_TS,
+        throttle,
+        AuditLog(buffer, GENERATION, DELETE_TS),
+        sleep=sleep,
+        rng=random.Random(7),
+    )
+    assert remaining(store) == SURVIVORS
+    # Round 1 fails 3 actions, round 2 fails 2, round 3 fails 1, round 4 succeeds.
+    assert stats.retries == 3 + 2 + 1
+    twin = random.Random(7)
+    assert sleep.calls == [twin.uniform(0, 2.0), twin.uniform(0, 3.0), twin.uniform(0, 3.0)]
+    assert all(0 <= s <= throttle.max_backoff_s for s in sleep.calls)
+    # Each successfully deleted entry is audited exactly once, whatever the retries.
+    assert sorted(audited_rows(buffer)) == sorted(ALL_PLANNED)
+    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (2, 6, 9)
+    # Only the failed actions were re-sent.
+    assert store.calls.count(("rows", frow("m/", "c1"))) == 4
+    assert store.calls.count(("rows", frow("", "x"))) == 2
+    assert store.calls.count(("partitions", pkey("x/y/"))) == 3
+    assert store.calls.count(("rows", frow("m/", "c0"))) == 1
+
+
+def test_backoff_grows_exponentially_until_the_cap(store: FaultyStore) -> None:
+    class MaxJitter(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            assert a == 0
+            return b
+
+    populate(store)
+    store.transient[frow("m/", "c0")] = 6
+    sleep = SleepLog()
+    throttle = fast(base_backoff_s=0.5, max_backoff_s=10.0, max_retries=6)
+    stats = execute_plan(store, make_plan(), DELETE_TS, throttle, sleep=sleep, rng=MaxJitter())
+    assert sleep.calls == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert stats.retries == 6
+    assert remaining(store) == SURVIVORS
+
+
+def test_rate_halves_on_each_overloaded_round_and_recovers_additively(
+    store: FaultyStore,
+) -> None:
+    populate(store)
+    plan = make_plan()
+    store.transient[frow("m/", "c0")] = 2
+    # One chunk: two overloaded rounds halve 1e6 twice, the successful round adds 1e6/20.
+    throttle = fast(rate=1e6, start_fraction=1.0, concurrency=32)
+    stats = execute_plan(store, plan, DELETE_TS, throttle, sleep=SleepLog(), rng=random.Random(1))
+    assert stats.final_rate == 1e6 / 4 + 1e6 / 20
+    assert remaining(store) == SURVIVORS
+
+
+def test_rate_recovers_per_successful_chunk(store: FaultyStore) -> None:
+    populate(store)
+    plan = make_plan()
+    store.transient[frow("m/", "c0")] = 1
+    # 8 single-action chunks: 7 clean successes and one overloaded round then a success.
+    throttle = fast(rate=1e6, start_fraction=0.5, concurrency=1)
+    stats = execute_plan(store, plan, DELETE_TS, throttle, sleep=SleepLog(), rng=random.Random(1))
+    # 5e5 → (2 chunks) 6e5 → m/c0 overload 3e5 → success 3.5e5 → 5 more chunks → 6e5.
+    index = next(i for i, a in enumerate(plan.actions) if a.rows[0] == frow("m/", "c0"))
+    rate = 5e5
+    for i in range(len(plan.actions)):
+        if i == index:
+            rate /= 2
+        rate = min(1e6, rate + 5e4)
+    assert stats.final_rate == rate
+    assert stats.final_rate < 1e6  # the overload left a mark
+
+
+def test_transient_failures_beyond_max_retries_raise_store_unavailable(
+    store: FaultyStore,
+) -> None:
+    populate(store)
+    plan = make_plan()
+    stuck = frow("m/", "c2")
+    store.transient[stuck] = 100
+    buffer = io.StringIO()
+    sleep = SleepLog()
+    with pytest.raises(StoreUnavailable, match="1 deletes still failing after 3 retries: timeout"):
+        execute_plan(
+            store,
+            plan,
+            DELETE_TS,
+            fast(max_retries=3, max_backoff_s=0.5),
+            AuditLog(buffer, GENERATION, DELETE_TS),
+            sleep=sleep,
+        )
+    assert store.calls.count(("rows", stuck)) == 4  # the first attempt and 3 retries
+    assert len(sleep.calls) == 3
+    assert all(0 <= s <= 0.5 for s in sleep.calls)
+    # Everything else went, and is audited; the stuck entry is neither gone nor audited.
+    assert remaining(store) == SURVIVORS | {("m/", "c2")}
+    assert sorted(audited_rows(buffer)) == sorted(ALL_PLANNED - {("m/", "c2")})
+
+
+def test_exactly_max_retries_failures_still_succeed(store: FaultyStore) -> None:
+    populate(store)
+    store.transient[frow("m/", "c2")] = 3
+    stats = execute_plan(store, make_plan(), DELETE_TS, fast(max_retries=3), sleep=SleepLog())
+    assert stats.retries == 3
+    assert remaining(store) == SURVIVORS
+
+
+def test_a_non_transient_error_stops_the_run_with_delete_failed(store: FaultyStore) -> None:
+    populate(store)
+    plan = make_plan()
+    broken = frow("m/", "c1")
+    store.hard[broken] = ValueError("disk on fire")
+    buffer = io.StringIO()
+    with pytest.raises(DeleteFailed, match=r"^delete failed: disk on fire$") as caught:
+        execute_plan(
+            store,
+            plan,
+            DELETE_TS,
+            fast(concurrency=1),
+            AuditLog(buffer, GENERATION, DELETE_TS),
+            sleep=SleepLog(),
+        )
+    assert isinstance(caught.value, DircleanerError)
+    assert not isinstance(caught.value, StoreUnavailable)
+    assert store.calls.count(("rows", broken)) == 1  # never retried
+    position = next(i for i, a in enumerate(plan.actions) if a.rows[0] == broken)
+    done = plan.actions[:position]
+    # Actions before the failure are deleted and audited; nothing after it was issued.
+    assert audited_rows(buffer) == plan_rows(done)
+    assert len(store.calls) == position + 1
+    assert remaining(store) == (SURVIVORS | ALL_PLANNED) - set(plan_rows(done))
+
+
+def test_a_non_transient_error_in_a_batch_audits_the_batchs_successes(
+    store: FaultyStore,
+) -> None:
+    populate(store)
+    plan = make_plan()
+    store.hard[frow("m/", "c1")] = RuntimeError("bad request")
+    store.transient[frow("m/", "c3")] = 1
+    buffer = io.StringIO()
+    with pytest.raises(DeleteFailed, match="bad request"):
+        execute_plan(
+            store,
+            plan,
+            DELETE_TS,
+            fast(),
+            AuditLog(buffer, GENERATION, DELETE_TS),
+            sleep=SleepLog(),
+        )
+    # One batch: everything but the broken and the (not yet retried) transient one went.
+    gone = ALL_PLANNED - {("m/", "c1"), ("m/", "c3")}
+    assert sorted(audited_rows(buffer)) == sorted(gone)
+    assert remaining(store) == SURVIVORS | {("m/", "c1"), ("m/", "c3")}
+
+
+def test_an_empty_plan_issues_nothing(store: FaultyStore) -> None:
+    populate(store)
+    stats = execute_plan(store, DeletionPlan((), ()), DELETE_TS, fast(), sleep=SleepLog())
+    assert store.calls == []
+    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (0, 0, 0)
+    assert len(remaining(store)) == sum(len(v) for v in INDEX.values())
+
+
+# -- the audit log ---------------------------------------------------------------------------------
+
+
+def test_audit_log_writes_one_json_line_per_row_keeping_unicode() -> None:
+    buffer = io.StringIO()
+    log = AuditLog(buffer, "g1", 42)
+    rows = (FolderRow(7, "bü", "ñ/", "q\"'\\\n"), FolderRow(7, "bü", "ñ/", "z"))
+    log.record(DeleteAction(ActionKind.PARTITION, PartitionKey(7, "bü", "ñ/"), rows))
+    lines = buffer.getvalue().split("\n")
+    assert lines[-1] == ""
+    assert len(lines) == 3
+    assert "ñ/" in lines[0]  # ensure_ascii=False
+    assert json.loads(lines[0]) == {
+        "bucket": "bü",
+        "dir": "ñ/q\"'\\\n/",
+        "parent": "ñ/",
+        "name": "q\"'\\\n",
+        "via": "partition",
+        "delete_ts_us": 42,
+        "generation": "g1",
+    }
+    assert json.loads(lines[1])["name"] == "z"
+
+
+def test_open_audit_log_creates_directories_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "audit.jsonl"
+    for gen in ("g1", "g2"):
+        with open_audit_log(path) as stream:
+            log = AuditLog(stream, gen, 1)
+            log.record(DeleteAction(ActionKind.ROW, pkey(""), (frow("", "x"),)))
+            log.flush()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["generation"] for line in lines] == ["g1", "g2"]

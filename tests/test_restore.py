@@ -1,0 +1,214 @@
+"""Tests of audit-log replay: validation before any write, exact rows back, idempotence."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from dircleaner import restore as restore_module
+from dircleaner.deleter import AuditLog, ThrottleConfig, execute_plan
+from dircleaner.errors import UsageError
+from dircleaner.plan import PartitionFacts, plan_deletions
+from dircleaner.restore import BadAuditLog, RestoreResult, read_audit_entries, restore
+from dircleaner.store import open_store
+from dircleaner.store.base import FolderRow, PartitionKey, Store, murmur_token
+from dircleaner.store.sqlite import SqliteStore
+
+BUCKET = "bkt"
+
+
+def entry(parent: str, name: str, bucket: str = BUCKET, **extra: object) -> str:
+    fields: dict[str, object] = {
+        "bucket": bucket,
+        "dir": parent + name + "/",
+        "parent": parent,
+        "name": name,
+        "via": "row",
+        "delete_ts_us": 5,
+        "generation": "g",
+    }
+    fields.update(extra)
+    return json.dumps(fields, ensure_ascii=False) + "\n"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store("sqlite:///" + str(tmp_path / "meta.db"), create=True) as opened:
+        yield opened
+
+
+def folder_rows(store: Store) -> set[FolderRow]:
+    return set(store.iter_folder_rows())
+
+
+# -- read_audit_entries ----------------------------------------------------------------------------
+
+
+def test_reads_every_entry_in_order() -> None:
+    lines = [entry("", "x"), entry("x/", "y"), entry("ñ/", 'q"\\\n', bucket="bü")]
+    assert read_audit_entries(lines) == [
+        (BUCKET, "", "x"),
+        (BUCKET, "x/", "y"),
+        ("bü", "ñ/", 'q"\\\n'),
+    ]
+
+
+def test_blank_lines_are_skipped_but_counted() -> None:
+    lines = [entry("", "x"), "\n", "   \n", "{broken\n"]
+    with pytest.raises(BadAuditLog) as caught:
+        read_audit_entries(lines)
+    assert str(caught.value) == "audit log line 4: not a dircleaner audit entry"
+    assert read_audit_entries([entry("", "x"), "\n", ""]) == [(BUCKET, "", "x")]
+
+
+def test_an_empty_log_has_no_entries() -> None:
+    assert read_audit_entries([]) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json\n",
+        '{"bucket": "b", "parent": "", "name": "x"\n',  # truncated
+        "[1, 2]\n",
+        "null\n",
+        "5\n",
+        '"a string"\n',
+        '{"parent": "", "name": "x"}\n',  # no bucket
+        '{"bucket": "b", "name": "x"}\n',  # no parent
+        '{"bucket": "b", "parent": ""}\n',  # no name
+    ],
+)
+def test_a_line_that_is_not_an_entry_names_its_line_number(bad: str) -> None:
+    with pytest.raises(BadAuditLog) as caught:
+        read_audit_entries([entry("", "a"), entry("", "b"), bad, entry("", "c")])
+    assert str(caught.value) == "audit log line 3: not a dircleaner audit entry"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        entry("a/", "b", dir="a/c/"),  # dir disagrees with parent + name
+        entry("a/", "b", dir="a/b"),  # missing the trailing slash
+        entry("a/", "b", dir=5),
+        json.dumps({"bucket": "b", "parent": 5, "name": "x"}) + "\n",
+        json.dumps({"bucket": None, "parent": "", "name": "x"}) + "\n",
+        json.dumps({"bucket": "b", "parent": "", "name": ["x"]}) + "\n",
+    ],
+)
+def test_an_inconsistent_entry_names_its_line_number(bad: str) -> None:
+    with pytest.raises(BadAuditLog) as caught:
+        read_audit_entries([entry("", "a"), bad])
+    assert str(caught.value) == "audit log line 2: inconsistent entry"
+
+
+def test_dir_is_optional_but_checked_when_present() -> None:
+    lines = [
+        json.dumps({"bucket": "b", "parent": "a/", "name": "c"}),
+        json.dumps({"bucket": "b", "parent": "a/", "name": "d", "dir": None}),
+        json.dumps({"bucket": "b", "parent": "", "name": "", "dir": "/"}),
+    ]
+    assert read_audit_entries(lines) == [("b", "a/", "c"), ("b", "a/", "d"), ("b", "", "")]
+
+
+def test_bad_audit_log_is_a_usage_error() -> None:
+    assert issubclass(BadAuditLog, UsageError)
+    assert BadAuditLog.exit_code == 2
+
+
+def test_a_bad_line_anywhere_means_nothing_is_written(store: Store) -> None:
+    # Validation reads the whole log before restore sees any row: a bad last line must stop
+    # the good lines before it from being written.
+    lines = [entry("", "x"), entry("x/", "y"), '{"bucket": "bkt"}\n']
+    with pytest.raises(BadAuditLog, match="line 3"):
+        restore(store, read_audit_entries(lines), 10)
+    assert folder_rows(store) == set()
+
+
+# -- restore ---------------------------------------------------------------------------------------
+
+
+def test_restore_writes_the_rows_back_with_their_tokens(store: Store) -> None:
+    rows = [(BUCKET, "", "x"), (BUCKET, "x/", "y"), ("other", "ñ/", "é")]
+    result = restore(store, rows, 10)
+    assert result == RestoreResult(3)
+    assert folder_rows(store) == {FolderRow(murmur_token(b, p), b, p, n) for b, p, n in rows}
+
+
+def test_restore_is_idempotent_and_counts_unique_rows(store: Store) -> None:
+    rows = [(BUCKET, "", "x"), (BUCKET, "x/", "y"), (BUCKET, "", "x")]
+    assert restore(store, rows, 10) == RestoreResult(2)
+    first = folder_rows(store)
+    assert restore(store, rows, 20) == RestoreResult(2)
+    assert folder_rows(store) == first
+    assert len(first) == 2
+
+
+def test_restore_writes_sorted_unique_rows_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Recording(SqliteStore):
+        batches: list[list[tuple[str, str, str]]]
+
+        def write_folder_rows(
+            self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+        ) -> None:
+            self.batches.append(list(rows))
+            assert timestamp_us == 77
+            super().write_folder_rows(rows, timestamp_us)
+
+    monkeypatch.setattr(restore_module, "RESTORE_BATCH", 2)
+    rec = Recording.open("sqlite:///" + str(tmp_path / "m.db"), create=True)
+    assert isinstance(rec, Recording)
+    rec.batches = []
+    rows = [("b", "", "e"), ("b", "", "a"), ("a", "z/", "q"), ("b", "", "a"), ("b", "c/", "d")]
+    try:
+        assert restore(rec, rows, 77) == RestoreResult(4)
+    finally:
+        rec.close()
+    assert rec.batches == [
+        [("a", "z/", "q"), ("b", "", "a")],
+        [("b", "", "e"), ("b", "c/", "d")],
+    ]
+
+
+def test_an_empty_restore_writes_nothing(store: Store) -> None:
+    assert restore(store, [], 10) == RestoreResult(0)
+    assert folder_rows(store) == set()
+
+
+def test_clean_then_restore_round_trips_through_the_audit_log(store: Store) -> None:
+    index = {"": ["a", "x"], "x/": ["y", "z"], "x/y/": ["q"], "a/": ["k", "m"]}
+    store.write_folder_rows([(BUCKET, p, n) for p, names in index.items() for n in names], 1_000)
+    before = folder_rows(store)
+
+    def key(parent: str) -> PartitionKey:
+        return PartitionKey(murmur_token(BUCKET, parent), BUCKET, parent)
+
+    def frow(parent: str, name: str) -> FolderRow:
+        return FolderRow(murmur_token(BUCKET, parent), BUCKET, parent, name)
+
+    facts = [
+        PartitionFacts(key(""), 2, (frow("", "x"),)),
+        PartitionFacts(key("x/"), 2, (frow("x/", "y"), frow("x/", "z")), dir_absent=True),
+        PartitionFacts(key("x/y/"), 1, (frow("x/y/", "q"),), dir_absent=True),
+        PartitionFacts(key("a/"), 2, (frow("a/", "k"),)),
+    ]
+    log = io.StringIO()
+    execute_plan(
+        store,
+        plan_deletions(facts, 10),
+        2_000,
+        ThrottleConfig(rate=0.0),
+        AuditLog(log, "g", 2_000),
+        sleep=lambda _s: None,
+    )
+    assert folder_rows(store) == {frow("", "a"), frow("a/", "m")}
+    log.seek(0)
+    result = restore(store, read_audit_entries(log), 3_000)
+    assert result == RestoreResult(5)
+    assert folder_rows(store) == before
