@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dircleaner import __version__
-from dircleaner.cli.context import AppContext, DircleanerGroup
+from dircleaner.cli.context import AppContext, DircleanerGroup, configure_logging
 from dircleaner.cli.data_commands import (
     delete_keys,
     gen,
@@ -36,9 +36,17 @@ from dircleaner.store import DEFAULT_STORE_URL
     type=click.Path(dir_okay=False, exists=True),
     help="TOML file with the Cassandra mapping, consistency, auth and TLS (env DIRCLEANER_CONFIG).",
 )
+@click.option(
+    "--log-level",
+    envvar="DIRCLEANER_LOG_LEVEL",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+    help="Log what the job is doing (info) to stderr; credentials are never logged.",
+)
 @click.version_option(__version__, prog_name="dircleaner")
 @click.pass_context
-def cli(ctx: click.Context, store_url: str, config_path: str | None) -> None:
+def cli(ctx: click.Context, store_url: str, config_path: str | None, log_level: str) -> None:
     """Find and delete empty directory entries in an S3 metastore's folder index.
 
     \b
@@ -49,6 +57,7 @@ def cli(ctx: click.Context, store_url: str, config_path: str | None) -> None:
 
     Exit codes: 0 success, 1 error, 2 usage, 3 refused by a safety guard.
     """
+    configure_logging(log_level)
     ctx.obj = AppContext(store_url, config_path)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ import click
 
 from dircleaner.errors import DircleanerError
 from dircleaner.store import Store, open_store
+
+log = logging.getLogger("dircleaner")
 
 
 class CliError(click.ClickException):
@@ -41,6 +44,8 @@ class DircleanerGroup(click.Group):
         try:
             return super().invoke(ctx)
         except DircleanerError as exc:
+            kind = "refused" if exc.exit_code == 3 else "failed"
+            log.info("%s %s: %s", ctx.invoked_subcommand or "command", kind, exc)
             raise _BY_EXIT_CODE.get(exc.exit_code, CliError)(str(exc)) from exc
 
 
@@ -56,6 +61,24 @@ class AppContext:
         return open_store(self.store_url, config_path=config, create=create)
 
 
+_handler: logging.Handler | None = None
+
+
+def configure_logging(level: str) -> None:
+    """Timestamped lines on stderr from our loggers (and the driver's, at info or debug)."""
+    global _handler
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("dircleaner", "cassandra"):
+        logger = logging.getLogger(name)
+        if _handler is not None:
+            logger.removeHandler(_handler)
+        if name == "dircleaner" or level in ("debug", "info"):
+            logger.addHandler(handler)
+            logger.setLevel(level.upper())
+    _handler = handler
+
+
 class TerminalProgress:
     """Rows per second and ETA on stderr, redrawn at most twice a second; silent if not a TTY."""
 
@@ -67,11 +90,12 @@ class TerminalProgress:
         self._last_draw = 0.0
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
-        if not self._enabled:
-            return
         now = time.monotonic()
         if phase != self._phase:
+            log.info("%s: started", phase)
             self._phase, self._phase_started = phase, now
+        if not self._enabled:
+            return
         if now - self._last_draw < 0.5 and done != total:
             return
         self._last_draw = now
