@@ -10,7 +10,6 @@ from dircleaner.guards import GuardConfig
 from dircleaner.job import CleanConfig, SweepConfig, run_job
 from dircleaner.paths import dir_of_row
 from dircleaner.store import Store, open_store
-from dircleaner.timeutil import now_us
 
 FPR = 0.25  # high on purpose, so one run leaves many survivors to follow
 

@@ -76,6 +76,10 @@ def configure_logging(level: str) -> None:
         if name == "dircleaner" or level in ("debug", "info"):
             logger.addHandler(handler)
             logger.setLevel(level.upper())
+        else:
+            # The driver warns about routine things (protocol version negotiation) on every
+            # connection; an operator sees its errors, and everything with --log-level info.
+            logger.setLevel(logging.ERROR)
     _handler = handler
 
 
