@@ -9,7 +9,8 @@ import click
 
 from dircleaner.cli.context import obj
 from dircleaner.filterstore import GenerationInfo, find_generation, list_generations
-from dircleaner.timeutil import format_duration
+from dircleaner.generation import fresh_generation_id
+from dircleaner.timeutil import format_duration, now_us
 
 
 def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
@@ -103,3 +104,15 @@ def rm_cmd(ctx: click.Context, generation: str) -> None:
         find_generation(store, generation)
         store.delete_filter_generation(generation)
     click.echo(f"removed {generation}")
+
+
+@filters.command("new-id")
+def new_id_cmd() -> None:
+    """Print a fresh generation id (for hosts building shards of one generation).
+
+    \b
+    Example:
+      G=$(dircleaner filters new-id)
+      dircleaner build --shard 0/4 --generation "$G" --expected-dirs 30000000
+    """
+    click.echo(fresh_generation_id(now_us()))
