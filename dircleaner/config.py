@@ -187,6 +187,8 @@ class CassandraConfig:
     fetch_size: int = 5000
     splits_per_range: int = 8
     concurrency: int = 16
+    #: partitions per ``IN`` read of the verify re-check (CassandraStore.nonempty_object_partitions)
+    verify_batch: int = 100
     request_timeout_s: float = 30.0
     connect_timeout_s: float = 5.0
     connect_retries: int = 3
@@ -227,6 +229,7 @@ class CassandraConfig:
             ("fetch_size", 1),
             ("splits_per_range", 1),
             ("concurrency", 1),
+            ("verify_batch", 1),
             ("connect_retries", 1),
             ("replication_factor", 1),
         ):
@@ -263,6 +266,7 @@ _TOP_KEYS: Mapping[str, str] = {
     "fetch_size": "fetch_size",
     "splits_per_range": "splits_per_range",
     "concurrency": "concurrency",
+    "verify_batch": "verify_batch",
     "request_timeout_s": "request_timeout_s",
     "connect_timeout_s": "connect_timeout_s",
     "connect_retries": "connect_retries",
@@ -297,6 +301,7 @@ _TYPES: Mapping[str, tuple[type, ...]] = {
     "fetch_size": (int,),
     "splits_per_range": (int,),
     "concurrency": (int,),
+    "verify_batch": (int,),
     "connect_retries": (int,),
     "protocol_version": (int,),
     "replication_factor": (int,),

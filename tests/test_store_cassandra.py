@@ -7,8 +7,10 @@ created once per session; tests get a clean store by truncating its tables.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
+import random
 import time
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 from cassandra import ConsistencyLevel, InvalidRequest, OperationTimedOut, WriteTimeout
 from cassandra.cluster import NoHostAvailable
+from cassandra.concurrent import execute_concurrent as real_execute_concurrent
 from cassandra.metadata import Murmur3Token
 from cassandra.policies import HostDistance
 from cassandra.protocol import OverloadedErrorMessage
@@ -37,15 +40,18 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
+from dircleaner.paths import split_key
 from dircleaner.store import open_store
 from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, PartitionKey, Shard
 from dircleaner.store.cassandra import (
     CassandraStore,
     RangeAwarePolicy,
     cql_token_bounds,
+    in_size,
     init_schema,
     map_error,
     model_parent,
+    partition_token,
     ring_splits,
     schema_cql,
     stored_parent,
@@ -364,6 +370,226 @@ class TestCassandraNode:
         assert profiles["delete"].consistency_level == ConsistencyLevel.LOCAL_QUORUM
 
 
+# -- the batched verify re-check, against the node ------------------------------------------------
+
+#: odd keys whose parents need quoting, are not ASCII, or collide with the root's stored form
+RECHECK_ODD_KEYS = [
+    'quotes/it\'s "q"/x',
+    "sql/'; DROP TABLE objects; --/y",
+    "unicodé/日本語/ファイル",
+    "emoji/🙂/🚀.bin",
+    "/lead/slash",
+    "//x",
+    "a//b",
+]
+
+
+@dataclasses.dataclass
+class RecheckCase:
+    """A store holding a mix of non-empty, emptied and never-written objects partitions."""
+
+    store: CassandraStore
+    #: the keys to re-check: every kind, with duplicates, in no particular order
+    asked: list[tuple[str, str]]
+    #: the answer the single-key probe gives, key by key
+    expected: set[tuple[str, str]]
+
+
+def recheck_case(store: CassandraStore, buckets: list[str], t0: int, dirs: int) -> RecheckCase:
+    """Write ``dirs`` non-empty, ``dirs`` emptied and some marker partitions per bucket."""
+    nonempty: list[tuple[str, str]] = []
+    for bucket in buckets:
+        keys = [f"n{i}/f{i % 3}" for i in range(dirs)]
+        keys += [f"m{i}/" for i in range(dirs // 5)]  # marker objects: name ""
+        keys += ["top-level-object", *RECHECK_ODD_KEYS]  # the root parent ""
+        store.put_objects(bucket, keys, t0)
+        emptied = [f"e{i}/gone" for i in range(dirs)]
+        store.put_objects(bucket, emptied, t0)
+        store.delete_objects(bucket, emptied, t0 + 1)
+        nonempty += sorted({(bucket, split_key(key)[0]) for key in keys})
+    empty = [(b, f"e{i}/") for b in buckets for i in range(dirs)]
+    empty += [(b, f"never{i}/") for b in buckets for i in range(dirs // 2)]
+    # Ancestors that only hold directories have an empty objects partition too.
+    empty += [(b, p) for b in buckets for p in ("quotes/", "unicodé/", "/", "a/")]
+    asked = nonempty + empty + nonempty[::7] + empty[::11]  # with duplicates
+    random.Random(t0).shuffle(asked)
+    expected = {key for key in dict.fromkeys(asked) if store.objects_partition_nonempty(*key)}
+    assert expected == set(nonempty)  # the case is what it says
+    return RecheckCase(store, asked, expected)
+
+
+def key_values(store: CassandraStore, bucket: str, parent: str) -> tuple[str, ...]:
+    """The bound values of a partition key: ``(bucket, stored parent)`` or ``(stored parent,)``."""
+    return tuple(str(v) for v in store._key_values(bucket, parent))
+
+
+def ring_range(store: CassandraStore, token: int) -> int:
+    """Index of the token range (previous ring token, ring token] holding ``token``."""
+    token_map = store._cluster.metadata.token_map
+    ring = sorted(int(t.value) for t in token_map.ring)
+    return bisect.bisect_left(ring, token) % len(ring)
+
+
+@pytest.fixture(scope="class", params=["reference", "custom"])
+def case(
+    request: pytest.FixtureRequest,
+    cassandra_store: CassandraStore,
+    custom_store: CassandraStore,
+) -> RecheckCase:
+    """Written once per mapping and class: its tests only read (and restore what they change)."""
+    if request.param == "reference":
+        store, buckets, dirs = cassandra_store, ["b1", "b2", "b3"], 130
+    else:
+        store, buckets, dirs = custom_store, ["only"], 410
+    return recheck_case(store, buckets, empty_store(store), dirs)
+
+
+@pytest.mark.cassandra
+class TestCassandraRecheck:
+    """``nonempty_object_partitions`` (IN reads) answers as ``objects_partition_nonempty``."""
+
+    @pytest.fixture(autouse=True)
+    def restore_config(self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch) -> None:
+        # Tests change verify_batch on the shared store; monkeypatch puts the config back.
+        monkeypatch.setattr(case.store, "config", case.store.config)
+
+    @staticmethod
+    def with_batch(store: CassandraStore, batch: int) -> None:
+        store.config = dataclasses.replace(store.config, verify_batch=batch)
+
+    @pytest.mark.parametrize("batch", [1, 7, 100, 5000])
+    def test_same_answers_as_the_single_key_probe(self, case: RecheckCase, batch: int) -> None:
+        unique = list(dict.fromkeys(case.asked))
+        assert len(unique) >= 900 and len(case.asked) > len(unique)
+        assert len(unique) % 7 and len(unique) % 100  # the last chunks are short
+        self.with_batch(case.store, batch)
+        assert case.store.nonempty_object_partitions(case.asked) == case.expected
+        assert case.store.nonempty_object_partitions([]) == set()
+
+    def test_reads_run_in_waves(self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls = failing_execute_concurrent(monkeypatch, fail_first=0)
+        monkeypatch.setattr(cassandra_module, "VERIFY_WAVE_READS", 10)
+        self.with_batch(case.store, 13)
+        assert case.store.nonempty_object_partitions(case.asked) == case.expected
+        assert len(calls) > 5 and set(calls[:-1]) == {10} and 1 <= calls[-1] <= 10
+
+    def test_keys_span_the_ring_and_each_read_stays_in_one_range(self, case: RecheckCase) -> None:
+        store = case.store
+        self.with_batch(store, 16)
+        unique = list(dict.fromkeys(case.asked))
+        ranges = {ring_range(store, partition_token(key_values(store, *k))) for k in unique}
+        assert len(ranges) == len(store._cluster.metadata.token_map.ring)  # every range
+        reads = [store._bind_in_probe(*chunk) for chunk in store._verify_chunks(unique)]
+        covered: set[tuple[str, ...]] = set()
+        for bound in reads:
+            values = [bytes(v).decode("utf-8") for v in bound.values]
+            bucket = values[0] if store.config.bucket_column else None
+            parents = values[1:] if bucket is not None else values
+            assert len(parents) in (1, 2, 4, 8, 16)  # padded to a power of two or the batch
+            keys = [(bucket, p) if bucket is not None else (p,) for p in parents]
+            assert {ring_range(store, partition_token(k)) for k in keys} == {
+                ring_range(store, bound.routing_token)
+            }
+            assert bound.fetch_size is None
+            covered.update(keys)
+        stored = {store._key_values(*k) for k in unique}
+        assert covered == stored
+        # Neighbouring reads go to different ranges (interleaved), as far as there are several.
+        first = [ring_range(store, b.routing_token) for b in reads[:8]]
+        assert len(set(first)) == len(first)
+
+    def test_client_tokens_are_the_nodes_tokens(self, case: RecheckCase) -> None:
+        store = case.store
+        scanned = [key for batch in store.scan_object_partitions(Shard()) for key in batch]
+        assert len(scanned) > 400
+        for key in scanned:
+            assert partition_token(key_values(store, key.bucket, key.parent)) == key.token
+        # ... and what the driver routes a bound single-key read by.
+        for key in scanned[:50]:
+            bound = store._object_probe.bind(store._key_values(key.bucket, key.parent))
+            assert Murmur3Token.hash_fn(bound.routing_key) == key.token
+
+    def test_a_key_repeated_in_in_is_read_once(self, case: RecheckCase) -> None:
+        """Padding repeats a chunk's last key: Cassandra 5.0 reads it once, not each time."""
+        store = case.store
+        bucket, parent = next(iter(case.expected))
+        other = next(
+            k for k in dict.fromkeys(case.asked) if k not in case.expected and k[0] == bucket
+        )
+        stored = [stored_parent(store.config, p) for p in (parent, other[1])]
+        values = (stored[0], stored[1], stored[1], stored[1])
+        bound = store._in_probe(4).bind((bucket, *values) if store.config.bucket_column else values)
+        result = store._session.execute(bound, execution_profile="trace", trace=True)
+        assert len(result.current_rows) == 1
+        events = result.get_query_trace(max_wait_sec=10.0).events
+        reads = [e for e in events if "Executing single-partition query" in str(e.description)]
+        assert len(reads) == 2
+
+    def test_a_transient_failure_is_retried(
+        self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        calls = failing_execute_concurrent(monkeypatch, fail_first=1)
+        self.with_batch(case.store, 50)
+        assert case.store.nonempty_object_partitions(case.asked) == case.expected
+        assert len(calls) == 2 and calls[1] == 1  # every read, then the one that failed
+
+    @pytest.mark.parametrize("exc", [OperationTimedOut("client timeout"), NoHostAvailable("x", {})])
+    def test_a_chunk_that_keeps_failing_raises_never_a_partial_answer(
+        self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch, exc: Exception
+    ) -> None:
+        calls = failing_execute_concurrent(monkeypatch, fail_first=99, exc=exc)
+        self.with_batch(case.store, 50)
+        with pytest.raises(TransientStoreError, match=type(exc).__name__):
+            case.store.nonempty_object_partitions(case.asked)
+        assert calls[1:] == [1] * (cassandra_module.REQUEST_ATTEMPTS - 1)  # only that one again
+
+    def test_other_errors_are_raised_at_once(
+        self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        calls = failing_execute_concurrent(monkeypatch, fail_first=99, exc=InvalidRequest("no"))
+        with pytest.raises(InvalidRequest):
+            case.store.nonempty_object_partitions(case.asked)
+        assert len(calls) == 1
+
+    def test_no_keys_no_request(self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls = failing_execute_concurrent(monkeypatch, fail_first=99)
+        assert case.store.nonempty_object_partitions([]) == set()
+        assert calls == []
+
+
+def failing_execute_concurrent(
+    monkeypatch: pytest.MonkeyPatch, fail_first: int, exc: Exception | None = None
+) -> list[int]:
+    """Make the first read of each ``execute_concurrent`` call fail, ``fail_first`` times.
+
+    Returns the statements per call, as the calls happen. Backoff is skipped.
+    """
+    real = real_execute_concurrent
+    calls: list[int] = []
+    failure = exc if exc is not None else OperationTimedOut("client timeout")
+
+    def fake(session: object, items: list[tuple[object, object]], **kwargs: object) -> object:
+        calls.append(len(items))
+        results = list(real(session, items, **kwargs))
+        if len(calls) <= fail_first:
+            results[0] = (False, failure)
+        return results
+
+    monkeypatch.setattr(cassandra_module, "execute_concurrent", fake)
+    monkeypatch.setattr(cassandra_module, "_backoff", lambda attempt: None)
+    return calls
+
+
+@pytest.mark.cassandra
+def test_custom_mapping_refuses_a_foreign_bucket_as_the_single_probe_does(
+    custom_store: CassandraStore,
+) -> None:
+    with pytest.raises(UsageError, match="no bucket column"):
+        custom_store.nonempty_object_partitions([("only", "a/"), ("other", "a/")])
+    with pytest.raises(UsageError, match="no bucket column"):
+        custom_store.objects_partition_nonempty("other", "a/")
+
+
 # -- no node needed -------------------------------------------------------------------------------
 
 
@@ -445,6 +671,7 @@ root_parent = "<root>"
 fetch_size = 100
 splits_per_range = 2
 concurrency = 3
+verify_batch = 10
 request_timeout_s = 2
 connect_timeout_s = 1.5
 connect_retries = 5
@@ -497,6 +724,7 @@ def test_load_full_config(tmp_path: Path) -> None:
     assert cfg.consistency.delete == "EACH_QUORUM"
     assert cfg.consistency.build == "LOCAL_QUORUM"
     assert (cfg.fetch_size, cfg.splits_per_range, cfg.concurrency) == (100, 2, 3)
+    assert cfg.verify_batch == 10
     assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)
     assert (cfg.protocol_version, cfg.replication_factor) == (5, 3)
     assert (cfg.username, cfg.password) == ("file-user", "file-pass")
@@ -545,6 +773,8 @@ def test_unknown_config_key_is_named(tmp_path: Path, text: str, named: str) -> N
         ("[cassandra]\nfetch_size = true\n", "fetch_size must be int"),
         ("[cassandra]\nfetch_size = 0\n", "fetch_size must be at least 1"),
         ("[cassandra]\nconcurrency = 0\n", "concurrency must be at least 1"),
+        ("[cassandra]\nverify_batch = 0\n", "verify_batch must be at least 1"),
+        ("[cassandra]\nverify_batch = 1.5\n", "verify_batch must be int"),
         ("[cassandra]\nroot_parent = ''\n", "root_parent cannot be empty"),
         ("[cassandra.tables]\nfolders = 'bad-name'\n", "not a CQL identifier"),
         ("[cassandra.tables]\nfolders = 'objects'\n", "must be distinct"),
@@ -678,6 +908,22 @@ def test_cql_token_bounds() -> None:
     assert cql_token_bounds(MIN_TOKEN, MIN_TOKEN) is None
 
 
+def test_in_sizes_are_powers_of_two_up_to_the_batch() -> None:
+    sizes = [in_size(n, 100) for n in (1, 2, 3, 5, 33, 64, 65, 99, 100)]
+    assert sizes == [1, 2, 4, 8, 64, 64, 100, 100, 100]
+    assert (in_size(1, 1), in_size(5, 7), in_size(7, 7)) == (1, 7, 7)
+    assert len({in_size(n, 100) for n in range(1, 101)}) == 8  # statements prepared at most
+
+
+def test_partition_token_is_the_token_cassandra_computes() -> None:
+    # SELECT token(...) on Cassandra 5.0, for a composite and a single-column partition key.
+    assert partition_token(("b", "a/")) == 9067011995731547961
+    assert partition_token(("b1", "ü/日/")) == -5182798177890093462
+    assert partition_token(("ü/日/",)) == -1465017121307446527
+    with pytest.raises(UsageError, match="65535 bytes"):
+        partition_token(("b", "x" * 65536))
+
+
 # -- errors and schema text ------------------------------------------------------------------------
 
 
@@ -715,7 +961,6 @@ def test_schema_cql_quotes_mapped_identifiers() -> None:
     assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
 
 
-
 # -- routing of token-range reads ------------------------------------------------------------------
 
 
@@ -748,9 +993,7 @@ class FakeTokenMap:
         return self.owner[token.value]
 
 
-def routed_plan(
-    token: int | None, replicas: list[FakeHost]
-) -> tuple[list[str], FakeTokenMap]:
+def routed_plan(token: int | None, replicas: list[FakeHost]) -> tuple[list[str], FakeTokenMap]:
     """The plan (host names) for a statement routed to ``token``, owned by ``replicas``."""
     hosts = [FakeHost("h1"), FakeHost("h2"), *replicas]
     token_map = FakeTokenMap({42: replicas})

@@ -11,6 +11,7 @@ replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictl
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import math
@@ -86,6 +87,7 @@ __all__ = [
     "init_schema",
     "map_error",
     "model_parent",
+    "partition_token",
     "ring_splits",
     "schema_cql",
     "stored_parent",
@@ -107,6 +109,8 @@ COUNT_LIMIT = 1_000_000
 #: a lower bound of the serialized size of a folders row beyond its name: flags, clustering
 #: header, name length, row size, previous row size, timestamp delta (1 byte each at least)
 ROW_OVERHEAD_BYTES = 6
+#: verify re-check: IN reads bound and run at a time (bounds the bound statements held at once)
+VERIFY_WAVE_READS = 1000
 #: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
@@ -180,6 +184,27 @@ def model_parent(cfg: CassandraConfig, stored: str) -> str:
             )
         return stored[len(prefix) :]
     return stored[len(root) :] if stored.startswith(root) else stored
+
+
+def partition_token(values: Sequence[str]) -> int:
+    """The Murmur3 token Cassandra gives a partition key of text columns, computed here.
+
+    The routing key is what the driver builds for a bound statement: a single column's UTF-8
+    bytes, or for a composite key each component as a 2-byte length, the bytes and a 0 byte.
+    """
+    parts = [value.encode("utf-8") for value in values]
+    if any(len(part) > 0xFFFF for part in parts):
+        raise UsageError("a partition key component is longer than 65535 bytes")
+    if len(parts) == 1:
+        key = parts[0]
+    else:
+        key = b"".join(len(part).to_bytes(2, "big") + part + b"\0" for part in parts)
+    return int(Murmur3Token.hash_fn(key))
+
+
+def in_size(keys: int, batch: int) -> int:
+    """The ``IN`` size a chunk of ``keys`` partitions is padded to: a power of two or ``batch``."""
+    return min(1 << (keys - 1).bit_length(), batch)
 
 
 # -- token ranges -----------------------------------------------------------------------------
@@ -510,6 +535,9 @@ class CassandraStore(Store):
             *((cfg.bucket_column,) if cfg.bucket_column else ()),
             cfg.parent_column,
         )
+        #: the verify re-check's IN reads by number of bind markers, prepared when first needed
+        self._in_probes: dict[int, PreparedStatement] = {}
+        self._in_probes_lock = threading.Lock()
         self._prepare_all()
 
     @classmethod
@@ -570,9 +598,7 @@ class CassandraStore(Store):
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
         self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
         self._insert = {
-            table: p(
-                f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?"
-            )
+            table: p(f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?")
             for table, ref in (("objects", objects), ("folders", folders))
         }
         self._put_cell = p(
@@ -890,9 +916,7 @@ class CassandraStore(Store):
             bounds = cql_token_bounds(lo, hi)
             if bounds is None:
                 continue
-            result = self._execute(
-                self._scan_folders, bounds, "sweep", fetch_size=rows_per_sample
-            )
+            result = self._execute(self._scan_folders, bounds, "sweep", fetch_size=rows_per_sample)
             for row in result.current_rows:
                 total += len(str(row[-1]).encode("utf-8"))
                 count += 1
@@ -904,28 +928,131 @@ class CassandraStore(Store):
         result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
         return bool(result.current_rows)
 
-    def nonempty_object_partitions(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> set[tuple[str, str]]:
-        """Probe every partition with ``concurrency`` requests in flight.
+    def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """The keys whose objects partition holds a row, read ``verify_batch`` partitions at once.
 
-        A probe that keeps failing raises TransientStoreError: an unverified directory must
-        not be treated as empty, and silently treating it as non-empty would hide an outage.
+        One read per chunk, ``concurrency`` chunks in flight, at the verify consistency::
+
+            SELECT bucket, parent FROM objects
+            WHERE bucket = ? AND parent IN (?, …) PER PARTITION LIMIT 1
+
+        (without ``bucket = ?`` when the mapping has no bucket column). Each partition is read
+        as the single-key probe reads it (``LIMIT 1``), so the answers are the same; a partition
+        holding only static cells counts as non-empty in both. The keys are grouped by bucket and
+        by the ring range their token (computed here, see ``partition_token``) falls in, sorted
+        by token and cut into chunks; each chunk carries the token of its first key as its
+        ``routing_token``, so ``RangeAwarePolicy`` sends it to a replica of that range, which
+        reads every partition of the chunk locally. Chunks of different ranges are interleaved,
+        so the requests in flight spread over the replicas. Reads are bound and run
+        VERIFY_WAVE_READS at a time, so memory does not grow with the bound statements.
+
+        A short chunk (the last of a group) is padded, by repeating its last key, to the next
+        power of two (or ``verify_batch``): at most ⌈log2 verify_batch⌉ + 1 statements are
+        prepared, and a padded chunk carries at most twice its keys. Cassandra reads a key
+        repeated in ``IN`` once (tests check this on the node); the answer would be the same if
+        it did not. Responses are not paged: a chunk returns at most one row per key.
+
+        Guardrails: Cassandra 5.0's ``partition_keys_in_select_warn_threshold`` and
+        ``partition_keys_in_select_fail_threshold`` are off (-1) by default. Where an operator
+        sets them, keep ``verify_batch`` at or below the fail threshold (every chunk would be
+        refused with InvalidRequest, and the job would stop) and below the warn threshold (one
+        server warning per chunk otherwise). A chunk's reads share one request timeout: lower
+        ``verify_batch`` if partitions full of tombstones make chunks time out.
+
+        A chunk that keeps failing after REQUEST_ATTEMPTS attempts raises TransientStoreError
+        (any other error is raised as it is), never a partial answer: an unverified directory
+        must not be treated as empty, and silently treating it as non-empty would hide an
+        outage.
         """
         unique = list(dict.fromkeys(keys))
-        results = self._run_many(
-            self._object_probe,
-            [self._key_values(b, p) for b, p in unique],
-            "verify",
-            retries=REQUEST_ATTEMPTS - 1,
-        )
+        if not unique:
+            return set()
+        asked = set(unique)
+        cfg = self.config
+        chunks = self._verify_chunks(unique)
         out: set[tuple[str, str]] = set()
-        for key, result in zip(unique, results, strict=True):
-            if isinstance(result, BaseException):
-                raise map_error(result) from result
-            if result.current_rows:
-                out.add(key)
+        for start in range(0, len(chunks), VERIFY_WAVE_READS):
+            results = self._run_statements(
+                [
+                    (self._bind_in_probe(*chunk), ())
+                    for chunk in chunks[start : start + VERIFY_WAVE_READS]
+                ],
+                "verify",
+                retries=REQUEST_ATTEMPTS - 1,
+            )
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise map_error(result) from result
+                if result.has_more_pages:
+                    raise RuntimeError("an unpaged verify read returned a paged answer")
+                for row in result.current_rows:
+                    bucket, stored = (
+                        (row[0], row[1]) if cfg.bucket_column else (cfg.bucket_name, row[0])
+                    )
+                    key = (bucket, model_parent(cfg, stored))
+                    if key not in asked:
+                        raise SchemaError(
+                            f"the verify read returned partition {(bucket, stored)!r}, which maps"
+                            f" to {key!r}, a key it did not ask for; check the [cassandra] mapping"
+                        )
+                    out.add(key)
         return out
+
+    def _verify_chunks(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> list[tuple[str, list[tuple[int, str]]]]:
+        """``keys`` (distinct) as (bucket, [(token, stored parent)]) chunks, one range each.
+
+        Chunks hold at most ``verify_batch`` keys of one bucket and one ring range, in token
+        order; the n-th chunks of every (bucket, range) come before the (n+1)-th, so neighbours
+        go to different replicas.
+        """
+        token_map = self._cluster.metadata.token_map
+        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
+        # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
+        # ring token wrap around to range 0.
+        groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for bucket, parent in keys:
+            values = cast(tuple[str, ...], self._key_values(bucket, parent))
+            token = partition_token(values)
+            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
+            groups.setdefault((bucket, where), []).append((token, values[-1]))
+        batch = self.config.verify_batch
+        chunks: list[tuple[int, int, str, list[tuple[int, str]]]] = []
+        for order, ((bucket, _), members) in enumerate(sorted(groups.items())):
+            members.sort()
+            for index, start in enumerate(range(0, len(members), batch)):
+                chunks.append((index, order, bucket, members[start : start + batch]))
+        chunks.sort(key=lambda chunk: chunk[:2])
+        return [(bucket, members) for _, _, bucket, members in chunks]
+
+    def _bind_in_probe(self, bucket: str, chunk: Sequence[tuple[int, str]]) -> Any:
+        """The IN read of one chunk of (token, stored parent), routed to its first token."""
+        size = in_size(len(chunk), self.config.verify_batch)
+        parents = [stored for _, stored in chunk]
+        parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
+        values = (bucket, *parents) if self.config.bucket_column else tuple(parents)
+        bound = self._in_probe(size).bind(values)
+        bound.routing_token = chunk[0][0]
+        bound.fetch_size = None  # at most one row per key: one unpaged response
+        return bound
+
+    def _in_probe(self, size: int) -> PreparedStatement:
+        """``SELECT key FROM objects WHERE … parent IN (size markers) PER PARTITION LIMIT 1``."""
+        with self._in_probes_lock:
+            stmt = self._in_probes.get(size)
+            if stmt is None:
+                cfg = self.config
+                objects = f"{_q(cfg.keyspace)}.{_q(cfg.objects_table)}"
+                key = ", ".join(_q(c) for c in self._key_columns)
+                bucket_eq = f"{_q(cfg.bucket_column)} = ? AND " if cfg.bucket_column else ""
+                marks = ", ".join("?" * size)
+                stmt = self._in_probes[size] = self._prepare(
+                    f"SELECT {key} FROM {objects}"
+                    f" WHERE {bucket_eq}{_q(cfg.parent_column)} IN ({marks})"
+                    " PER PARTITION LIMIT 1"
+                )
+            return stmt
 
     def _run_many(
         self, stmt: Any, params: Sequence[Params], profile: str, *, retries: int = 0
