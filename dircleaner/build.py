@@ -107,22 +107,31 @@ def ancestor_keys(
     If a directory is in the recent cache, all of its ancestors went into the filter with it, so
     the upward walk stops there.
     """
-    recent: set[str] = set()
+    # Per bucket: directories recently inserted (keyed without the bucket, so a cache hit costs
+    # no string building). Keys come in token order, so the bucket rarely changes between keys.
+    recent: dict[str, set[str]] = {}
+    cached = 0
     done = 0
+    last_bucket: str | None = None
+    seen: set[str] = set()
+    prefix = ""
     for batch in batches:
         keys: list[bytes] = []
-        for key in batch:
-            prefix = key.bucket + "\0"
-            directory = key.parent
-            while directory:
-                cached = prefix + directory
-                if cached in recent:
-                    break
-                recent.add(cached)
-                keys.append(cached.encode("utf-8"))
+        append = keys.append
+        for _token, bucket, directory in batch:
+            if bucket != last_bucket:
+                seen = recent.setdefault(bucket, set())
+                prefix = bucket + "\0"
+                last_bucket = bucket
+            while directory and directory not in seen:
+                seen.add(directory)
+                append((prefix + directory).encode("utf-8"))
                 directory = directory[: directory.rfind("/", 0, len(directory) - 1) + 1]
-        if len(recent) > ANCESTOR_CACHE:
+        cached += len(keys)
+        if cached > ANCESTOR_CACHE:
             recent.clear()
+            last_bucket = None
+            cached = 0
         done += len(batch)
         progress("build", done, None)
         yield len(batch), keys

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,8 +21,15 @@ from dircleaner.filterstore import (
 )
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.parallel import map_shards
-from dircleaner.plan import DeletionPlan, drop_nonempty, empty_dirs_of, plan_deletions
+from dircleaner.plan import (
+    BucketDir,
+    DeletionPlan,
+    PartitionFacts,
+    drop_nonempty,
+    plan_deletions,
+)
 from dircleaner.progress import Progress, no_progress
+from dircleaner.recheck import RECHECK_CHUNK, nonempty_object_partitions
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, sweep
 from dircleaner.timeutil import now_us
@@ -133,6 +143,11 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
 
 def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progress) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete."""
+    with _no_cyclic_gc():
+        return _run_clean(store, config, progress)
+
+
+def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanReport:
     phases: dict[str, float] = {}
     started = time.monotonic()
     swept = run_sweep(store, config.sweep, progress)
@@ -148,11 +163,7 @@ def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progres
     verified = dropped = 0
     if config.verify:
         started = time.monotonic()
-        empty = sorted(empty_dirs_of(facts))
-        nonempty = store.nonempty_object_partitions(empty)
-        verified, dropped = len(empty), len(nonempty)
-        if nonempty:
-            facts = drop_nonempty(facts, nonempty)
+        facts, verified, dropped = _recheck(store, facts)
         phases["verify"] = time.monotonic() - started
         progress("verify", verified, verified)
 
@@ -169,6 +180,51 @@ def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progres
                 stream.close()
         phases["delete"] = time.monotonic() - started
     return CleanReport(swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases)
+
+
+def _recheck(store: Store, facts: list[PartitionFacts]) -> tuple[list[PartitionFacts], int, int]:
+    """Re-check every empty directory's objects partition; drop the non-empty (and ancestors).
+
+    Streams the directories in chunks rather than building one set of them all: each candidate
+    row is a distinct directory, and an absent partition's own directory is almost always also a
+    candidate row of its parent partition, so only the few that are not are kept aside.
+    """
+    orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
+    nonempty: set[BucketDir] = set()
+    checked = 0
+    chunk: list[BucketDir] = []
+    for fact in facts:
+        for row in fact.candidates:
+            directory = (row.bucket, row.parent + row.name + "/")
+            orphans.discard(directory)
+            chunk.append(directory)
+        if len(chunk) >= RECHECK_CHUNK:
+            nonempty |= nonempty_object_partitions(store, chunk)
+            checked += len(chunk)
+            chunk = []
+    chunk.extend(sorted(orphans))
+    if chunk:
+        nonempty |= nonempty_object_partitions(store, chunk)
+        checked += len(chunk)
+    if nonempty:
+        facts = drop_nonempty(facts, nonempty)
+    return facts, checked, len(nonempty)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic GC while millions of long-lived, acyclic rows are alive.
+
+    Every full collection walks all of them (sweep facts, plan actions) and finds nothing;
+    reference counting still frees everything as usual.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def run_job(

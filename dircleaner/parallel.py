@@ -8,7 +8,6 @@ travel back.
 from __future__ import annotations
 
 import multiprocessing
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -63,7 +62,7 @@ def map_shards(
             pending = pool.map_async(_worker, shards)
             while not pending.ready():
                 progress(phase, int(_COUNTER.value), None)
-                time.sleep(0.5)
+                pending.wait(0.5)  # returns as soon as the workers are done
             results: list[R] = pending.get()
     finally:
         _TASK = _COUNTER = None

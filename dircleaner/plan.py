@@ -18,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TypeVar
 
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
 from dircleaner.store.base import FolderRow, PartitionKey
 
 BucketDir = tuple[str, str]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,11 @@ class PartitionFacts:
     def __post_init__(self) -> None:
         if len(self.candidates) > self.total_rows:
             raise ValueError(f"partition {self.key.parent!r}: more candidates than rows")
+
+    def __reduce__(self) -> tuple[type[PartitionFacts], tuple[object, ...]]:
+        # Sweep workers send facts back pickled; the dataclass default for frozen slots classes
+        # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
+        return (PartitionFacts, (self.key, self.total_rows, self.candidates, self.dir_absent))
 
 
 class ActionKind(Enum):
@@ -139,26 +146,26 @@ def plan_deletions(facts: Iterable[PartitionFacts], max_row_tombstones: int) -> 
         DeleteAction(ActionKind.PARTITION, fact.key, fact.candidates)
         for fact in sorted(dead, key=_partition_order)
     ]
-    per_partition: list[list[FolderRow]] = []
+    per_partition: list[list[DeleteAction]] = []
     deferred: list[FolderRow] = []
     budget_used: dict[tuple[str, str], int] = {}
+    row_kind = ActionKind.ROW
     for fact in sorted(live, key=_partition_order):
-        rows = list(fact.candidates)
+        rows = fact.candidates
         allowed, held = rows[:max_row_tombstones], rows[max_row_tombstones:]
         deferred.extend(held)
         if allowed:
-            per_partition.append(allowed)
-            budget_used[(fact.key.bucket, fact.key.parent)] = len(allowed)
-    actions.extend(
-        DeleteAction(ActionKind.ROW, PartitionKey(row.token, row.bucket, row.parent), (row,))
-        for row in round_robin(per_partition)
-    )
+            # A row's partition is the fact's: one shared key, not a copy per action.
+            key = fact.key
+            per_partition.append([DeleteAction(row_kind, key, (row,)) for row in allowed])
+            budget_used[(key.bucket, key.parent)] = len(allowed)
+    actions.extend(round_robin(per_partition))
     return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
 
 
-def round_robin(groups: list[list[FolderRow]]) -> list[FolderRow]:
+def round_robin(groups: list[list[T]]) -> list[T]:
     """One item from each group in turn, until all are used."""
-    out: list[FolderRow] = []
+    out: list[T] = []
     depth = 0
     remaining = [g for g in groups if g]
     while remaining:

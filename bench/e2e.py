@@ -1,0 +1,568 @@
+"""End-to-end benchmark: ``dircleaner run`` against its scan-only floor, on a synthetic dataset.
+
+    python bench/e2e.py --dirs 1000000 --out result.json
+
+1. Generates (once; cached under ``--cache-dir``, keyed by the dataset parameters) a synthetic
+   SQLite metastore of about ``--dirs`` directories and its ground truth (the empty directories).
+2. Copies the dataset file to a scratch file (not timed), so the cached dataset stays pristine.
+3. Measures, in this one run, on that copy:
+   * the *scan-only floor*: the two scans the job needs (object partition keys, folder rows),
+     doing no work, single process;
+   * the full ``dircleaner run`` (build + sweep + verify + plan + deletes, ``--rate 0``) with
+     ``--workers`` processes, as a subprocess whose process tree is sampled for RSS/PSS;
+   * the filter engines, ours vs ``pybloom-live``, on the same keys (a sample at scale);
+   * the filter's false-positive rate on known negatives (the truly empty directories), and the
+     precision and recall of the deletes (the audit log) against the ground truth;
+   * the size of an exact Python ``set`` of the directories (sampled and extrapolated).
+4. Writes JSON (``--out``) and prints a Markdown table.
+
+Speed is a ratio (``run_over_scan``) measured in one run: absolute seconds on a shared machine are
+noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dircleaner.bloom import new_filter
+from dircleaner.build import ancestor_keys
+from dircleaner.groundtruth import audited_dirs, read_truth
+from dircleaner.job import SweepConfig, load_filter
+from dircleaner.paths import DEFAULT_BUCKET, filter_key
+from dircleaner.store import open_store
+from dircleaner.store.base import Shard, Store
+from dircleaner.synth import SynthSpec, generate
+
+DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
+BATCH = 10_000
+SAMPLE_EVERY_S = 0.2
+
+# Runs the job and reports the peak RSS of its largest process (RUSAGE_CHILDREN covers every
+# waited-for descendant, so the forked workers too) and its own wall time.
+_WRAPPER = """
+import json, resource, subprocess, sys, time
+with open(sys.argv[1], "w") as out, open(sys.argv[2], "w") as err:
+    started = time.perf_counter()
+    rc = subprocess.call(sys.argv[3:], stdout=out, stderr=err)
+    seconds = time.perf_counter() - started
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kb": usage.ru_maxrss}))
+"""
+
+_CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner'; main()"
+
+
+# -- the dataset ------------------------------------------------------------------------------
+
+
+def dataset_dir(cache: Path, spec: SynthSpec) -> Path:
+    return cache / f"synth-d{spec.dirs}-s{spec.seed}-e{spec.empty_fraction:g}-{spec.bucket}"
+
+
+def ensure_dataset(cache: Path, spec: SynthSpec) -> tuple[Path, dict[str, Any]]:
+    """The cached dataset for ``spec``, generated once, atomically (a partial one is redone)."""
+    final = dataset_dir(cache, spec)
+    meta_path = final / "gen.json"
+    if meta_path.is_file():
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+        meta["cached"] = True
+        return final, meta
+    partial = final.with_name(final.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    print(f"generating {spec.dirs:,} directories into {final} ...", file=sys.stderr)
+    store = open_store(f"sqlite:///{(partial / 'meta.db').resolve()}", create=True)
+    started = time.perf_counter()
+    try:
+        result = generate(store, spec, partial / "truth.txt", spill_dir=partial)
+    finally:
+        store.close()
+    meta = {
+        "dirs": result.dirs,
+        "empty_dirs": result.empty_dirs,
+        "objects": result.objects,
+        "gen_s": time.perf_counter() - started,
+        "generate_s": result.generate_seconds,
+        "load_s": result.load_seconds,
+        "timestamp_us": result.timestamp_us,
+    }
+    (partial / "gen.json").write_text(json.dumps(meta, indent=2))
+    partial.rename(final)
+    meta["cached"] = False
+    return final, meta
+
+
+def store_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+def copy_dataset(src: Path, dst: Path) -> float:
+    """Copy the database file (the dataset is checkpointed: no WAL to carry over)."""
+    started = time.perf_counter()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{dst}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(src, dst)
+    return time.perf_counter() - started
+
+
+# -- the floor --------------------------------------------------------------------------------
+
+
+def scan_floor(store: Store) -> dict[str, Any]:
+    """The two scans of the job, doing nothing with the rows, in this one process."""
+    started = time.perf_counter()
+    partitions = 0
+    for batch in store.scan_object_partitions(Shard()):
+        partitions += len(batch)
+    mid = time.perf_counter()
+    rows = 0
+    for rows_batch in store.scan_folder_rows(Shard()):
+        rows += len(rows_batch)
+    done = time.perf_counter()
+    return {
+        "scan_only_s": done - started,
+        "scan_objects_s": mid - started,
+        "scan_folders_s": done - mid,
+        "object_partitions": partitions,
+        "folder_rows": rows,
+    }
+
+
+# -- the run, and its memory ------------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+        except OSError:
+            pass
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        pids.append(p)
+        todo.extend(_children(p))
+    return pids
+
+
+def _memory_kb(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of one process in KiB; (0, 0) if it is gone."""
+    rss = pss = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    pss = int(line.split()[1])
+    except OSError:
+        pass
+    return rss, pss
+
+
+class TreeSampler(threading.Thread):
+    """Samples the RSS and PSS of a process tree until stopped."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.max_single_rss_kb = 0
+        self.max_sum_rss_kb = 0
+        self.max_sum_pss_kb = 0
+        self.max_processes = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            # The wrapper itself is excluded: it is not part of the job.
+            pids = [p for p in _tree(self.pid) if p != self.pid]
+            mems = [_memory_kb(p) for p in pids]
+            rss = [m[0] for m in mems]
+            if rss:
+                self.max_single_rss_kb = max(self.max_single_rss_kb, max(rss))
+            self.max_sum_rss_kb = max(self.max_sum_rss_kb, sum(rss))
+            self.max_sum_pss_kb = max(self.max_sum_pss_kb, sum(m[1] for m in mems))
+            self.max_processes = max(self.max_processes, sum(1 for r in rss if r))
+            self._halt.wait(SAMPLE_EVERY_S)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def run_job(db: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """``dircleaner run`` on ``db`` as a subprocess; its summary, wall time and memory."""
+    audit = work / "audit.jsonl"
+    audit.unlink(missing_ok=True)
+    out, err = work / "run.json", work / "run.log"
+    cmd = [
+        sys.executable,
+        "-c",
+        _CLI,
+        "--store",
+        store_url(db),
+        "run",
+        "--rate",
+        "0",
+        "--fpr",
+        str(args.fpr),
+        "--workers",
+        str(args.workers),
+        "--concurrency",
+        str(args.concurrency),
+        "--max-tombstones-per-partition",
+        str(args.max_tombstones_per_partition),
+        "--audit-log",
+        str(audit),
+        "--json",
+    ]
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRAPPER, str(out), str(err), *cmd],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    stdout, _ = proc.communicate()
+    wall = time.perf_counter() - started
+    sampler.stop()
+    wrapped = json.loads(stdout)
+    if wrapped["rc"] != 0:
+        raise SystemExit(f"dircleaner run failed (exit {wrapped['rc']}); see {err}")
+    return {
+        "summary": json.loads(out.read_text()),
+        "run_s": wrapped["seconds"],
+        "run_wall_with_wrapper_s": wall,
+        "peak_rss_single_mb": wrapped["maxrss_kb"] / 1024,
+        "peak_rss_single_sampled_mb": sampler.max_single_rss_kb / 1024,
+        "peak_rss_sum_mb": sampler.max_sum_rss_kb / 1024,
+        "peak_pss_sum_mb": sampler.max_sum_pss_kb / 1024,
+        "max_processes": sampler.max_processes,
+        "audit_log": audit,
+    }
+
+
+# -- the filter, against the truth --------------------------------------------------------------
+
+
+def _chunks(items: list[bytes], size: int = BATCH) -> Iterator[list[bytes]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def filter_quality(db: Path, generation: str, truth: set[str], bucket: str) -> dict[str, Any]:
+    """The run's filter (all shards merged) tested on every truly empty directory."""
+    store = open_store(store_url(db))
+    try:
+        loaded = load_filter(store, SweepConfig(generation=generation))
+    finally:
+        store.close()
+    header, filt = loaded.header, loaded.filt
+    keys = [filter_key(bucket, d) for d in sorted(truth)]
+    false_pos = sum(int(filt.contains_many(chunk).sum()) for chunk in _chunks(keys))
+    optimum = -math.log(header.target_p) / math.log(2) ** 2
+    bits_per_dir = header.m / header.expected_n
+    return {
+        "m_bits": header.m,
+        "k": header.k,
+        "n_sized": header.expected_n,
+        "bits_per_dir": bits_per_dir,
+        "bits_per_dir_optimum": optimum,
+        "bits_per_dir_over_optimum": bits_per_dir / optimum,
+        "fill_ratio": loaded.fill_ratio,
+        "fpr_estimated_from_fill": loaded.estimated_fpr,
+        "fpr_measured": false_pos / len(keys) if keys else 0.0,
+        "false_positives": false_pos,
+    }
+
+
+def score_deletes(audit: Path, truth: set[str], bucket: str, deferred: int) -> dict[str, Any]:
+    deleted = set(audited_dirs(audit, bucket)) if audit.exists() else set()
+    right = len(deleted & truth)
+    return {
+        "deleted": len(deleted),
+        "deleted_nonempty": len(deleted - truth),
+        "precision": right / len(deleted) if deleted else 1.0,
+        "recall": right / len(truth) if truth else 1.0,
+        # Deferred entries are known empty but held back by the per-partition tombstone budget
+        # (they go in a later run): this is the recall of the filter and the sweep themselves.
+        "recall_with_deferred": min(1.0, (right + deferred) / len(truth)) if truth else 1.0,
+    }
+
+
+# -- engines and the exact set --------------------------------------------------------------------
+
+
+def _sample_insert_keys(store: Store, limit: int) -> list[bytes]:
+    """The ancestor keys the build inserts, in scan order, the first ``limit`` of them."""
+    out: list[bytes] = []
+    for _, keys in ancestor_keys(store.scan_object_partitions(Shard())):
+        out.extend(keys)
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def _sample_folder_keys(store: Store, limit: int) -> list[bytes]:
+    out: list[bytes] = []
+    for batch in store.scan_folder_rows(Shard()):
+        out.extend(filter_key(r.bucket, r.parent + r.name + "/") for r in batch)
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def _time_engine(engine: str, n: int, p: float, inserts: list[bytes], queries: list[bytes]) -> Any:
+    filt = new_filter(engine, n, p, 12345)
+    started = time.perf_counter()
+    for chunk in _chunks(inserts):
+        filt.add_many(chunk)
+    added = time.perf_counter()
+    answers = [filt.contains_many(chunk) for chunk in _chunks(queries)]
+    done = time.perf_counter()
+    present_inserted = all(bool(a.all()) for a in map(filt.contains_many, _chunks(inserts[:BATCH])))
+    return added - started, done - added, answers, present_inserted, filt.nbytes
+
+
+def engines(db: Path, n_sized: int, p: float, sample: int) -> dict[str, Any]:
+    """Ours vs pybloom-live: add the same ancestor keys, test the same folder keys."""
+    store = open_store(store_url(db))
+    try:
+        inserts = _sample_insert_keys(store, sample)
+        queries = _sample_folder_keys(store, sample)
+    finally:
+        store.close()
+    ours = _time_engine("mmh3", n_sized, p, inserts, queries)
+    ref = _time_engine("pybloom-live", n_sized, p, inserts, queries)
+    ours_s, ref_s = ours[0] + ours[1], ref[0] + ref[1]
+    ours_yes = sum(int(a.sum()) for a in ours[2])
+    ref_yes = sum(int(a.sum()) for a in ref[2])
+    keys = len(inserts) + len(queries)
+    return {
+        "filter_speedup_vs_pybloom_live": ref_s / ours_s,
+        "filter_sample": {
+            "note": "both engines sized for n_sized, fed the same keys: the first inserted "
+            "ancestor keys of the build and the first folder keys of the sweep (scan order); "
+            "per-key times scale to the full data",
+            "insert_keys": len(inserts),
+            "query_keys": len(queries),
+            "ours_add_s": ours[0],
+            "ours_contains_s": ours[1],
+            "pybloom_live_add_s": ref[0],
+            "pybloom_live_contains_s": ref[1],
+            "ours_ns_per_key": ours_s / keys * 1e9,
+            "pybloom_live_ns_per_key": ref_s / keys * 1e9,
+            "ours_present": ours_yes,
+            "pybloom_live_present": ref_yes,
+            "no_false_negatives": bool(ours[3] and ref[3]),
+        },
+    }
+
+
+def exact_set_size(db: Path, total_dirs: int, sample: int, seed: int) -> dict[str, Any]:
+    """Bytes of a Python ``set`` of the directory paths (set + strings), sampled, extrapolated."""
+    store = open_store(store_url(db))
+    try:
+        rows: list[str] = []
+        for batch in store.scan_folder_rows(Shard()):
+            rows.extend(r.parent + r.name + "/" for r in batch)
+            if len(rows) >= sample:
+                break
+    finally:
+        store.close()
+    random.Random(seed).shuffle(rows)
+    dirs = set(rows[:sample])
+    per_dir = (sys.getsizeof(dirs) + sum(sys.getsizeof(d) for d in dirs)) / len(dirs)
+    return {
+        "exact_set_bytes": int(per_dir * total_dirs),
+        "exact_set_bytes_per_dir": per_dir,
+        "exact_set_sample": len(dirs),
+    }
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def mem_gb() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def markdown(r: dict[str, Any]) -> str:
+    p = r["fpr_target"]
+    opt = r["bits_per_dir_optimum"]
+
+    def ok(flag: bool) -> str:
+        return "yes" if flag else "**no**"
+
+    rows = [
+        ("dirs", f"{r['dirs']:,}", "", ""),
+        ("gen_s", f"{r['gen_s']:.1f}", "≤ 600 at 30M", ok(r["gen_s"] <= 600 or r["dirs"] < 3e7)),
+        ("scan_only_s (1 process)", f"{r['scan_only_s']:.1f}", "", ""),
+        (f"run_s (--workers {r['workers']})", f"{r['run_s']:.1f}", "", ""),
+        ("run_over_scan", f"{r['run_over_scan']:.3f}", "≤ 1.3", ok(r["run_over_scan"] <= 1.3)),
+        ("peak_rss_mb (largest process)", f"{r['peak_rss_mb']:.0f}", "≤ 1024",
+         ok(r["peak_rss_mb"] <= 1024)),
+        ("peak_rss_sum_mb / peak_pss_sum_mb", f"{r['peak_rss_sum_mb']:.0f} / "
+         f"{r['peak_pss_sum_mb']:.0f}", "", ""),
+        ("filter_bytes", f"{r['filter_bytes']:,}", "", ""),
+        ("exact_set_bytes (extrapolated)", f"{r['exact_set_bytes']:,}", "", ""),
+        ("bits_per_dir (m / n_sized)", f"{r['bits_per_dir']:.3f} (optimum {opt:.3f})",
+         "within 5%", ok(abs(r["bits_per_dir"] / opt - 1) <= 0.05)),
+        ("fpr_target / fpr_measured", f"{p} / {r['fpr_measured']:.5f}", "±20%",
+         ok(abs(r["fpr_measured"] / p - 1) <= 0.2)),
+        ("fpr_estimated_from_fill", f"{r['fpr_estimated_from_fill']:.5f}", "", ""),
+        ("precision", f"{r['precision']:.6f}", "= 1.0", ok(r["precision"] == 1.0)),
+        ("recall", f"{r['recall']:.5f}", f"≥ {1 - 1.5 * p:.4f}", ok(r["recall"] >= 1 - 1.5 * p)),
+        ("recall_with_deferred", f"{r['recall_with_deferred']:.5f}", f"≥ {1 - 1.5 * p:.4f}",
+         ok(r["recall_with_deferred"] >= 1 - 1.5 * p)),
+        ("filter_speedup_vs_pybloom_live", f"{r['filter_speedup_vs_pybloom_live']:.1f}×", "≥ 10",
+         ok(r["filter_speedup_vs_pybloom_live"] >= 10)),
+        ("cores / mem_gb", f"{r['cores']} / {r['mem_gb']:.1f}", "", ""),
+    ]
+    lines = ["| metric | value | target | met |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dirs", type=int, required=True, help="directories in the dataset")
+    ap.add_argument("--out", type=Path, help="write the JSON result here")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--empty-fraction", type=float, default=0.05)
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
+    ap.add_argument("--work-dir", type=Path, help="where the scratch copy goes (default: cache)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--fpr", type=float, default=0.01)
+    ap.add_argument("--concurrency", type=int, default=1000, help="delete batch size")
+    ap.add_argument("--max-tombstones-per-partition", type=int, default=500)
+    ap.add_argument("--filter-sample", type=int, default=2_000_000, help="keys per engine test")
+    ap.add_argument("--set-sample", type=int, default=1_000_000)
+    ap.add_argument("--gen-only", action="store_true", help="only make sure the dataset exists")
+    ap.add_argument("--keep-copy", action="store_true", help="keep the scratch copy")
+    args = ap.parse_args()
+
+    spec = SynthSpec(dirs=args.dirs, seed=args.seed, empty_fraction=args.empty_fraction)
+    data, meta = ensure_dataset(args.cache_dir, spec)
+    if args.gen_only:
+        print(json.dumps(meta))
+        return
+    work = (args.work_dir or args.cache_dir) / f"run-d{args.dirs}-s{args.seed}"
+    work.mkdir(parents=True, exist_ok=True)
+    db = work / "meta.db"
+    log = sys.stderr
+
+    copy_s = copy_dataset(data / "meta.db", db)
+    print(f"copied the dataset in {copy_s:.1f}s (not timed)", file=log)
+    store = open_store(store_url(db))
+    try:
+        floor = scan_floor(store)
+    finally:
+        store.close()
+    print(f"scan-only floor: {floor['scan_only_s']:.1f}s", file=log)
+    ran = run_job(db, args, work)
+    summary = ran["summary"]
+    print(f"run: {ran['run_s']:.1f}s", file=log)
+
+    truth = read_truth(data / "truth.txt")
+    bucket = DEFAULT_BUCKET
+    build = summary["build"]
+    quality = filter_quality(db, build["generation"], truth, bucket)
+    deferred = summary["clean"]["plan"]["deferred"]
+    scores = score_deletes(ran["audit_log"], truth, bucket, deferred)
+    print("scored; timing the filter engines ...", file=log)
+    eng = engines(data / "meta.db", quality["n_sized"], args.fpr, args.filter_sample)
+    exact = exact_set_size(data / "meta.db", meta["dirs"], args.set_sample, args.seed)
+    if not args.keep_copy:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+    self_usage = resource.getrusage(resource.RUSAGE_SELF)
+    result: dict[str, Any] = {
+        "dirs": meta["dirs"],
+        "dirs_requested": args.dirs,
+        "empty_dirs": meta["empty_dirs"],
+        "objects": meta["objects"],
+        "gen_s": meta["gen_s"],
+        "gen_cached": meta["cached"],
+        "scan_only_s": floor["scan_only_s"],
+        "run_s": ran["run_s"],
+        "run_over_scan": ran["run_s"] / floor["scan_only_s"],
+        "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
+        "peak_rss_sum_mb": ran["peak_rss_sum_mb"],
+        "peak_pss_sum_mb": ran["peak_pss_sum_mb"],
+        "filter_bytes": build["filter_bytes"],
+        "bits_per_dir": quality["bits_per_dir"],
+        "bits_per_dir_optimum": quality["bits_per_dir_optimum"],
+        "fpr_target": args.fpr,
+        "fpr_measured": quality["fpr_measured"],
+        "fpr_estimated_from_fill": quality["fpr_estimated_from_fill"],
+        "precision": scores["precision"],
+        "recall": scores["recall"],
+        "recall_with_deferred": scores["recall_with_deferred"],
+        "filter_speedup_vs_pybloom_live": eng["filter_speedup_vs_pybloom_live"],
+        "exact_set_bytes": exact["exact_set_bytes"],
+        "workers": args.workers,
+        "cores": os.cpu_count(),
+        "mem_gb": round(mem_gb(), 1),
+        "details": {
+            "floor": floor,
+            "copy_s_untimed": copy_s,
+            "run": {k: v for k, v in ran.items() if k not in ("summary", "audit_log")},
+            "run_phase_s": {
+                "build": build["seconds"],
+                "sweep": summary["clean"]["sweep"]["seconds"],
+                **summary["clean"]["phase_seconds"],
+            },
+            "filter": quality,
+            "scores": scores,
+            "engines": eng["filter_sample"],
+            "exact_set": exact,
+            "generation": meta,
+            "run_summary": summary,
+            "options": {
+                "fpr": args.fpr,
+                "concurrency": args.concurrency,
+                "max_tombstones_per_partition": args.max_tombstones_per_partition,
+                "rate": 0,
+            },
+            "bench_process_maxrss_mb": self_usage.ru_maxrss / 1024,
+            "loadavg_at_end": os.getloadavg(),
+        },
+    }
+    text = json.dumps(result, indent=2, default=str)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
