@@ -154,6 +154,12 @@ def execute_plan(
     done = 0
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
+        if audit is not None:
+            # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
+            # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
+            for action in chunk:
+                audit.record(action)
+            audit.flush()
         pending = list(chunk)
         attempt = 0
         while pending:
@@ -162,8 +168,6 @@ def execute_plan(
             for action, error in zip(pending, errors, strict=True):
                 if error is None:
                     _count(stats, action)
-                    if audit is not None:
-                        audit.record(action)
             hard = [e for e in errors if e is not None and not isinstance(e, TransientStoreError)]
             if hard:
                 stats.failures.append(str(hard[0]))
@@ -183,8 +187,6 @@ def execute_plan(
             sleep(jitter.uniform(0, backoff))  # full jitter
             pending = failed
         done += len(chunk)
-        if audit is not None:
-            audit.flush()
         progress("clean", done, len(plan.actions))
     stats.final_rate = rate.rate
     stats.seconds = time.monotonic() - started

@@ -12,6 +12,7 @@ from pathlib import Path
 from dircleaner.bloom import Filter
 from dircleaner.build import BuildConfig, BuildResult, build_filter, scope_of, swept_count_key
 from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
+from dircleaner.errors import FilterNotFound
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -30,6 +31,14 @@ from dircleaner.plan import (
 )
 from dircleaner.progress import Progress, no_progress
 from dircleaner.recheck import RECHECK_CHUNK, nonempty_object_partitions
+from dircleaner.resume import (
+    PHASE_CLEAN,
+    PHASE_DONE,
+    RunState,
+    load_run_state,
+    row_deletes_already_made,
+    save_run_state,
+)
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, sweep
 from dircleaner.timeutil import now_us
@@ -101,9 +110,11 @@ class CleanReport:
 class RunReport:
     """build + clean."""
 
-    build: BuildResult
+    #: None when an interrupted run's fresh, complete filter was reused
+    build: BuildResult | None
     clean: CleanReport
     garbage_collected: list[str]
+    resumed_generation: str | None = None
 
 
 def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
@@ -167,7 +178,9 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
         phases["verify"] = time.monotonic() - started
         progress("verify", verified, verified)
 
-    plan = plan_deletions(facts, config.max_tombstones_per_partition)
+    # One generation, one budget: an interrupted attempt's row deletes count against it.
+    used = row_deletes_already_made(config.audit_log, swept.loaded.generation)
+    plan = plan_deletions(facts, config.max_tombstones_per_partition, used)
     deleted = None
     if not config.dry_run and plan.actions:
         started = time.monotonic()
@@ -230,12 +243,39 @@ def _no_cyclic_gc() -> Iterator[None]:
 def run_job(
     store: Store, build: BuildConfig, clean: CleanConfig, progress: Progress = no_progress
 ) -> RunReport:
-    """The nightly job: build a fresh filter, clean with it, collect old generations."""
-    built = build_filter(store, build, progress)
-    # Clean with exactly the generation just built, never a newer one from another host.
-    sweep_config = replace(clean.sweep, bucket=build.bucket, generation=built.generation)
+    """The nightly job: build a fresh filter, clean with it, collect old generations.
+
+    If the previous run of this scope was interrupted after its build, its filter is reused while
+    fresh (same salt, so the same candidates) and the clean picks up where it stopped.
+    """
+    scope = scope_of(store, build.bucket)
+    generation = _interrupted_generation(store, scope, clean.sweep.guards)
+    built = None
+    if generation is None:
+        built = build_filter(store, build, progress)
+        generation = built.generation
+        save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
+    # Clean with exactly this generation, never a newer one from another host.
+    sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
     cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress)
-    removed = collect_garbage(
-        store, scope_of(store, build.bucket), KEEP_GENERATIONS, protect=[built.generation]
-    )
-    return RunReport(built, cleaned, removed)
+    if not clean.dry_run:
+        save_run_state(store, scope, RunState(generation, PHASE_DONE))
+    removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
+    return RunReport(built, cleaned, removed, None if built else generation)
+
+
+def _interrupted_generation(store: Store, scope: str, guards: GuardConfig) -> str | None:
+    """The generation of an interrupted run worth resuming: complete and still fresh."""
+    state = load_run_state(store, scope)
+    if state is None or state.phase != PHASE_CLEAN:
+        return None
+    try:
+        info = find_generation(store, state.generation)
+    except FilterNotFound:
+        return None
+    header = info.header
+    if not info.complete or header is None:
+        return None
+    if (now_us() - header.snapshot_us) / 1e6 > guards.max_filter_age_s:
+        return None
+    return state.generation

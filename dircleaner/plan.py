@@ -125,8 +125,17 @@ def drop_nonempty(
     return out
 
 
-def plan_deletions(facts: Iterable[PartitionFacts], max_row_tombstones: int) -> DeletionPlan:
-    """Turn the sweep's partition facts into an ordered, budgeted deletion plan."""
+def plan_deletions(
+    facts: Iterable[PartitionFacts],
+    max_row_tombstones: int,
+    already_used: Mapping[tuple[str, str], int] | None = None,
+) -> DeletionPlan:
+    """Turn the sweep's partition facts into an ordered, budgeted deletion plan.
+
+    ``already_used`` is what an interrupted attempt at the same generation already spent of each
+    partition's budget, so a resumed run never exceeds it.
+    """
+    used = already_used or {}
     if max_row_tombstones < 0:
         raise ValueError("max_row_tombstones must be >= 0")
     facts = list(facts)
@@ -152,7 +161,8 @@ def plan_deletions(facts: Iterable[PartitionFacts], max_row_tombstones: int) -> 
     row_kind = ActionKind.ROW
     for fact in sorted(live, key=_partition_order):
         rows = fact.candidates
-        allowed, held = rows[:max_row_tombstones], rows[max_row_tombstones:]
+        budget = max(0, max_row_tombstones - used.get((fact.key.bucket, fact.key.parent), 0))
+        allowed, held = rows[:budget], rows[budget:]
         deferred.extend(held)
         if allowed:
             # A row's partition is the fact's: one shared key, not a copy per action.

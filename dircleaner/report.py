@@ -72,8 +72,9 @@ def clean_summary(report: CleanReport) -> Summary:
 
 
 def run_summary(report: RunReport) -> Summary:
+    built = report.build
     return {
-        "build": build_summary(report.build),
+        "build": build_summary(built) if built else {"resumed": report.resumed_generation},
         "clean": clean_summary(report.clean),
         "garbage_collected": report.garbage_collected,
     }
@@ -98,6 +99,14 @@ def build_lines(result: BuildResult) -> list[str]:
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
         f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
         f" {result.estimated_fpr:.4g} (target {h.target_p:g})",
+    ]
+
+
+def run_build_lines(report: RunReport) -> list[str]:
+    if report.build is not None:
+        return build_lines(report.build)
+    return [
+        f"build   resumed: reusing generation {report.resumed_generation} of an interrupted run"
     ]
 
 

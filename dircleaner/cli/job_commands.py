@@ -35,6 +35,7 @@ from dircleaner.report import (
     build_summary,
     clean_lines,
     clean_summary,
+    run_build_lines,
     run_summary,
     sweep_lines,
     sweep_summary,
@@ -146,7 +147,7 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress.close()
     summary = run_summary(report)
     write_metrics(metrics_file, summary, success=True)
-    lines = build_lines(report.build) + clean_lines(report.clean, _audit(config.audit_log))
+    lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
     emit(summary, lines, as_json)
 
 

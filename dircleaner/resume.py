@@ -1,0 +1,67 @@
+"""Resuming an interrupted run: which generation it was using, and what it already deleted.
+
+The run records its generation and phase in the store's state table. A run killed at any point
+is picked up by the next ``run``: a complete generation is reused while it is fresh (same salt,
+so the same candidates), missing shards of a partial build are built with the generation's own
+parameters, and the clean charges what the killed attempt already deleted (read back from the
+audit log) against each partition's budget, so no partition gets more than its budget per
+generation. Deletes are idempotent, so repeating any of them is harmless.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from dircleaner.store.base import Store
+
+PHASE_BUILD = "build"
+PHASE_CLEAN = "clean"
+PHASE_DONE = "done"
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where the last run of a scope got to."""
+
+    generation: str
+    phase: str
+
+
+def _key(scope: str) -> str:
+    return f"run|{scope}"
+
+
+def load_run_state(store: Store, scope: str) -> RunState | None:
+    """The last run's generation and phase, if any."""
+    raw = store.get_state(_key(scope))
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+        return RunState(str(data["generation"]), str(data["phase"]))
+    except (ValueError, KeyError, TypeError):
+        return None  # an unreadable record only costs a fresh build
+
+
+def save_run_state(store: Store, scope: str, state: RunState) -> None:
+    """Record the run's generation and phase."""
+    store.put_state(_key(scope), json.dumps({"generation": state.generation, "phase": state.phase}))
+
+
+def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter[tuple[str, str]]:
+    """Row tombstones per (bucket, parent) that earlier attempts at ``generation`` issued."""
+    used: Counter[tuple[str, str]] = Counter()
+    if audit_log is None or not audit_log.exists():
+        return used
+    with audit_log.open(encoding="utf-8") as stream:
+        for line in stream:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a kill mid-write
+            if entry.get("generation") == generation and entry.get("via") == "row":
+                used[(entry["bucket"], entry["parent"])] += 1
+    return used
