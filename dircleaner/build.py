@@ -10,12 +10,12 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 from dircleaner.bloom import new_filter
 from dircleaner.errors import UsageError
 from dircleaner.filterformat import FilterHeader, deserialize, serialize
 from dircleaner.filterstore import save_filter_part
+from dircleaner.generation import new_generation_id
 from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
@@ -83,20 +83,14 @@ def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
     """How many directories to size the filter for, and how we know."""
     if config.expected_dirs is not None:
         return DirCountEstimate(config.expected_dirs, "--expected-dirs", exact=True)
-    estimate = store.estimate_directory_count(config.bucket)
-    if estimate.exact:
-        return estimate
+    if store.cheap_exact_count:
+        return store.estimate_directory_count(config.bucket)
+    # Counting a large table is a third scan: the sweep's exact count from last night is free.
     previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
     if previous is not None:
         count = int(int(previous) * PREVIOUS_COUNT_HEADROOM)
         return DirCountEstimate(count, f"previous run's exact count {previous} + 20% headroom")
-    return estimate
-
-
-def new_generation_id(snapshot_us: int, salt: int) -> str:
-    """Generation ids sort by build time: ``20261122T021500Z-5f3a9c01``."""
-    stamp = datetime.fromtimestamp(snapshot_us / 1e6, UTC).strftime("%Y%m%dT%H%M%S")
-    return f"{stamp}.{snapshot_us % 1_000_000:06d}Z-{salt:08x}"
+    return store.estimate_directory_count(config.bucket)
 
 
 def ancestor_keys(

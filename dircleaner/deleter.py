@@ -73,7 +73,8 @@ class AdaptiveRate:
             burst = max(self.rate, 1.0)
             self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
-            if self._tokens >= n or (n > burst and self._tokens >= burst):
+            # A hair of tolerance: float rounding must not leave a wait below clock resolution.
+            if self._tokens >= n - 1e-9 or (n > burst and self._tokens >= burst - 1e-9):
                 self._tokens -= n
                 return
             self._sleep((min(n, burst) - self._tokens) / self.rate)

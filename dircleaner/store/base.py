@@ -88,6 +88,8 @@ class Store(abc.ABC):
 
     #: URL scheme this backend is registered under.
     scheme: str = ""
+    #: whether estimate_directory_count is an exact count cheap enough to run every build
+    cheap_exact_count: bool = False
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None

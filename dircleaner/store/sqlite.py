@@ -81,6 +81,7 @@ class SqliteStore(Store):
     """Metastore in one SQLite file."""
 
     scheme = "sqlite"
+    cheap_exact_count = True
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
