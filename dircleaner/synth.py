@@ -14,7 +14,7 @@ hex-root   15%   hex shards at the top of the bucket: ``a/1/b/image_1.jpg``, ``3
 hex-data   20%   hex shards under named roots: ``data/3f/a2/9c/obj-123.bin``
 dates      25%   ``logs/web/2026/04/11/AB/14/part-00000.log.gz``: 676 ``AA``..``ZZ`` per day
 users      25%   ``users/u000042/photos/2024/trip-3/…``: Zipf fan-out, depth up to ~10, deep chains
-ids        15%   ``orders/000100123/invoice.pdf``: sequential numeric ids, one wide partition
+ids        15%   ``orders/000100123/invoice.pdf``: sequential ids, wide partitions of ≤250k
 ========== ===== ===========================================================================
 
 Deletes applied (all decided by the seed): lifecycle expiration of the oldest days of every log
@@ -691,31 +691,43 @@ _BRANCH = (1.0, 1.0, 1.0, 0.95, 0.7, 0.45, 0.33, 0.28, 0.25, 0.2, 0.0)  # by dep
 
 
 def _user_dir(
-    w: _Writer, rng: random.Random, name: str, depth: int, budget: int, counter: list[int]
+    w: _Writer,
+    rng: random.Random,
+    name: str,
+    depth: int,
+    budget: int,
+    counter: list[int],
+    deleting: bool,
 ) -> None:
-    """One directory of a user tree (``depth`` is its own depth) and its subtree."""
+    """One directory of a user tree (``depth`` is its own depth) and its subtree.
+
+    ``deleting``: a mass delete is under way here; it drops objects only while the layout is short
+    of empties, so a huge tree (the fan-out is heavy-tailed) is emptied only as far as needed.
+    """
     branch = _BRANCH[depth] if depth < len(_BRANCH) else 0.0
     children = _draw(rng, _FANOUT) if rng.random() < branch else 0
     if children == 0:
         r = rng.random()
-        if r < 0.01:
-            w.leaf(name, ("",))  # a console-created folder: only its marker keeps it
-        elif w.want_empty() and r < 0.25:
+        if (deleting or r < 0.25) and w.want_empty():
             w.leaf(name, ())
+        elif r > 0.99:
+            w.leaf(name, ("",))  # a console-created folder: only its marker keeps it
         else:
             w.leaf(name, _user_files(rng, _draw(rng, _FILES), counter))
         return
-    w.enter(name, dead=depth in (4, 5) and w.want_empty() and rng.random() < 0.05)
+    w.enter(name)
+    deleting = deleting or (depth in (4, 5) and w.want_empty() and rng.random() < 0.05)
     r = rng.random()
-    if r < 0.2:
-        for f in _user_files(rng, _draw(rng, _FILES), counter):
-            w.put(f)
-    if r > 0.98:
-        w.put("")
+    if not (deleting and w.want_empty()):
+        if r < 0.2:
+            for f in _user_files(rng, _draw(rng, _FILES), counter):
+                w.put(f)
+        if r > 0.98:
+            w.put("")
     for child in _user_names(rng, depth + 1, children):
         if w.dirs >= budget:
             break
-        _user_dir(w, rng, child, depth + 1, budget, counter)
+        _user_dir(w, rng, child, depth + 1, budget, counter, deleting)
     w.leave()
 
 
@@ -730,19 +742,19 @@ def _odd_corner(w: _Writer) -> None:
 
 
 def _layout_users(w: _Writer, rng: random.Random, budget: int) -> None:
-    """``users/u000042/photos/2024/trip-3/…``: Zipf fan-out, deleted users, deep chains."""
+    """``users/u000042/photos/2024/trip-3/…``: Zipf fan-out, (partly) deleted users, deep chains."""
     counter = [0]
     w.enter("users")
     uid = 0
     while w.dirs < budget:
-        dead = uid != 1 and w.want_empty() and rng.random() < 0.08
-        w.enter(f"u{uid:06d}", dead=dead)
+        deleting = uid != 1 and w.want_empty() and rng.random() < 0.08
+        w.enter(f"u{uid:06d}")
         if uid == 1:
             _odd_corner(w)
         for top in _user_names(rng, 3, _draw(rng, _FANOUT)):
             if w.dirs >= budget:
                 break
-            _user_dir(w, rng, top, 3, budget, counter)
+            _user_dir(w, rng, top, 3, budget, counter, deleting)
         if rng.random() < 0.004 or uid == 3:
             # A very deep chain, sometimes deleted whole: a deep empty subtree to collapse.
             length = rng.randint(12, 40)
@@ -759,20 +771,36 @@ def _layout_users(w: _Writer, rng: random.Random, budget: int) -> None:
     w.leave()
 
 
+ID_ROOTS = (
+    "orders",
+    "tickets",
+    "invoices",
+    "shipments",
+    "payments",
+    "refunds",
+    "returns",
+    "quotes",
+)
+#: Ids per root: each root is one wide partition of sequential ids.
+IDS_PER_ROOT = 250_000
+
+
 def _layout_ids(w: _Writer, rng: random.Random, budget: int, empty_fraction: float) -> None:
-    """``orders/000100123/{order.json,invoice.pdf,attachments/}``: sequential ids with gaps."""
-    roots = ("orders", "tickets")
+    """``orders/000100123/{order.json,invoice.pdf,attachments/}``: sequential ids with gaps.
+
+    Each root is one wide partition. Retention deleted its oldest ids whole: a contiguous run of
+    thousands of empty directories under one live parent, as sequential keys make them.
+    """
     i = 0
     while w.dirs < budget:
-        name = roots[i] if i < len(roots) else f"archive-{i}"
-        end = budget if i > 0 else w.dirs + budget * 0.6
-        # Retention: the oldest orders were deleted whole (a contiguous run of empty ids).
-        retired = round(0.2 * empty_fraction * (end - w.dirs) / 1.25)
+        name = ID_ROOTS[i] if i < len(ID_ROOTS) else f"archive-{i}"
+        planned = min(IDS_PER_ROOT, (budget - w.dirs) / 1.25)
+        retired = round(0.2 * empty_fraction * planned)
         w.enter(name)
         ident = 100_000 * (i + 1)
         n = 0
-        while w.dirs < end and w.dirs < budget:
-            dead = n < retired or (w.want_empty() and rng.random() < 0.05)
+        while n < IDS_PER_ROOT and w.dirs < budget:
+            dead = n < retired or (w.want_empty() and rng.random() < 0.01)
             w.enter(f"{ident:09d}", dead=dead)
             w.put("order.json")
             r = rng.random()
