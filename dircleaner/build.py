@@ -15,7 +15,7 @@ from dircleaner.bloom import new_filter
 from dircleaner.errors import UsageError
 from dircleaner.filterformat import FilterHeader, deserialize, serialize
 from dircleaner.filterstore import save_filter_part
-from dircleaner.generation import new_generation_id
+from dircleaner.generation import new_generation_id, parse_generation_id
 from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
@@ -52,6 +52,15 @@ class BuildConfig:
             raise UsageError("--expected-dirs must be a positive number")
         if self.workers < 1:
             raise UsageError("--workers must be at least 1")
+        if self.shard.count > 1 and self.expected_dirs is None:
+            # Every host must size its shard's filter identically for the shards to OR-merge.
+            raise UsageError(
+                "a sharded build (--shard i/n) needs --expected-dirs, the same on every host"
+            )
+        if self.shard.count > 1 and self.generation is None:
+            raise UsageError(
+                "a sharded build needs --generation (one id for all hosts: 'filters new-id')"
+            )
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,15 @@ def ancestor_keys(
         yield len(batch), keys
 
 
+def _joined_generation(generation: str, now: int) -> tuple[int, int]:
+    """(snapshot, salt) of a generation this build contributes shards to."""
+    snapshot_us, salt = parse_generation_id(generation)
+    if snapshot_us > now:
+        # The snapshot must not postdate the scan, or deletes at T could shadow newer writes.
+        raise UsageError(f"generation {generation} is in the future; make it with 'filters new-id'")
+    return snapshot_us, salt
+
+
 @dataclass(frozen=True)
 class _PartResult:
     partitions: int
@@ -147,9 +165,12 @@ def build_filter(
     # Everything written before this instant is seen by the scan; deletes are issued at a time
     # before it (minus --min-age), so anything (re)written during or after the build survives.
     snapshot_us = now_us()
+    salt = config.salt if config.salt is not None else secrets.randbits(32)
+    if config.generation is not None:
+        # Shards of one generation on several hosts: the id fixes salt and snapshot for all.
+        snapshot_us, salt = _joined_generation(config.generation, snapshot_us)
     sizing = size_filter(store, config)
     capacity = max(sizing.count, MIN_CAPACITY)
-    salt = config.salt if config.salt is not None else secrets.randbits(32)
     generation = config.generation or new_generation_id(snapshot_us, salt)
     scope = scope_of(store, config.bucket)
 

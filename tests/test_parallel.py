@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dircleaner.build import BuildConfig, build_filter, scope_of
 from dircleaner.filterstore import find_generation, load_generation
+from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig
 from dircleaner.job import SweepConfig, run_sweep
 from dircleaner.store import open_store
@@ -59,3 +60,45 @@ def test_a_host_shard_splits_into_nested_worker_shards() -> None:
     assert parts[-1].token_range()[1] == hi
     for left, right in itertools.pairwise(parts):
         assert left.token_range()[1] + 1 == right.token_range()[0]
+
+
+def test_four_hosts_building_shards_of_one_generation_agree_with_one_worker(
+    tmp_path: Path,
+) -> None:
+    from tests.helpers import invoke
+
+    url = make_store(tmp_path)
+    generation = invoke(url, "filters", "new-id").output.strip()
+    common = ["--expected-dirs", "5000", "--generation", generation]
+    for index in range(3):
+        result = invoke(url, "build", "--shard", f"{index}/4", *common)
+        assert result.exit_code == 0, result.output
+    # Three of four shards: the sweep refuses the incomplete set.
+    result = invoke(url, "sweep", "--generation", generation)
+    assert result.exit_code == 3
+    assert "incomplete" in result.stderr
+    assert invoke(url, "build", "--shard", "3/4", *common).exit_code == 0
+    sharded = tmp_path / "sharded.txt"
+    assert invoke(url, "sweep", "--generation", generation, "--out", str(sharded)).exit_code == 0
+
+    with open_store(url) as store:
+        snapshot_salt = parse_generation_id(generation)
+        single = build_filter(store, BuildConfig(expected_dirs=5000, salt=snapshot_salt[1]))
+    whole = tmp_path / "whole.txt"
+    assert (
+        invoke(url, "sweep", "--generation", single.generation, "--out", str(whole)).exit_code == 0
+    )
+    assert sharded.read_text() == whole.read_text()
+    assert sharded.read_text().count("\n") > 100
+
+
+def test_a_sharded_build_needs_a_shared_generation_and_size(tmp_path: Path) -> None:
+    from tests.helpers import invoke
+
+    url = make_store(tmp_path)
+    result = invoke(url, "build", "--shard", "0/2")
+    assert result.exit_code == 2
+    assert "--expected-dirs" in result.stderr
+    result = invoke(url, "build", "--shard", "0/2", "--expected-dirs", "10")
+    assert result.exit_code == 2
+    assert "--generation" in result.stderr

@@ -47,6 +47,11 @@ from dircleaner.report import (
 @bucket_option
 @workers_option
 @shard_option
+@click.option(
+    "--generation",
+    "build_generation",
+    help="Contribute shards to this generation (hosts sharing a build; see 'filters new-id').",
+)
 @json_option
 @click.pass_context
 def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:

@@ -156,6 +156,7 @@ def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
         fpr=params["fpr"],
         expected_dirs=params["expected_dirs"],
         engine=params["engine"],
+        generation=params.get("build_generation"),
         bucket=params["bucket"],
         shard=shard,
         workers=params["workers"],
