@@ -30,7 +30,6 @@ from dircleaner.plan import (
     plan_deletions,
 )
 from dircleaner.progress import Progress, no_progress
-from dircleaner.recheck import RECHECK_CHUNK, nonempty_object_partitions
 from dircleaner.resume import (
     PHASE_CLEAN,
     PHASE_DONE,
@@ -43,6 +42,8 @@ from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, sweep
 from dircleaner.timeutil import now_us
 
+#: candidate directories handed to the store's re-check at once
+RECHECK_BATCH = 100_000
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
 
@@ -211,13 +212,13 @@ def _recheck(store: Store, facts: list[PartitionFacts]) -> tuple[list[PartitionF
             directory = (row.bucket, row.parent + row.name + "/")
             orphans.discard(directory)
             chunk.append(directory)
-        if len(chunk) >= RECHECK_CHUNK:
-            nonempty |= nonempty_object_partitions(store, chunk)
+        if len(chunk) >= RECHECK_BATCH:
+            nonempty |= store.nonempty_object_partitions(chunk)
             checked += len(chunk)
             chunk = []
     chunk.extend(sorted(orphans))
     if chunk:
-        nonempty |= nonempty_object_partitions(store, chunk)
+        nonempty |= store.nonempty_object_partitions(chunk)
         checked += len(chunk)
     if nonempty:
         facts = drop_nonempty(facts, nonempty)

@@ -24,6 +24,13 @@ from dircleaner.store.base import (
 )
 
 SCAN_BATCH = 10_000
+#: candidate directories re-checked per SQLite statement (bounds the temporary table)
+RECHECK_CHUNK = 100_000
+_RECHECK_PROBE = (
+    "SELECT bucket, parent FROM temp.dircleaner_recheck AS r WHERE EXISTS"
+    " (SELECT 1 FROM objects AS o"
+    "  WHERE o.token = r.token AND o.bucket = r.bucket AND o.parent = r.parent)"
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -132,28 +139,29 @@ class SqliteStore(Store):
         finally:
             cursor.close()
 
-    def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None
-    ) -> Iterator[list[PartitionKey]]:
+    def _scan_slice(
+        self, select: str, order: str, shard: Shard, bucket: str | None
+    ) -> Iterator[list[tuple[object, ...]]]:
         lo, hi = shard.token_range()
-        sql = "SELECT DISTINCT token, bucket, parent FROM objects WHERE token BETWEEN ? AND ?"
+        sql = f"{select} WHERE token BETWEEN ? AND ?"
         params: list[object] = [lo, hi]
         if bucket is not None:
             sql += " AND bucket = ?"
             params.append(bucket)
-        for batch in self._stream(sql + " ORDER BY token, bucket, parent", params):
+        return self._stream(f"{sql} ORDER BY {order}", params)
+
+    def scan_object_partitions(
+        self, shard: Shard, bucket: str | None = None
+    ) -> Iterator[list[PartitionKey]]:
+        select = "SELECT DISTINCT token, bucket, parent FROM objects"
+        for batch in self._scan_slice(select, "token, bucket, parent", shard, bucket):
             yield [PartitionKey(*row) for row in batch]  # type: ignore[arg-type]
 
     def scan_folder_rows(
         self, shard: Shard, bucket: str | None = None
     ) -> Iterator[list[FolderRow]]:
-        lo, hi = shard.token_range()
-        sql = "SELECT token, bucket, parent, name FROM folders WHERE token BETWEEN ? AND ?"
-        params: list[object] = [lo, hi]
-        if bucket is not None:
-            sql += " AND bucket = ?"
-            params.append(bucket)
-        for batch in self._stream(sql + " ORDER BY token, bucket, parent, name", params):
+        select = "SELECT token, bucket, parent, name FROM folders"
+        for batch in self._scan_slice(select, "token, bucket, parent, name", shard, bucket):
             yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
@@ -172,6 +180,37 @@ class SqliteStore(Store):
             (murmur_token(bucket, parent), bucket, parent),
         ).fetchone()
         return row is not None
+
+    def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """One set-based query per chunk instead of a Python round trip per directory.
+
+        The keys go into a temporary table in token order and an ``EXISTS`` probe per key runs
+        inside SQLite, stopping at the first object row of each partition.
+        """
+        conn = self._conn
+        found: set[tuple[str, str]] = set()
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_recheck"
+            " (token INTEGER NOT NULL, bucket TEXT NOT NULL, parent TEXT NOT NULL)"
+        )
+        try:
+            for start in range(0, len(keys), RECHECK_CHUNK):
+                rows = sorted(
+                    (murmur_token(bucket, parent), bucket, parent)
+                    for bucket, parent in keys[start : start + RECHECK_CHUNK]
+                )
+                # A deferred transaction: only the temp table is written, so the metastore's
+                # writers are never locked out by a re-check.
+                conn.execute("BEGIN")
+                try:
+                    conn.execute("DELETE FROM temp.dircleaner_recheck")
+                    conn.executemany("INSERT INTO temp.dircleaner_recheck VALUES (?, ?, ?)", rows)
+                    found.update((str(b), str(p)) for b, p in conn.execute(_RECHECK_PROBE))
+                finally:
+                    conn.execute("COMMIT")
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_recheck")
+        return found
 
     # -- deletes at a timestamp ---------------------------------------------------------------
     def delete_folder_rows(
