@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO   := demo
 DEMO_DIRS ?= 200000
 
-.PHONY: install demo test lint typecheck unit bench cassandra-start cassandra-stop clean-demo
+.PHONY: install demo test test-faults lint typecheck unit bench cassandra-start cassandra-stop clean-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ typecheck: install
 ## test: lint, type-check, and the whole suite, including a real Cassandra node it starts itself
 test: lint typecheck
 	scripts/with-cassandra $(BIN)/python -m pytest -q -p no:cacheprovider
+
+## test-faults: a 3-node loopback cluster (RF 3); nodes stopped mid-clean (takes a few minutes)
+test-faults: install
+	scripts/cassandra stop
+	scripts/cassandra start --nodes 3
+	DIRCLEANER_FAULTS=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/faults; \
+	status=$$?; scripts/cassandra stop; scripts/cassandra reset; exit $$status
 
 bench: install
 	$(BIN)/python -m pytest bench/ --benchmark-only -q

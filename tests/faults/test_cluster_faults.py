@@ -1,0 +1,138 @@
+"""Faults on a real 3-node cluster (RF 3, QUORUM): run by `make test-faults`, not `make test`.
+
+Needs `scripts/cassandra start --nodes 3` (the make target does it) and DIRCLEANER_FAULTS=1.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import audit_entries, expected_dirs, invoke, write_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "cassandra"
+URL = "cassandra://127.0.0.1,127.0.0.2,127.0.0.3:9042/dircleaner_faults"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("DIRCLEANER_FAULTS") != "1", reason="fault tests: run `make test-faults`"
+)
+
+
+def node(action: str, number: int) -> None:
+    subprocess.run([str(SCRIPT), action, str(number)], check=True, capture_output=True)
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
+    """A fresh bucket on the RF 3 keyspace, every node up before and after."""
+    config = tmp_path / "rf3.toml"
+    config.write_text("[cassandra]\nreplication_factor = 3\n")
+    os.environ["DIRCLEANER_CONFIG"] = str(config)
+    bucket = f"b{time.time_ns()}"
+    put = [f"wide/c{i:03d}/obj" for i in range(240)] + ["wide/live/obj", "keep/obj"]
+    dead = put[:240]
+    assert invoke(URL, "init-schema").exit_code == 0
+    assert (
+        invoke(
+            URL, "import-keys", "--bucket", bucket, str(write_lines(tmp_path / "p", put))
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            URL, "delete-keys", "--bucket", bucket, str(write_lines(tmp_path / "d", dead))
+        ).exit_code
+        == 0
+    )
+    _, live = expected_dirs(put, dead)
+    (tmp_path / "bucket").write_text(bucket)
+    try:
+        yield tmp_path, live
+    finally:
+        for number in (2, 3):
+            node("start-node", number)
+        os.environ.pop("DIRCLEANER_CONFIG", None)
+
+
+def start_run(tmp: Path) -> subprocess.Popen[bytes]:
+    bucket = (tmp / "bucket").read_text()
+    args = [
+        sys.executable,
+        "-m",
+        "dircleaner",
+        "--store",
+        URL,
+        "run",
+        "--bucket",
+        bucket,
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--rate",
+        "40",
+        "--concurrency",
+        "4",
+        "--audit-log",
+        str(tmp / "audit.jsonl"),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def listed(tmp: Path) -> set[str]:
+    result = invoke(URL, "list-dirs", "--bucket", (tmp / "bucket").read_text())
+    assert result.exit_code == 0, result.output
+    return set(result.output.splitlines())
+
+
+def wait_for_deletes(tmp: Path, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(audit_entries(tmp / "audit.jsonl")) < count:
+        assert time.monotonic() < deadline, "the clean never started deleting"
+        time.sleep(0.2)
+
+
+def test_one_node_down_mid_clean_the_run_completes_at_quorum(
+    cluster: tuple[Path, set[str]],
+) -> None:
+    tmp, live = cluster
+    proc = start_run(tmp)
+    wait_for_deletes(tmp, 20)
+    node("stop-node", 3)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out + err).decode()
+    remaining = listed(tmp)
+    assert live <= remaining
+    assert remaining == live  # every empty directory went, with one replica down
+
+
+def test_two_nodes_down_the_run_stops_cleanly_and_resumes_when_they_return(
+    cluster: tuple[Path, set[str]],
+) -> None:
+    tmp, live = cluster
+    proc = start_run(tmp)
+    wait_for_deletes(tmp, 20)
+    node("stop-node", 3)
+    node("stop-node", 2)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out + err).decode()
+    message = [line for line in err.decode().splitlines() if line.startswith("Error: ")]
+    assert len(message) == 1 and ("still failing" in message[0] or "Unavailable" in message[0])
+    node("start-node", 2)
+    node("start-node", 3)
+    remaining = listed(tmp)
+    assert live <= remaining, "a non-empty directory lost its entry"
+    assert remaining != live  # it really stopped part-way
+    proc = start_run(tmp)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out + err).decode()
+    assert "resumed: reusing generation" in out.decode()
+    assert listed(tmp) == live
