@@ -12,13 +12,16 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from dircleaner.bloom import Filter
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
 from dircleaner.filterformat import FilterHeader, decode_header, deserialize, merge_shards
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
 
 CHUNK_BYTES = 1 << 20
-_MARKER = struct.Struct("<8sII")
+# magic, chunks, body crc32, bits set (so listings show fill without reading the body)
+_MARKER = struct.Struct("<8sIIQ")
 _MARKER_MAGIC = b"DCDONE\x00\x00"
 
 
@@ -30,6 +33,8 @@ class ShardInfo:
     header: FilterHeader | None
     complete: bool
     problem: str | None = None
+    #: bits set in this shard's filter, from its completion marker
+    set_bits: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,22 @@ class GenerationInfo:
         if header is None or any(not s.complete for s in self.shards):
             return False
         return sorted(s.shard for s in self.shards) == list(range(header.shard_count))
+
+    def fill_ratio(self) -> float | None:
+        """Share of bits set in the merged filter: exact for one shard, else assuming shards
+        set bits independently (1 - prod(1 - fill_i))."""
+        header = self.header
+        if header is None or any(s.set_bits is None for s in self.shards):
+            return None
+        empty = 1.0
+        for shard in self.shards:
+            empty *= 1.0 - (shard.set_bits or 0) / header.m
+        return 1.0 - empty
+
+    def estimated_fpr(self) -> float | None:
+        """The effective false-positive rate, fill ** k."""
+        fill, header = self.fill_ratio(), self.header
+        return None if fill is None or header is None else fill**header.k
 
     def describe_incompleteness(self) -> str:
         header = self.header
@@ -76,7 +97,8 @@ def save_filter_part(
     for offset in range(0, len(body), CHUNK_BYTES):
         store.put_filter_cell(generation, shard, chunks, body[offset : offset + CHUNK_BYTES])
         chunks += 1
-    marker = _MARKER.pack(_MARKER_MAGIC, chunks, zlib.crc32(body))
+    set_bits = int(np.unpackbits(np.frombuffer(body, dtype=np.uint8)).sum()) if body else 0
+    marker = _MARKER.pack(_MARKER_MAGIC, chunks, zlib.crc32(body), set_bits)
     store.put_filter_cell(generation, shard, MARKER_SEQ, marker)
     return chunks + 2
 
@@ -100,7 +122,11 @@ def _shard_info(shard: int, cells: dict[int, bytes]) -> ShardInfo:
         return ShardInfo(shard, None, False, str(exc))
     if MARKER_SEQ not in cells:
         return ShardInfo(shard, header, False, "no completion marker (build crashed or running)")
-    return ShardInfo(shard, header, True)
+    try:
+        set_bits = _MARKER.unpack(cells[MARKER_SEQ])[3]
+    except struct.error:
+        return ShardInfo(shard, header, False, "unreadable completion marker")
+    return ShardInfo(shard, header, True, None, set_bits)
 
 
 def latest_complete(store: Store, scope: str) -> GenerationInfo:
@@ -147,7 +173,7 @@ def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[Fil
 def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[FilterHeader, Filter]:
     where = f"filter {generation} shard {shard}"
     try:
-        magic, chunks, body_crc = _MARKER.unpack(cells[MARKER_SEQ])
+        magic, chunks, body_crc, _ = _MARKER.unpack(cells[MARKER_SEQ])
     except (KeyError, struct.error) as exc:
         raise FilterCorrupt(f"{where}: unreadable completion marker") from exc
     if magic != _MARKER_MAGIC:

@@ -27,9 +27,11 @@ def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
                 "age": format_duration(max(age, 0.0)),
                 "scope": header.scope,
                 "engine": header.engine,
-                "items": header.items,
+                "items": sum(s.header.items for s in info.shards if s.header is not None),
                 "sized_for": header.expected_n,
                 "fpr_target": header.target_p,
+                "fill": _rounded(info.fill_ratio()),
+                "fpr_estimated": _rounded(info.estimated_fpr()),
                 "m": header.m,
                 "k": header.k,
                 "salt": f"{header.salt:08x}",
@@ -38,6 +40,10 @@ def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
     if not info.complete:
         out["problem"] = info.describe_incompleteness()
     return out
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else float(f"{value:.4g}")
 
 
 @click.group()
@@ -71,7 +77,8 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         state = "complete" if row["complete"] else "INCOMPLETE"
         click.echo(
             f"{row['generation']}  {state:10}  shards {row['shards']}  age {row.get('age', '?')}"
-            f"  items {row.get('items', '?')}  target fpr {row.get('fpr_target', '?')}"
+            f"  items {row.get('items', '?')}  fill {row.get('fill', '?')}"
+            f"  fpr {row.get('fpr_estimated', '?')} (target {row.get('fpr_target', '?')})"
         )
 
 

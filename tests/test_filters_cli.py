@@ -1,0 +1,55 @@
+"""filters list/show/rm: age, completeness, fill and estimated false-positive rate; GC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dircleaner.bloom import BloomFilter
+from dircleaner.filterstore import find_generation, load_generation
+from dircleaner.store import open_store
+from tests.helpers import invoke, write_lines
+
+
+def store_with_keys(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = [f"f/{i % 17}/{i}/obj" for i in range(2000)]
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", keys))).exit_code == 0
+    return url
+
+
+def test_list_reports_the_fill_and_rate_without_reading_the_body(tmp_path: Path) -> None:
+    url = store_with_keys(tmp_path)
+    built = json.loads(invoke(url, "build", "--json", "--workers", "2").output)
+    rows = json.loads(invoke(url, "filters", "list", "--json").output)
+    assert [r["generation"] for r in rows] == [built["generation"]]
+    row = rows[0]
+    assert row["complete"] is True and row["shards"] == "2/2"
+    with open_store(url) as store:
+        info = find_generation(store, built["generation"])
+        _, merged = load_generation(store, info, info.header.scope if info.header else "")
+    assert isinstance(merged, BloomFilter)
+    # Two shards' fills combine as if independent: close to, and never below, the exact fill.
+    assert merged.fill_ratio() <= row["fill"] <= merged.fill_ratio() * 1.1
+    assert abs(row["fpr_estimated"] - row["fill"] ** row["k"]) < 1e-3
+    assert row["items"] == built["keys_inserted"]
+
+
+def test_old_generations_are_garbage_collected(tmp_path: Path) -> None:
+    url = store_with_keys(tmp_path)
+    for _ in range(5):
+        result = invoke(url, "run", "--min-age", "0", "--audit-log", str(tmp_path / "a.jsonl"))
+        assert result.exit_code == 0, result.output
+    rows = json.loads(invoke(url, "filters", "list", "--json").output)
+    assert len(rows) == 3
+    assert all(r["complete"] for r in rows)
+
+
+def test_rm_removes_one_generation_and_names_an_unknown_one(tmp_path: Path) -> None:
+    url = store_with_keys(tmp_path)
+    generation = json.loads(invoke(url, "build", "--json").output)["generation"]
+    assert invoke(url, "filters", "rm", generation).exit_code == 0
+    assert json.loads(invoke(url, "filters", "list", "--json").output) == []
+    result = invoke(url, "filters", "rm", generation)
+    assert result.exit_code == 1
+    assert "no filter generation" in result.stderr
