@@ -42,3 +42,12 @@ def row_tombstones_per_partition(entries: Sequence[dict[str, str]]) -> Counter[t
 def write_lines(path: Path, lines: Iterable[str]) -> Path:
     path.write_bytes(b"".join(line.encode("utf-8") + b"\n" for line in lines))
     return path
+
+
+#: a run that deletes all it may at once: no age cut-off, no fraction guard, no throttle
+EAGER = ("--min-age", "0", "--max-delete-fraction", "1", "--rate", "0")
+
+
+def run_eagerly(store_url: str, audit: Path, *extra: str) -> Result:
+    """``dircleaner run`` with EAGER options, auditing to ``audit``."""
+    return invoke(store_url, "run", *EAGER, "--audit-log", str(audit), *extra)

@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (
+    EAGER,
     audit_entries,
     expected_dirs,
     invoke,
     row_tombstones_per_partition,
+    run_eagerly,
     write_lines,
 )
 
@@ -85,22 +87,8 @@ def test_repeated_runs_clean_everything_with_perfect_precision_and_budget(
     recall = 0.0
     for attempt in range(6):
         audit = tmp / f"audit{attempt}.jsonl"
-        result = invoke(
-            url,
-            "run",
-            "--fpr",
-            "0.001",
-            "--min-age",
-            "0",
-            "--max-delete-fraction",
-            "1",
-            "--max-tombstones-per-partition",
-            str(BUDGET),
-            "--rate",
-            "0",
-            "--audit-log",
-            str(audit),
-            "--json",
+        result = run_eagerly(
+            url, audit, "--fpr", "0.001", "--max-tombstones-per-partition", str(BUDGET), "--json"
         )
         assert result.exit_code == 0, result.output
         remaining = listed(url)
@@ -120,21 +108,7 @@ def test_first_run_defers_over_budget_and_reports_it(
     dataset: tuple[str, set[str], set[str], Path],
 ) -> None:
     url, _, _, tmp = dataset
-    result = invoke(
-        url,
-        "run",
-        "--min-age",
-        "0",
-        "--max-delete-fraction",
-        "1",
-        "--max-tombstones-per-partition",
-        "50",
-        "--rate",
-        "0",
-        "--audit-log",
-        str(tmp / "a.jsonl"),
-        "--json",
-    )
+    result = run_eagerly(url, tmp / "a.jsonl", "--max-tombstones-per-partition", "50", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     plan = summary["clean"]["plan"]
@@ -149,18 +123,7 @@ def test_the_40_level_chain_costs_its_live_parent_one_row_tombstone(
 ) -> None:
     url, _, _, tmp = dataset
     audit = tmp / "a.jsonl"
-    result = invoke(
-        url,
-        "run",
-        "--min-age",
-        "0",
-        "--max-delete-fraction",
-        "1",
-        "--rate",
-        "0",
-        "--audit-log",
-        str(audit),
-    )
+    result = run_eagerly(url, audit)
     assert result.exit_code == 0, result.output
     chain = [e for e in audit_entries(audit) if e["dir"].startswith("chain/")]
     assert len(chain) == 41  # chain/ and its 40 levels
@@ -193,21 +156,7 @@ def test_restore_puts_back_what_the_audit_log_recorded(
 ) -> None:
     url, every, _, tmp = dataset
     audit = tmp / "a.jsonl"
-    assert (
-        invoke(
-            url,
-            "run",
-            "--min-age",
-            "0",
-            "--max-delete-fraction",
-            "1",
-            "--rate",
-            "0",
-            "--audit-log",
-            str(audit),
-        ).exit_code
-        == 0
-    )
+    assert run_eagerly(url, audit).exit_code == 0
     assert listed(url) != every
     result = invoke(url, "restore", str(audit))
     assert result.exit_code == 0, result.output
@@ -222,18 +171,7 @@ def test_sweep_then_clean_step_by_step(dataset: tuple[str, set[str], set[str], P
     assert result.exit_code == 0, result.output
     candidates = set(out.read_text(encoding="utf-8").splitlines())
     assert candidates and candidates <= every - live
-    result = invoke(
-        url,
-        "clean",
-        "--min-age",
-        "0",
-        "--max-delete-fraction",
-        "1",
-        "--rate",
-        "0",
-        "--audit-log",
-        str(tmp / "a.jsonl"),
-    )
+    result = invoke(url, "clean", *EAGER, "--audit-log", str(tmp / "a.jsonl"))
     assert result.exit_code == 0, result.output
     assert live <= listed(url)
 
