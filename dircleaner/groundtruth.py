@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from dircleaner.paths import dir_of_row
+from dircleaner.restore import iter_audit_entries
 
 
 @dataclass(frozen=True)
@@ -42,5 +44,8 @@ def read_truth(path: Path) -> set[str]:
 def audited_dirs(path: Path, bucket: str) -> list[str]:
     """The directories an audit log says were deleted in ``bucket``."""
     with path.open(encoding="utf-8") as stream:
-        entries = (json.loads(line) for line in stream if line.strip())
-        return [e["dir"] for e in entries if e["bucket"] == bucket]
+        return [
+            dir_of_row(e["parent"], e["name"])
+            for e in iter_audit_entries(stream)
+            if e["bucket"] == bucket
+        ]

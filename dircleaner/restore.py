@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from dircleaner.errors import UsageError
 from dircleaner.paths import dir_of_row
@@ -24,23 +25,42 @@ class RestoreResult:
     restored: int
 
 
-def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
-    """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
-    rows: list[tuple[str, str, str]] = []
+def iter_audit_entries(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """Every entry of an audit log, checked; a bad line raises BadAuditLog naming it.
+
+    The log is written ahead of the deletes, so a run killed mid-write can leave its final line
+    torn (no newline, not JSON): that one line is skipped, as the delete it announced never ran.
+    """
+    torn: BadAuditLog | None = None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        if torn is not None:
+            raise torn  # the unterminated line was not the last one after all
         try:
-            entry = json.loads(line)
-            bucket, parent, name = entry["bucket"], entry["parent"], entry["name"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadAuditLog(f"audit log line {number}: not a dircleaner audit entry") from exc
-        if not all(isinstance(v, str) for v in (bucket, parent, name)) or (
-            entry.get("dir") not in (None, dir_of_row(parent, name))
-        ):
-            raise BadAuditLog(f"audit log line {number}: inconsistent entry")
-        rows.append((bucket, parent, name))
-    return rows
+            yield _checked_entry(number, line)
+        except BadAuditLog as exc:
+            if line.endswith("\n"):
+                raise
+            torn = exc
+
+
+def _checked_entry(number: int, line: str) -> dict[str, Any]:
+    try:
+        entry = json.loads(line)
+        bucket, parent, name = entry["bucket"], entry["parent"], entry["name"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BadAuditLog(f"audit log line {number}: not a dircleaner audit entry") from exc
+    if not all(isinstance(v, str) for v in (bucket, parent, name)) or (
+        entry.get("dir") not in (None, dir_of_row(parent, name))
+    ):
+        raise BadAuditLog(f"audit log line {number}: inconsistent entry")
+    return dict(entry)
+
+
+def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
+    """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
+    return [(e["bucket"], e["parent"], e["name"]) for e in iter_audit_entries(lines)]
 
 
 def restore(store: Store, rows: list[tuple[str, str, str]], timestamp_us: int) -> RestoreResult:

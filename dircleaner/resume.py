@@ -15,6 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from dircleaner.restore import iter_audit_entries
 from dircleaner.store.base import Store
 
 PHASE_BUILD = "build"
@@ -57,11 +58,7 @@ def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter
     if audit_log is None or not audit_log.exists():
         return used
     with audit_log.open(encoding="utf-8") as stream:
-        for line in stream:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue  # a line torn by a kill mid-write
+        for entry in iter_audit_entries(stream):
             if entry.get("generation") == generation and entry.get("via") == "row":
                 used[(entry["bucket"], entry["parent"])] += 1
     return used

@@ -212,3 +212,26 @@ def test_clean_then_restore_round_trips_through_the_audit_log(store: Store) -> N
     result = restore(store, read_audit_entries(log), 3_000)
     assert result == RestoreResult(5)
     assert folder_rows(store) == before
+
+
+def test_a_final_line_torn_by_a_kill_is_skipped() -> None:
+    torn = entry("", "c")[:20]  # no newline: the write was cut off
+    assert read_audit_entries([entry("", "a"), entry("", "b"), torn]) == [
+        (BUCKET, "", "a"),
+        (BUCKET, "", "b"),
+    ]
+
+
+def test_an_unterminated_bad_line_followed_by_more_is_still_an_error() -> None:
+    torn = entry("", "c")[:20]
+    with pytest.raises(BadAuditLog, match="line 2: not a dircleaner audit entry"):
+        read_audit_entries([entry("", "a"), torn, entry("", "d")])
+
+
+def test_restore_replays_a_log_whose_last_write_was_torn(store: Store, tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    log.write_text(entry("", "x") + entry("x/", "y") + entry("", "z")[:15], encoding="utf-8")
+    with log.open(encoding="utf-8") as stream:
+        rows = read_audit_entries(stream)
+    restore(store, rows, 10)
+    assert {(r.parent, r.name) for r in folder_rows(store)} == {("", "x"), ("x/", "y")}
