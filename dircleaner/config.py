@@ -223,7 +223,7 @@ class CassandraConfig:
         if prefix and root != prefix and root.startswith(prefix) and root.endswith("/"):
             raise UsageError(
                 f"root_parent {root!r} is also the stored form of parent"
-                f" {root[len(prefix):]!r} under parent_prefix {prefix!r}"
+                f" {root[len(prefix) :]!r} under parent_prefix {prefix!r}"
             )
         for attr, low in (
             ("fetch_size", 1),
@@ -245,9 +245,7 @@ class CassandraConfig:
     @property
     def tls_enabled(self) -> bool:
         """Whether connections use TLS (any TLS file configured, or verification turned off)."""
-        return (
-            self.ssl_ca_file is not None or self.ssl_cert_file is not None or not self.ssl_verify
-        )
+        return self.ssl_ca_file is not None or self.ssl_cert_file is not None or not self.ssl_verify
 
     @property
     def contact(self) -> str:

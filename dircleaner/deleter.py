@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _escape
 from pathlib import Path
 from typing import IO
 
@@ -108,27 +109,27 @@ class AuditLog:
         self._stream = stream
         self._generation = generation
         self._timestamp_us = timestamp_us
-        # One encoder for the whole log: json.dumps(..., ensure_ascii=False) builds a new one per
-        # call, which dominated the audit cost of large runs. Same output.
-        self._encode = json.JSONEncoder(ensure_ascii=False).encode
+        # Every line is the dict ``json.dumps(..., ensure_ascii=False)`` would write, built from
+        # pre-encoded constant parts and one C-level string escape per field: a dict and an
+        # encoder pass per line was most of the audit cost of large runs. Same bytes.
+        tail = json.dumps(
+            {"delete_ts_us": timestamp_us, "generation": generation}, ensure_ascii=False
+        )[1:]
+        self._tails = {kind: f'"via": {_escape(kind.value)}, {tail}\n' for kind in ActionKind}
 
     def record(self, action: DeleteAction) -> None:
-        encode = self._encode
-        via = action.kind.value
+        self.record_many((action,))
+
+    def record_many(self, actions: Iterable[DeleteAction]) -> None:
+        """Write the lines of several actions with one write."""
+        escape = _escape
+        tails = self._tails
         self._stream.write(
             "".join(
-                encode(
-                    {
-                        "bucket": row.bucket,
-                        "dir": dir_of_row(row.parent, row.name),
-                        "parent": row.parent,
-                        "name": row.name,
-                        "via": via,
-                        "delete_ts_us": self._timestamp_us,
-                        "generation": self._generation,
-                    }
-                )
-                + "\n"
+                f'{{"bucket": {escape(row.bucket)}, '
+                f'"dir": {escape(dir_of_row(row.parent, row.name))}, '
+                f'"parent": {escape(row.parent)}, "name": {escape(row.name)}, {tails[action.kind]}'
+                for action in actions
                 for row in action.rows
             )
         )
@@ -158,8 +159,7 @@ def execute_plan(
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            for action in chunk:
-                audit.record(action)
+            audit.record_many(chunk)
             audit.flush()
         pending = list(chunk)
         attempt = 0

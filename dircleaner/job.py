@@ -38,6 +38,7 @@ from dircleaner.resume import (
     row_deletes_already_made,
     save_run_state,
 )
+from dircleaner.sizing import SizingRecord, load_sizing_record, save_sizing_record
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, sweep
 from dircleaner.timeutil import now_us
@@ -193,6 +194,7 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
             if stream is not None:
                 stream.close()
         phases["delete"] = time.monotonic() - started
+        _record_what_is_left(store, config, swept, deleted.directories)
     return CleanReport(swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases)
 
 
@@ -223,6 +225,20 @@ def _recheck(store: Store, facts: list[PartitionFacts]) -> tuple[list[PartitionF
     if nonempty:
         facts = drop_nonempty(facts, nonempty)
     return facts, checked, len(nonempty)
+
+
+def _record_what_is_left(
+    store: Store, config: CleanConfig, swept: SweepReport, deleted: int
+) -> None:
+    """After a whole-ring clean, the folder rows left are what the next build's growth is
+    measured from (the empties just removed were never in the filter)."""
+    if config.sweep.shard.count != 1:
+        return
+    scope = scope_of(store, config.sweep.bucket)
+    record = load_sizing_record(store, scope)
+    if record is not None and record.generation == swept.loaded.generation:
+        left = swept.result.swept_rows - deleted
+        save_sizing_record(store, scope, SizingRecord(record.generation, left))
 
 
 @contextlib.contextmanager

@@ -596,3 +596,28 @@ def test_open_audit_log_creates_directories_and_appends(tmp_path: Path) -> None:
             log.flush()
     lines = path.read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["generation"] for line in lines] == ["g1", "g2"]
+
+
+@pytest.mark.parametrize("kind", list(ActionKind))
+def test_audit_lines_are_exactly_what_json_dumps_writes(kind: ActionKind) -> None:
+    names = ["plain", "q\"'\\\n", "tab\there", "ü\u2028\x00", "😀", "a/b"]
+    rows = tuple(FolderRow(3, bucket, "p/ä/", name) for bucket in ("b", "bü") for name in names)
+    buffer = io.StringIO()
+    AuditLog(buffer, "gen-ü", 12345).record(DeleteAction(kind, PartitionKey(3, "b", "p/ä/"), rows))
+    expected = "".join(
+        json.dumps(
+            {
+                "bucket": row.bucket,
+                "dir": row.parent + row.name + "/",
+                "parent": row.parent,
+                "name": row.name,
+                "via": kind.value,
+                "delete_ts_us": 12345,
+                "generation": "gen-ü",
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+        for row in rows
+    )
+    assert buffer.getvalue() == expected

@@ -30,7 +30,9 @@ def test_workers_build_the_same_bits_and_sweep_the_same_candidates(tmp_path: Pat
         scope = scope_of(store, None)
         results = {}
         for workers in (1, 3):
-            built = build_filter(store, BuildConfig(fpr=0.01, salt=1234, workers=workers))
+            # Same size for both (a second build would be sized from the first one).
+            config = BuildConfig(fpr=0.01, salt=1234, workers=workers, expected_dirs=5000)
+            built = build_filter(store, config)
             info = find_generation(store, built.generation)
             assert len(info.shards) == workers and info.complete
             _, merged = load_generation(store, info, scope)

@@ -76,6 +76,8 @@ class DirCountEstimate:
     method: str
     #: an exact count (cheap in SQLite) rather than an estimate
     exact: bool = False
+    #: the exact number of folder rows, when it was counted (the sizing may scale it)
+    folder_rows: int | None = None
 
 
 def murmur_token(bucket: str, parent: str) -> int:

@@ -171,7 +171,9 @@ class SqliteStore(Store):
             (count,) = self._conn.execute(
                 "SELECT count(*) FROM folders WHERE bucket = ?", (bucket,)
             ).fetchone()
-        return DirCountEstimate(int(count), "exact count of folder rows", exact=True)
+        return DirCountEstimate(
+            int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
+        )
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
