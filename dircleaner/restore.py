@@ -12,6 +12,8 @@ from dircleaner.paths import dir_of_row
 from dircleaner.store.base import Store
 
 RESTORE_BATCH = 1000
+#: how every record of the log begins (inside a JSON string, the quotes would be escaped)
+RECORD_START = '{"bucket": '
 
 
 class BadAuditLog(UsageError):
@@ -30,6 +32,9 @@ def iter_audit_entries(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
 
     The log is written ahead of the deletes, so a run killed mid-write can leave its final line
     torn (no newline, not JSON): that one line is skipped, as the delete it announced never ran.
+    Worker processes append to one log, each batch with one write: a worker killed mid-write
+    leaves a torn record that the next worker's record continues on the same line. That
+    fragment is skipped too, and the whole record after it is kept.
     """
     torn: BadAuditLog | None = None
     for number, line in enumerate(lines, start=1):
@@ -40,9 +45,13 @@ def iter_audit_entries(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
         try:
             yield _checked_entry(number, line)
         except BadAuditLog as exc:
-            if line.endswith("\n"):
+            if not line.endswith("\n"):
+                torn = exc
+                continue
+            rest = line.rfind(RECORD_START, 1)
+            if not line.startswith(RECORD_START) or rest < 0:
                 raise
-            torn = exc
+            yield _checked_entry(number, line[rest:])
 
 
 def _checked_entry(number: int, line: str) -> dict[str, Any]:

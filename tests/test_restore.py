@@ -228,6 +228,32 @@ def test_an_unterminated_bad_line_followed_by_more_is_still_an_error() -> None:
         read_audit_entries([entry("", "a"), torn, entry("", "d")])
 
 
+def test_a_record_torn_by_a_killed_worker_and_continued_by_another_is_skipped() -> None:
+    # Two workers append to one log; one was killed mid-write, the other's next record follows
+    # its fragment on the same line.
+    torn = entry("", "c")[:30]
+    lines = [entry("", "a"), torn + entry("", "d"), entry("", "e")]
+    assert read_audit_entries(lines) == [(BUCKET, "", "a"), (BUCKET, "", "d"), (BUCKET, "", "e")]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "garbage" + entry("", "d"),  # not one of our records before the record
+        entry("", "c")[:30] + "garbage\n",  # nothing whole after the fragment
+        entry("", "c")[:30] + entry("", "d")[:-8] + "\n",  # the continuation is broken too
+    ],
+)
+def test_a_bad_line_that_is_not_a_torn_record_is_still_an_error(bad: str) -> None:
+    with pytest.raises(BadAuditLog, match="line 2"):
+        read_audit_entries([entry("", "a"), bad, entry("", "e")])
+
+
+def test_a_name_that_looks_like_a_record_start_is_no_split_point() -> None:
+    tricky = entry("", 'x{"bucket": "y')
+    assert read_audit_entries([tricky]) == [(BUCKET, "", 'x{"bucket": "y')]
+
+
 def test_restore_replays_a_log_whose_last_write_was_torn(store: Store, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     log.write_text(entry("", "x") + entry("x/", "y") + entry("", "z")[:15], encoding="utf-8")
