@@ -712,7 +712,7 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             ),
             "candidates": report.clean.sweep.result.candidates,
             "verified": report.clean.verified,
-            "plan_actions": len(report.clean.plan.actions),
+            "plan_actions": report.clean.plan.partition_deletes + report.clean.plan.row_deletes,
             "sizing_method": report.build.sizing.method,
             "fill_ratio": round(report.build.fill_ratio, 4),
             "fpr_estimated": report.build.estimated_fpr,
@@ -799,7 +799,7 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             else None,
             "retries": deleted.retries if deleted else 0,
             "final_rate": deleted.final_rate if deleted else 0.0,
-            "deferred": len(report.clean.plan.deferred),
+            "deferred": report.clean.plan.deferred,
             "dropped_nonempty": report.clean.dropped_nonempty,
             "truly_empty": sc.empty_total,
             "true_deletes": sc.true_deletes,
@@ -807,7 +807,7 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             "audited_but_still_listed": leftover,
             "recall_target": recall_target,
             "recall_if_deferred_counted": round(
-                (sc.true_deletes + len(report.clean.plan.deferred)) / max(1, sc.empty_total), 6
+                (sc.true_deletes + report.clean.plan.deferred) / max(1, sc.empty_total), 6
             ),
             "audit_log": str(audit),
             "cli": cli_equivalent(args, workers, False),

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.bloom import Filter
 from dircleaner.build import BuildConfig, BuildResult, build_filter, scope_of, swept_count_key
-from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
+from dircleaner.deleter import DeleteStats, ThrottleConfig
 from dircleaner.errors import FilterNotFound
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
@@ -21,14 +20,8 @@ from dircleaner.filterstore import (
     load_generation,
 )
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
-from dircleaner.parallel import map_shards
-from dircleaner.plan import (
-    BucketDir,
-    DeletionPlan,
-    PartitionFacts,
-    drop_nonempty,
-    plan_deletions,
-)
+from dircleaner.parallel import map_shards, run_two_phases
+from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
 from dircleaner.resume import (
     PHASE_CLEAN,
@@ -38,13 +31,19 @@ from dircleaner.resume import (
     row_deletes_already_made,
     save_run_state,
 )
+from dircleaner.shardclean import (
+    DeleteOrders,
+    ShardCleaned,
+    ShardSwept,
+    merge_delete_stats,
+    plan_and_delete,
+    sweep_and_recheck,
+)
 from dircleaner.sizing import SizingRecord, load_sizing_record, save_sizing_record
 from dircleaner.store.base import Shard, Store
-from dircleaner.sweep import SweepResult, sweep
+from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
 
-#: candidate directories handed to the store's re-check at once
-RECHECK_BATCH = 100_000
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
 
@@ -95,17 +94,27 @@ class SweepReport:
 
 
 @dataclass
+class CleanSweep:
+    """The sweep a clean ran (its candidates stayed with the workers that found them)."""
+
+    loaded: LoadedFilter
+    result: SweepTotals
+
+
+@dataclass
 class CleanReport:
     """Everything a clean decided and did."""
 
-    sweep: SweepReport
+    sweep: CleanSweep
     delete_timestamp_us: int
     verified: int
     dropped_nonempty: int
-    plan: DeletionPlan
+    plan: PlanSummary
     dry_run: bool
     deleted: DeleteStats | None
     phase_seconds: dict[str, float]
+    #: the whole plan, kept only by an in-process clean (one worker) for callers that inspect it
+    deletion_plan: DeletionPlan | None = None
 
 
 @dataclass
@@ -161,74 +170,95 @@ def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progres
 
 
 def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanReport:
-    phases: dict[str, float] = {}
-    started = time.monotonic()
-    swept = run_sweep(store, config.sweep, progress)
-    phases["sweep"] = time.monotonic() - started
-    header, result = swept.loaded.header, swept.result
-    check_sweep(header, result.swept_rows, result.candidates, config.sweep.guards)
+    sweep_config = config.sweep
+    loaded = load_filter(store, sweep_config)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
+    shards = (
+        sweep_config.shard.split(sweep_config.workers)
+        if sweep_config.workers > 1
+        else [sweep_config.shard]
+    )
+    throttle = config.throttle
+    if len(shards) > 1 and throttle.rate:
+        throttle = replace(throttle, rate=throttle.rate / len(shards))  # the rate is the total
+    orders = DeleteOrders(
+        max_row_tombstones=config.max_tombstones_per_partition,
+        # One generation, one budget: an interrupted attempt's row deletes count against it.
+        already_used=row_deletes_already_made(config.audit_log, loaded.generation),
+        # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
+        # after the build started (minus the clock-skew margin) survives whatever happens here.
+        delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
+        generation=loaded.generation,
+        throttle=throttle,
+        audit_log=config.audit_log,
+        dry_run=config.dry_run,
+        keep_plan=len(shards) == 1,
+    )
 
-    # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
-    # after the build started (minus the clock-skew margin) survives whatever happens below.
-    delete_ts = header.snapshot_us - int(config.min_age_s * 1_000_000)
+    def first(
+        part_store: Store, shard: Shard, report: Progress
+    ) -> tuple[ShardSwept, list[PartitionFacts]]:
+        return sweep_and_recheck(
+            part_store, shard, sweep_config.bucket, loaded.filt, config.verify, report
+        )
 
-    facts = result.facts
-    verified = dropped = 0
+    def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        totals = _add_totals([t.totals for t in tallies])
+        # Nothing is deleted anywhere unless the whole sweep passes the guards.
+        check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        # A directory with an object keeps its ancestors, whichever slice lists them: every
+        # slice drops every slice's finds (and their ancestors) from its candidates.
+        return frozenset(d for t in tallies for d in t.nonempty)
+
+    def second(
+        part_store: Store,
+        shard: Shard,
+        facts: list[PartitionFacts],
+        nonempty: frozenset[BucketDir],
+        report: Progress,
+    ) -> ShardCleaned:
+        return plan_and_delete(part_store, facts, nonempty, orders, report)
+
+    tallies, cleaned = run_two_phases(
+        store, shards, first, decide, second, ("sweep", "clean"), progress
+    )
+    totals = _add_totals([t.totals for t in tallies])
+    if sweep_config.shard.count == 1:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(
+            swept_count_key(scope_of(store, sweep_config.bucket)), str(totals.swept_rows)
+        )
+    deleted = merge_delete_stats([c.deleted for c in cleaned])
+    phases = {"sweep": max(t.totals.seconds for t in tallies)}
     if config.verify:
-        started = time.monotonic()
-        facts, verified, dropped = _recheck(store, facts)
-        phases["verify"] = time.monotonic() - started
-        progress("verify", verified, verified)
-
-    # One generation, one budget: an interrupted attempt's row deletes count against it.
-    used = row_deletes_already_made(config.audit_log, swept.loaded.generation)
-    plan = plan_deletions(facts, config.max_tombstones_per_partition, used)
-    deleted = None
-    if not config.dry_run and plan.actions:
-        started = time.monotonic()
-        stream = open_audit_log(config.audit_log) if config.audit_log else None
-        try:
-            audit = AuditLog(stream, swept.loaded.generation, delete_ts) if stream else None
-            deleted = execute_plan(store, plan, delete_ts, config.throttle, audit, progress)
-        finally:
-            if stream is not None:
-                stream.close()
-        phases["delete"] = time.monotonic() - started
-        _record_what_is_left(store, config, swept, deleted.directories)
-    return CleanReport(swept, delete_ts, verified, dropped, plan, config.dry_run, deleted, phases)
+        phases["verify"] = max(t.verify_s for t in tallies)
+    if deleted is not None:
+        phases["delete"] = max(c.delete_s for c in cleaned)
+        _record_what_is_left(store, config, loaded.generation, totals.swept_rows, deleted)
+    return CleanReport(
+        sweep=CleanSweep(loaded, totals),
+        delete_timestamp_us=orders.delete_timestamp_us,
+        verified=sum(t.checked for t in tallies),
+        dropped_nonempty=sum(len(t.nonempty) for t in tallies),
+        plan=sum((c.plan for c in cleaned), PlanSummary()),
+        dry_run=config.dry_run,
+        deleted=deleted,
+        phase_seconds=phases,
+        deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
+    )
 
 
-def _recheck(store: Store, facts: list[PartitionFacts]) -> tuple[list[PartitionFacts], int, int]:
-    """Re-check every empty directory's objects partition; drop the non-empty (and ancestors).
-
-    Streams the directories in chunks rather than building one set of them all: each candidate
-    row is a distinct directory, and an absent partition's own directory is almost always also a
-    candidate row of its parent partition, so only the few that are not are kept aside.
-    """
-    orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
-    nonempty: set[BucketDir] = set()
-    checked = 0
-    chunk: list[BucketDir] = []
-    for fact in facts:
-        for row in fact.candidates:
-            directory = (row.bucket, row.parent + row.name + "/")
-            orphans.discard(directory)
-            chunk.append(directory)
-        if len(chunk) >= RECHECK_BATCH:
-            nonempty |= store.nonempty_object_partitions(chunk)
-            checked += len(chunk)
-            chunk = []
-    chunk.extend(sorted(orphans))
-    if chunk:
-        nonempty |= store.nonempty_object_partitions(chunk)
-        checked += len(chunk)
-    if nonempty:
-        facts = drop_nonempty(facts, nonempty)
-    return facts, checked, len(nonempty)
+def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
+    return SweepTotals(
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        candidates=sum(p.candidates for p in parts),
+        seconds=max(p.seconds for p in parts),
+    )
 
 
 def _record_what_is_left(
-    store: Store, config: CleanConfig, swept: SweepReport, deleted: int
+    store: Store, config: CleanConfig, generation: str, swept_rows: int, deleted: DeleteStats
 ) -> None:
     """After a whole-ring clean, the folder rows left are what the next build's growth is
     measured from (the empties just removed were never in the filter)."""
@@ -236,8 +266,8 @@ def _record_what_is_left(
         return
     scope = scope_of(store, config.sweep.bucket)
     record = load_sizing_record(store, scope)
-    if record is not None and record.generation == swept.loaded.generation:
-        left = swept.result.swept_rows - deleted
+    if record is not None and record.generation == generation:
+        left = swept_rows - deleted.directories
         save_sizing_record(store, scope, SizingRecord(record.generation, left))
 
 

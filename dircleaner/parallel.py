@@ -2,13 +2,19 @@
 
 Workers are forked: the task (and anything it closes over, such as a loaded filter) is inherited
 copy-on-write rather than pickled, and each worker opens its own store connection. Only results
-travel back.
+travel back. Workers die with the parent (a killed run leaves no orphan scanning or deleting).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
+import os
+import pickle
+import signal
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
 from dircleaner.progress import Progress, no_progress
@@ -16,13 +22,37 @@ from dircleaner.store import Store, open_store
 from dircleaner.store.base import Shard
 
 R = TypeVar("R")
+T = TypeVar("T")
+L = TypeVar("L")
+M = TypeVar("M")
 ShardTask = Callable[[Store, Shard, Progress], R]
+#: first phase: (what the parent needs to decide, what the worker keeps for the second phase)
+FirstPhase = Callable[[Store, Shard, Progress], tuple[T, L]]
+#: second phase: the worker's kept state and the parent's decision in, a result out
+SecondPhase = Callable[[Store, Shard, L, M, Progress], R]
+#: how long a failed two-phase run waits for the other workers' second phase to finish
+_SECOND_PHASE_GRACE_S = 300.0
+#: prctl(2) option: the signal a process gets when its parent dies (Linux)
+_PR_SET_PDEATHSIG = 1
+
+
+class WorkerDied(RuntimeError):
+    """A worker process exited without sending its result."""
+
 
 # Set in the parent just before forking; read by the workers.
 _TASK: Callable[[Store, Shard, Progress], Any] | None = None
 _STORE_URL = ""
 _CONFIG_PATH: Any = None
 _COUNTER: Any = None
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Have the kernel kill this (forked) process when its parent dies, where supported."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)  # the parent died before the request took effect
 
 
 def _worker(shard: Shard) -> Any:
@@ -58,7 +88,7 @@ def map_shards(
     _TASK, _STORE_URL, _CONFIG_PATH = task, store.url, store.config_path
     _COUNTER = context.Value("q", 0)
     try:
-        with context.Pool(len(shards)) as pool:
+        with context.Pool(len(shards), die_with_parent, (os.getpid(),)) as pool:
             pending = pool.map_async(_worker, shards)
             while not pending.ready():
                 progress(phase, int(_COUNTER.value), None)
@@ -67,3 +97,132 @@ def map_shards(
     finally:
         _TASK = _COUNTER = None
     return results
+
+
+def run_two_phases(
+    store: Store,
+    shards: Sequence[Shard],
+    first: FirstPhase[T, L],
+    decide: Callable[[list[T]], M],
+    second: SecondPhase[L, M, R],
+    phases: tuple[str, str],
+    progress: Progress = no_progress,
+) -> tuple[list[T], list[R]]:
+    """Two phases per shard with one decision between them, taken by the parent on every
+    shard's first result. The workers keep their state across the barrier (one process per
+    shard); if ``decide`` raises, no second phase runs anywhere and the error propagates."""
+    if len(shards) == 1:
+        tally, kept = first(store, shards[0], progress)
+        message = decide([tally])
+        return [tally], [second(store, shards[0], kept, message, progress)]
+    context = multiprocessing.get_context("fork")
+    counters = (context.Value("q", 0), context.Value("q", 0))
+    conns: list[Connection] = []
+    procs = []
+    for shard in shards:
+        parent_end, child_end = context.Pipe()
+        proc = context.Process(
+            target=_two_phase_worker,
+            args=(child_end, store, shard, first, second, counters, os.getpid()),
+            daemon=True,
+        )
+        proc.start()
+        child_end.close()
+        conns.append(parent_end)
+        procs.append(proc)
+    second_started = False
+    try:
+        tallies: list[T] = _gather(conns, shards, counters[0], phases[0], progress)
+        message = decide(tallies)
+        _send_all(conns, ("go", message))
+        second_started = True
+        results: list[R] = _gather(conns, shards, counters[1], phases[1], progress)
+    finally:
+        # Before the second phase a worker has only read: stop them all at once. After, let
+        # the others finish what they started (each logs its own work), within reason.
+        for proc in procs:
+            proc.join(timeout=_SECOND_PHASE_GRACE_S if second_started else 0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in conns:
+            conn.close()
+    return tallies, results
+
+
+def _two_phase_worker(
+    conn: Connection,
+    parent_store: Store,
+    shard: Shard,
+    first: FirstPhase[Any, Any],
+    second: SecondPhase[Any, Any, Any],
+    counters: tuple[Any, Any],
+    parent_pid: int,
+) -> None:
+    die_with_parent(parent_pid)
+    try:
+        store = open_store(parent_store.url, config_path=parent_store.config_path)
+    except BaseException as exc:
+        conn.send(("error", _portable(exc)))
+        return
+    try:
+        tally, kept = first(store, shard, _reporter(counters[0]))
+        conn.send(("ok", tally))
+        kind, message = conn.recv()
+        if kind == "go":
+            conn.send(("ok", second(store, shard, kept, message, _reporter(counters[1]))))
+    except EOFError:
+        pass  # the parent is gone
+    except BaseException as exc:
+        conn.send(("error", _portable(exc)))
+    finally:
+        store.close()
+
+
+def _reporter(counter: Any) -> Progress:
+    seen = 0
+
+    def report(phase: str, done: int, total: int | None) -> None:
+        nonlocal seen
+        with counter.get_lock():
+            counter.value += done - seen
+        seen = done
+
+    return report
+
+
+def _gather(
+    conns: list[Connection], shards: Sequence[Shard], counter: Any, phase: str, progress: Progress
+) -> list[Any]:
+    """One message from every worker, in shard order; a worker's error is raised here."""
+    results: list[Any] = [None] * len(conns)
+    pending = dict(enumerate(conns))
+    while pending:
+        progress(phase, int(counter.value), None)
+        for ready in wait(list(pending.values()), timeout=0.5):
+            index = next(i for i, c in pending.items() if c is ready)
+            conn = pending.pop(index)
+            try:
+                kind, value = conn.recv()
+            except EOFError:
+                raise WorkerDied(f"the {phase} worker of shard {shards[index]} died") from None
+            if kind == "error":
+                raise value if isinstance(value, BaseException) else RuntimeError(str(value))
+            results[index] = value
+    progress(phase, int(counter.value), None)
+    return results
+
+
+def _send_all(conns: Sequence[Connection], message: tuple[str, Any]) -> None:
+    for conn in conns:
+        with contextlib.suppress(OSError):
+            conn.send(message)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself if it survives pickling, else a RuntimeError saying what it was."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    return exc

@@ -86,6 +86,36 @@ class DeletionPlan:
         return sum(len(a.rows) for a in self.actions)
 
 
+@dataclass(frozen=True)
+class PlanSummary:
+    """The counts of a plan (or of several shards' plans added up)."""
+
+    directories: int = 0
+    partition_deletes: int = 0
+    row_deletes: int = 0
+    deferred: int = 0
+    max_row_tombstones_in_a_partition: int = 0
+
+    @classmethod
+    def of(cls, plan: DeletionPlan) -> PlanSummary:
+        return cls(
+            plan.directories,
+            plan.partition_deletes,
+            plan.row_deletes,
+            len(plan.deferred),
+            max(plan.row_tombstones.values(), default=0),
+        )
+
+    def __add__(self, other: PlanSummary) -> PlanSummary:
+        return PlanSummary(
+            self.directories + other.directories,
+            self.partition_deletes + other.partition_deletes,
+            self.row_deletes + other.row_deletes,
+            self.deferred + other.deferred,
+            max(self.max_row_tombstones_in_a_partition, other.max_row_tombstones_in_a_partition),
+        )
+
+
 def empty_dirs_of(facts: Iterable[PartitionFacts]) -> set[BucketDir]:
     """Every directory the facts show to be empty: candidates and absent partition dirs."""
     out: set[BucketDir] = set()
@@ -139,14 +169,13 @@ def plan_deletions(
     if max_row_tombstones < 0:
         raise ValueError("max_row_tombstones must be >= 0")
     facts = list(facts)
-    empty = empty_dirs_of(facts)
+    empty = _empty_own_dirs(facts)
     dead: list[PartitionFacts] = []
     live: list[PartitionFacts] = []
     for fact in facts:
-        own_dir = (fact.key.bucket, fact.key.parent)
         # A partition is dead only if its directory is empty AND we hold every row it has: a
         # partition tombstone must never remove a row the audit log could not put back.
-        if fact.key.parent and own_dir in empty and len(fact.candidates) == fact.total_rows:
+        if (fact.key.bucket, fact.key.parent) in empty:
             dead.append(fact)
         else:
             live.append(fact)
@@ -171,6 +200,28 @@ def plan_deletions(
             budget_used[(key.bucket, key.parent)] = len(allowed)
     actions.extend(round_robin(per_partition))
     return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
+
+
+def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:
+    """The partitions whose rows are all candidates and whose own directory is known empty.
+
+    Same answer as testing each against ``empty_dirs_of(facts)``, without holding a string per
+    candidate: only the few partitions that could be dead are looked up.
+    """
+    whole = {
+        (f.key.bucket, f.key.parent)
+        for f in facts
+        if f.key.parent and len(f.candidates) == f.total_rows
+    }
+    if not whole:
+        return whole
+    empty = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent} & whole
+    for fact in facts:
+        for row in fact.candidates:
+            directory = (row.bucket, row.parent + row.name + "/")
+            if directory in whole:
+                empty.add(directory)
+    return empty
 
 
 def round_robin(groups: list[list[T]]) -> list[T]:

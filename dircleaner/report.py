@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from dircleaner.build import BuildResult
-from dircleaner.job import CleanReport, RunReport, SweepReport
-from dircleaner.plan import DeletionPlan
+from dircleaner.job import CleanReport, CleanSweep, RunReport, SweepReport
+from dircleaner.plan import PlanSummary
 
 Summary = dict[str, Any]
 
@@ -31,7 +31,7 @@ def build_summary(result: BuildResult) -> Summary:
     }
 
 
-def sweep_summary(report: SweepReport) -> Summary:
+def sweep_summary(report: SweepReport | CleanSweep) -> Summary:
     result = report.result
     return {
         "generation": report.loaded.generation,
@@ -43,13 +43,13 @@ def sweep_summary(report: SweepReport) -> Summary:
     }
 
 
-def plan_summary(plan: DeletionPlan) -> Summary:
+def plan_summary(plan: PlanSummary) -> Summary:
     return {
         "directories": plan.directories,
         "partition_deletes": plan.partition_deletes,
         "row_deletes": plan.row_deletes,
-        "deferred": len(plan.deferred),
-        "max_row_tombstones_in_a_partition": max(plan.row_tombstones.values(), default=0),
+        "deferred": plan.deferred,
+        "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
     }
 
 
@@ -110,7 +110,7 @@ def run_build_lines(report: RunReport) -> list[str]:
     ]
 
 
-def sweep_lines(report: SweepReport) -> list[str]:
+def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
     result = report.result
     return [
         f"sweep   {_n(result.swept_rows)} directories in {_n(result.partitions)} partitions"
@@ -130,7 +130,7 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
     lines.append(
         f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
         f" tombstones, {_n(plan.row_deletes)} row tombstones,"
-        f" {_n(len(plan.deferred))} deferred by the per-partition budget"
+        f" {_n(plan.deferred)} deferred by the per-partition budget"
     )
     if report.dry_run:
         lines.append("clean   dry run: nothing deleted")

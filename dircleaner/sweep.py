@@ -28,6 +28,16 @@ class MembershipFilter(Protocol):
 
 
 @dataclass(frozen=True)
+class SweepTotals:
+    """What a sweep counted (of one shard, or several added up)."""
+
+    swept_rows: int
+    partitions: int
+    candidates: int
+    seconds: float
+
+
+@dataclass(frozen=True)
 class SweepResult:
     """Candidates, grouped by partition, and what the sweep counted."""
 
@@ -39,6 +49,9 @@ class SweepResult:
     @property
     def candidates(self) -> int:
         return sum(len(f.candidates) for f in self.facts)
+
+    def totals(self) -> SweepTotals:
+        return SweepTotals(self.swept_rows, self.partitions, self.candidates, self.seconds)
 
     def candidate_rows(self) -> Iterator[FolderRow]:
         for fact in self.facts:

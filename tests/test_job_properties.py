@@ -52,7 +52,8 @@ def test_no_nonempty_directory_is_ever_deleted(
             )
             for _ in range(2):
                 report = run_job(store, BuildConfig(fpr=0.01), config)
-                plan = report.clean.plan
+                plan = report.clean.deletion_plan
+                assert plan is not None
                 removed = {dir_of_row(r.parent, r.name) for a in plan.actions for r in a.rows}
                 assert removed <= empty, f"non-empty deleted: {sorted(removed - empty)}"
                 rows = Counter(
