@@ -6,15 +6,21 @@ ancestors (inclusive) of the partition keys that hold a live row: we scan partit
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from dircleaner.bloom import new_filter
-from dircleaner.errors import UsageError
-from dircleaner.filterformat import FilterHeader, deserialize, serialize
-from dircleaner.filterstore import save_filter_part
+from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
+from dircleaner.filterformat import FilterHeader, decode_header, deserialize, serialize
+from dircleaner.filterstore import (
+    GenerationInfo,
+    find_generation,
+    read_filter_part,
+    save_filter_part,
+)
 from dircleaner.generation import new_generation_id, parse_generation_id
 from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
@@ -30,6 +36,8 @@ ANCESTOR_CACHE = 1 << 20
 MIN_CAPACITY = 1000
 #: headroom over the previous run's exact count (the index grows between nights)
 PREVIOUS_COUNT_HEADROOM = 1.2
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,11 @@ class BuildConfig:
 
 @dataclass(frozen=True)
 class BuildResult:
-    """What a build produced."""
+    """What a build produced.
+
+    Partitions scanned and keys inserted count this build's own work; fill, false-positive rate
+    and size describe the whole filter, including parts an interrupted build had already stored.
+    """
 
     generation: str
     header: FilterHeader
@@ -79,6 +91,10 @@ class BuildResult:
     estimated_fpr: float
     filter_bytes: int
     seconds: float
+    #: shards built (scanned) by this build
+    built_shards: tuple[int, ...] = ()
+    #: complete shards of an interrupted build of this generation, reused as stored
+    reused_shards: tuple[int, ...] = ()
 
 
 def scope_of(store: Store, bucket: str | None) -> str:
@@ -159,18 +175,148 @@ def _joined_generation(generation: str, now: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class _PartResult:
-    partitions: int
-    inserted: int
+class StoredPart:
+    """A complete shard of a generation, read back and verified."""
+
+    shard: int
     header_bytes: bytes
     body: bytes
 
 
-def build_filter(
-    store: Store, config: BuildConfig, progress: Progress = no_progress
-) -> BuildResult:
-    """Scan the objects table's partition keys into a new filter generation and store it."""
-    started = time.monotonic()
+@dataclass(frozen=True)
+class PartialBuild:
+    """An interrupted build of one generation: the parts it finished and the shards it lacks."""
+
+    generation: str
+    #: the parameters every part of the generation shares (capacity, p, m, k, salt, snapshot)
+    header: FilterHeader
+    reused: tuple[StoredPart, ...]
+    missing: tuple[Shard, ...]
+
+
+def build_shards(config: BuildConfig) -> list[Shard]:
+    """The shards a build with ``config`` stores: its slice, cut into one part per worker."""
+    return config.shard.split(config.workers) if config.workers > 1 else [config.shard]
+
+
+def new_generation(config: BuildConfig) -> str:
+    """The id a build with ``config`` writes: the given one, or a new one (salt, snapshot now)."""
+    if config.generation is not None:
+        return config.generation
+    salt = config.salt if config.salt is not None else secrets.randbits(32)
+    return new_generation_id(now_us(), salt)
+
+
+def find_partial_build(store: Store, config: BuildConfig, generation: str) -> PartialBuild | None:
+    """What is left to build of ``generation`` with ``config``'s scope and shard layout.
+
+    None when there is nothing worth resuming: no complete part, or parts another scope, shard
+    layout, engine, false-positive rate or ``--expected-dirs`` made (a fresh build is then
+    simpler and as safe). A part without its completion marker counts as missing.
+    """
+    try:
+        info = find_generation(store, generation)
+    except FilterNotFound:
+        log.info("not resuming the build of generation %s: none of it was stored", generation)
+        return None
+    layout = build_shards(config)
+    problem = _resume_problem(info, config, scope_of(store, config.bucket), layout)
+    if problem is None:
+        reused = _read_complete_parts(store, info)
+        if reused:
+            header = decode_header(reused[0].header_bytes)
+            done = {part.shard for part in reused}
+            missing = tuple(shard for shard in layout if shard.index not in done)
+            return PartialBuild(generation, header, reused, missing)
+        problem = "no complete part"
+    log.info("not resuming the build of generation %s: %s", generation, problem)
+    return None
+
+
+def _resume_problem(
+    info: GenerationInfo, config: BuildConfig, scope: str, layout: Sequence[Shard]
+) -> str | None:
+    """Why the stored parts of a generation cannot be completed by this build, or None."""
+    headers = [part.header for part in info.shards if part.header is not None]
+    if not headers:
+        return "no readable part"
+    first = headers[0]
+    if any(_merge_params(h) != _merge_params(first) for h in headers):
+        return "its parts disagree on their parameters"
+    snapshot_us, salt = parse_generation_id(info.generation)
+    wanted = {shard.index for shard in layout}
+    checks = (
+        (first.scope == scope, f"built for {first.scope!r}, not {scope!r}"),
+        (
+            first.shard_count == layout[0].count,
+            f"built in {first.shard_count} shards, this build makes {layout[0].count}",
+        ),
+        (all(part.shard in wanted for part in info.shards), "it holds shards of another slice"),
+        (first.engine == config.engine, f"built with engine {first.engine}"),
+        (first.target_p == config.fpr, f"built for --fpr {first.target_p:g}"),
+        (
+            (first.snapshot_us, first.salt) == (snapshot_us, salt),
+            "its header disagrees with its id",
+        ),
+        (
+            config.expected_dirs is None
+            or first.expected_n == max(config.expected_dirs, MIN_CAPACITY),
+            f"sized for {first.expected_n} directories, not --expected-dirs",
+        ),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+#: header fields every part of a generation shares, so that the parts OR-merge
+_SHARED_FIELDS = (
+    "engine",
+    "hash_name",
+    "salt",
+    "m",
+    "k",
+    "expected_n",
+    "target_p",
+    "snapshot_us",
+    "shard_count",
+    "scope",
+)
+
+
+def _merge_params(header: FilterHeader) -> tuple[object, ...]:
+    return tuple(getattr(header, name) for name in _SHARED_FIELDS)
+
+
+def _read_complete_parts(store: Store, info: GenerationInfo) -> tuple[StoredPart, ...]:
+    """Every marked part that reads back intact; a damaged one is left to be rebuilt."""
+    parts = []
+    for part in info.shards:
+        if not part.complete:
+            continue
+        try:
+            header_bytes, body = read_filter_part(store, info.generation, part.shard)
+        except (FilterCorrupt, FilterMismatch) as exc:
+            log.warning("generation %s: rebuilding shard %d: %s", info.generation, part.shard, exc)
+            continue
+        parts.append(StoredPart(part.shard, header_bytes, body))
+    return tuple(sorted(parts, key=lambda p: p.shard))
+
+
+@dataclass(frozen=True)
+class _Params:
+    """What every part of one generation is built with."""
+
+    generation: str
+    snapshot_us: int
+    salt: int
+    capacity: int
+    fpr: float
+    engine: str
+    sizing: DirCountEstimate
+    #: (m, k) of the parts already stored, which a new part must match
+    shape: tuple[int, int] | None = None
+
+
+def _fresh_params(store: Store, config: BuildConfig) -> _Params:
     # Everything written before this instant is seen by the scan; deletes are issued at a time
     # before it (minus --min-age), so anything (re)written during or after the build survives.
     snapshot_us = now_us()
@@ -181,10 +327,56 @@ def build_filter(
     sizing = size_filter(store, config)
     capacity = max(sizing.count, MIN_CAPACITY)
     generation = config.generation or new_generation_id(snapshot_us, salt)
+    return _Params(generation, snapshot_us, salt, capacity, config.fpr, config.engine, sizing)
+
+
+def _resumed_params(resume: PartialBuild) -> _Params:
+    # The generation's own snapshot is safe for the shards scanned now: they see at least
+    # everything written before it, and deletes stay at that snapshot (minus --min-age).
+    h = resume.header
+    return _Params(
+        generation=resume.generation,
+        snapshot_us=h.snapshot_us,
+        salt=h.salt,
+        capacity=h.expected_n,
+        fpr=h.target_p,
+        engine=h.engine,
+        sizing=DirCountEstimate(h.expected_n, f"as sized by generation {resume.generation}"),
+        shape=(h.m, h.k),
+    )
+
+
+@dataclass(frozen=True)
+class _PartResult:
+    shard: int
+    partitions: int
+    inserted: int
+    header_bytes: bytes
+    body: bytes
+
+
+def build_filter(
+    store: Store,
+    config: BuildConfig,
+    progress: Progress = no_progress,
+    resume: PartialBuild | None = None,
+) -> BuildResult:
+    """Scan the objects table's partition keys into a new filter generation and store it.
+
+    With ``resume``, only its missing shards are scanned, with the generation's own parameters,
+    so they OR-merge with the parts already stored (which are reused as they are).
+    """
+    started = time.monotonic()
+    params = _resumed_params(resume) if resume else _fresh_params(store, config)
     scope = scope_of(store, config.bucket)
 
     def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
-        filt = new_filter(config.engine, capacity, config.fpr, salt)
+        filt = new_filter(params.engine, params.capacity, params.fpr, params.salt)
+        if params.shape is not None and (filt.m, filt.k) != params.shape:
+            raise FilterMismatch(
+                f"generation {params.generation}: shard {shard} would get (m, k) ="
+                f" {(filt.m, filt.k)}, its other parts have {params.shape}"
+            )
         partitions = inserted = 0
         scan = part_store.scan_object_partitions(shard, config.bucket)
         for count, keys in ancestor_keys(scan, report):
@@ -194,35 +386,46 @@ def build_filter(
                 filt.add_many(keys)
         header, header_bytes, body = serialize(
             filt,
-            expected_n=capacity,
-            target_p=config.fpr,
-            snapshot_us=snapshot_us,
+            expected_n=params.capacity,
+            target_p=params.fpr,
+            snapshot_us=params.snapshot_us,
             shard_index=shard.index,
             shard_count=shard.count,
             items=inserted,
             scope=scope,
         )
-        save_filter_part(part_store, generation, header, header_bytes, body)
-        return _PartResult(partitions, inserted, header_bytes, body)
+        save_filter_part(part_store, params.generation, header, header_bytes, body)
+        return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
-    shards = config.shard.split(config.workers) if config.workers > 1 else [config.shard]
-    parts = map_shards(store, shards, build_part, "build", progress)
-    if sizing.folder_rows is not None and config.shard.count == 1:
+    shards = list(resume.missing) if resume else build_shards(config)
+    built = map_shards(store, shards, build_part, "build", progress) if shards else []
+    if params.sizing.folder_rows is not None and config.shard.count == 1:
         # What the next build scales this filter's distinct count by.
-        save_sizing_record(store, scope, SizingRecord(generation, sizing.folder_rows))
-    # The parts share m, k and salt: their OR is the filter of this whole slice.
+        record = SizingRecord(params.generation, params.sizing.folder_rows)
+        save_sizing_record(store, scope, record)
+    stored = resume.reused if resume else ()
+    reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
+    return _result(params, built, reused, time.monotonic() - started)
+
+
+def _result(
+    params: _Params, built: list[_PartResult], reused: list[_PartResult], seconds: float
+) -> BuildResult:
+    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice)."""
+    parts = sorted(built + reused, key=lambda p: p.shard)
     header, union = deserialize(parts[0].header_bytes, parts[0].body)
     for part in parts[1:]:
         union |= deserialize(part.header_bytes, part.body)[1]
-    fill = union.fill_ratio()
     return BuildResult(
-        generation=generation,
+        generation=params.generation,
         header=header,
-        sizing=sizing,
-        partitions_scanned=sum(p.partitions for p in parts),
-        keys_inserted=sum(p.inserted for p in parts),
-        fill_ratio=fill,
+        sizing=params.sizing,
+        partitions_scanned=sum(p.partitions for p in built),
+        keys_inserted=sum(p.inserted for p in built),
+        fill_ratio=union.fill_ratio(),
         estimated_fpr=union.estimated_fpr(),
         filter_bytes=header.body_len,
-        seconds=time.monotonic() - started,
+        seconds=seconds,
+        built_shards=tuple(p.shard for p in built),
+        reused_shards=tuple(p.shard for p in reused),
     )

@@ -170,7 +170,28 @@ def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[Fil
     return header, filt
 
 
+def read_filter_part(store: Store, generation: str, shard: int) -> tuple[bytes, bytes]:
+    """(header bytes, body) of one complete shard, checked against its completion marker."""
+    cells = store.get_filter_cells(generation, shard)
+    header_bytes, body = _part_bytes(generation, shard, cells)
+    where = f"filter {generation} shard {shard}"
+    try:
+        deserialize(header_bytes, body)  # header CRC, body length and CRC, engine
+    except FilterCorrupt as exc:
+        raise FilterCorrupt(f"{where}: {exc}") from exc
+    return header_bytes, body
+
+
 def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[FilterHeader, Filter]:
+    header_bytes, body = _part_bytes(generation, shard, cells)
+    try:
+        return deserialize(header_bytes, body)
+    except FilterCorrupt as exc:
+        raise FilterCorrupt(f"filter {generation} shard {shard}: {exc}") from exc
+
+
+def _part_bytes(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[bytes, bytes]:
+    """The header and joined body of a marked part; FilterCorrupt if truncated or altered."""
     where = f"filter {generation} shard {shard}"
     try:
         magic, chunks, body_crc, _ = _MARKER.unpack(cells[MARKER_SEQ])
@@ -184,10 +205,9 @@ def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[Fi
     body = b"".join(cells[seq] for seq in range(chunks))
     if zlib.crc32(body) != body_crc:
         raise FilterCorrupt(f"{where}: body checksum mismatch against its completion marker")
-    try:
-        return deserialize(cells[HEADER_SEQ], body)
-    except FilterCorrupt as exc:
-        raise FilterCorrupt(f"{where}: {exc}") from exc
+    if HEADER_SEQ not in cells:
+        raise FilterCorrupt(f"{where}: no header")
+    return cells[HEADER_SEQ], body
 
 
 def collect_garbage(store: Store, scope: str, keep: int, protect: Sequence[str] = ()) -> list[str]:

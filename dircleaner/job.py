@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.bloom import Filter
-from dircleaner.build import BuildConfig, BuildResult, build_filter, scope_of, swept_count_key
+from dircleaner.build import (
+    BuildConfig,
+    BuildResult,
+    PartialBuild,
+    build_filter,
+    find_partial_build,
+    new_generation,
+    scope_of,
+    swept_count_key,
+)
 from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.errors import FilterNotFound
+from dircleaner.errors import FilterNotFound, UsageError
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -19,11 +29,13 @@ from dircleaner.filterstore import (
     latest_complete,
     load_generation,
 )
+from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.parallel import map_shards, run_two_phases
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
 from dircleaner.resume import (
+    PHASE_BUILD,
     PHASE_CLEAN,
     PHASE_DONE,
     RunState,
@@ -46,6 +58,8 @@ from dircleaner.timeutil import now_us
 
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,8 @@ class RunReport:
     build: BuildResult | None
     clean: CleanReport
     garbage_collected: list[str]
+    #: the interrupted run's generation this run reused whole, or completed (``build`` then
+    #: tells which shards it reused and which it built)
     resumed_generation: str | None = None
 
 
@@ -292,14 +308,16 @@ def run_job(
 ) -> RunReport:
     """The nightly job: build a fresh filter, clean with it, collect old generations.
 
-    If the previous run of this scope was interrupted after its build, its filter is reused while
-    fresh (same salt, so the same candidates) and the clean picks up where it stopped.
+    An interrupted run is resumed while its snapshot is fresh: after its build, its filter is
+    reused (same salt, so the same candidates) and the clean picks up where it stopped; during
+    its build, only the shards it had not stored yet are built, with the generation's own
+    parameters.
     """
     scope = scope_of(store, build.bucket)
     generation = _interrupted_generation(store, scope, clean.sweep.guards)
     built = None
     if generation is None:
-        built = build_filter(store, build, progress)
+        built = _build_or_resume(store, scope, build, clean.sweep.guards, progress)
         generation = built.generation
         save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
     # Clean with exactly this generation, never a newer one from another host.
@@ -308,7 +326,8 @@ def run_job(
     if not clean.dry_run:
         save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
-    return RunReport(built, cleaned, removed, None if built else generation)
+    resumed = generation if built is None or built.reused_shards else None
+    return RunReport(built, cleaned, removed, resumed)
 
 
 def _interrupted_generation(store: Store, scope: str, guards: GuardConfig) -> str | None:
@@ -321,8 +340,57 @@ def _interrupted_generation(store: Store, scope: str, guards: GuardConfig) -> st
     except FilterNotFound:
         return None
     header = info.header
-    if not info.complete or header is None:
-        return None
-    if (now_us() - header.snapshot_us) / 1e6 > guards.max_filter_age_s:
+    if not info.complete or header is None or not _fresh(header.snapshot_us, guards):
         return None
     return state.generation
+
+
+def _fresh(snapshot_us: int, guards: GuardConfig) -> bool:
+    """Whether a generation's snapshot is recent enough to clean with (--max-filter-age)."""
+    return (now_us() - snapshot_us) / 1e6 <= guards.max_filter_age_s
+
+
+def _build_or_resume(
+    store: Store, scope: str, build: BuildConfig, guards: GuardConfig, progress: Progress
+) -> BuildResult:
+    """Finish the interrupted build of this scope if worth it, else build a new generation.
+
+    The new generation's id is recorded before anything is scanned, so a run killed during the
+    build leaves behind which generation its stored parts belong to.
+    """
+    partial = _interrupted_build(store, scope, build, guards)
+    if partial is not None:
+        log.info(
+            "resuming the interrupted build of generation %s: reusing shards %s, building %s",
+            partial.generation,
+            _shard_list(p.shard for p in partial.reused),
+            _shard_list(s.index for s in partial.missing),
+        )
+        config = replace(build, generation=partial.generation)
+        return build_filter(store, config, progress, resume=partial)
+    generation = new_generation(build)
+    save_run_state(store, scope, RunState(generation, PHASE_BUILD))
+    return build_filter(store, replace(build, generation=generation), progress)
+
+
+def _interrupted_build(
+    store: Store, scope: str, build: BuildConfig, guards: GuardConfig
+) -> PartialBuild | None:
+    """The interrupted build of this scope worth finishing: fresh, same layout and parameters."""
+    state = load_run_state(store, scope)
+    if state is None or state.phase != PHASE_BUILD:
+        return None
+    if build.generation not in (None, state.generation):
+        return None  # the caller asked for a generation of its own
+    try:
+        snapshot_us, _salt = parse_generation_id(state.generation)
+    except UsageError:
+        return None  # an unreadable record only costs a fresh build
+    if not _fresh(snapshot_us, guards):
+        log.info("not resuming the build of generation %s: too old", state.generation)
+        return None
+    return find_partial_build(store, build, state.generation)
+
+
+def _shard_list(indices: Iterable[int]) -> str:
+    return ",".join(map(str, indices)) or "none"

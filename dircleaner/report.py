@@ -27,6 +27,8 @@ def build_summary(result: BuildResult) -> Summary:
         "fpr_target": header.target_p,
         "fpr_estimated": result.estimated_fpr,
         "shard": f"{header.shard_index}/{header.shard_count}",
+        "built_shards": list(result.built_shards),
+        "reused_shards": list(result.reused_shards),
         "seconds": round(result.seconds, 3),
     }
 
@@ -73,8 +75,12 @@ def clean_summary(report: CleanReport) -> Summary:
 
 def run_summary(report: RunReport) -> Summary:
     built = report.build
+    if built is None:
+        build = {"resumed": report.resumed_generation}
+    else:
+        build = {**build_summary(built), "resumed": report.resumed_generation}
     return {
-        "build": build_summary(built) if built else {"resumed": report.resumed_generation},
+        "build": build,
         "clean": clean_summary(report.clean),
         "garbage_collected": report.garbage_collected,
     }
@@ -103,11 +109,24 @@ def build_lines(result: BuildResult) -> list[str]:
 
 
 def run_build_lines(report: RunReport) -> list[str]:
-    if report.build is not None:
-        return build_lines(report.build)
-    return [
-        f"build   resumed: reusing generation {report.resumed_generation} of an interrupted run"
-    ]
+    built = report.build
+    if built is None:
+        return [
+            f"build   resumed: reusing generation {report.resumed_generation} of an interrupted run"
+        ]
+    lines = build_lines(built)
+    if built.reused_shards:
+        reused, scanned = _shards(built.reused_shards), _shards(built.built_shards)
+        lines.insert(
+            1,
+            f"        resumed: an interrupted run's build, reused shards {reused}"
+            f" of {built.header.shard_count} as stored, built {scanned}",
+        )
+    return lines
+
+
+def _shards(indices: tuple[int, ...]) -> str:
+    return ",".join(map(str, indices)) or "none"
 
 
 def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:

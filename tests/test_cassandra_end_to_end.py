@@ -342,9 +342,7 @@ def test_puts_during_a_clean_keep_their_directories(
     assert report.deleted is not None and report.deleted.directories > 0
     remaining = folder_dirs(store, bucket)
     assert report.deletion_plan is not None
-    planned = {
-        dir_of_row(r.parent, r.name) for a in report.deletion_plan.actions for r in a.rows
-    }
+    planned = {dir_of_row(r.parent, r.name) for a in report.deletion_plan.actions for r in a.rows}
     written = {d for key in writer.put for d in directories_of(key)}
     raced = written & planned
     # The race really happened: directories the clean set out to delete received objects.

@@ -76,9 +76,7 @@ def test_puts_during_a_clean_keep_their_directories(tmp_path: Path, verify: bool
         writer.join()
         remaining = listed(store)
     assert report.deletion_plan is not None
-    planned = {
-        dir_of_row(r.parent, r.name) for a in report.deletion_plan.actions for r in a.rows
-    }
+    planned = {dir_of_row(r.parent, r.name) for a in report.deletion_plan.actions for r in a.rows}
     raced = {d for key in writer.put for d in directories_of(key)} & planned
     # The race really happened: directories the clean set out to delete received objects.
     assert len(raced) > 50, len(raced)

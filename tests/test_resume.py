@@ -1,25 +1,45 @@
 """kill -9 at random points; the next run resumes and ends as an uninterrupted run would.
 
 Runs on both backends: the embedded store, and a real Cassandra node (one bucket per test, row
-tombstones counted by Cassandra's own tracing).
+tombstones counted by Cassandra's own tracing). A run killed during its build is resumed by
+building only the shards it had not stored: tested in the library (a failure injected into one
+shard's worker) and through the CLI on the embedded store (kill -9 once the first shard is stored).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
 import os
 import random
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import dircleaner.build as build_module
+from dircleaner.build import BuildConfig, build_filter, scope_of
+from dircleaner.deleter import ThrottleConfig
+from dircleaner.filterformat import FilterHeader
+from dircleaner.filterstore import find_generation
+from dircleaner.generation import new_generation_id
+from dircleaner.guards import GuardConfig
+from dircleaner.job import CleanConfig, SweepConfig, run_job
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.store import open_store
+from dircleaner.report import run_build_lines, run_summary
+from dircleaner.resume import PHASE_BUILD, RunState, load_run_state, save_run_state
+from dircleaner.store import Store, open_store
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Shard, murmur_token
+from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
 
 PARENTS = 12
@@ -114,3 +134,282 @@ def test_a_killed_run_resumes_to_the_same_result(
     # inside a delete batch may leave that batch's few entries for the next night, never more.
     assert expected <= remaining
     assert len(remaining - expected) <= 8
+
+
+# -- a run killed during its build: only the missing shards are built again -----------------------
+
+SALT = 0x5EED1234
+#: live partitions on both halves of the ring, each with empty children; and empty subtrees
+BUILD_LIVE = [f"l{i:03d}/obj" for i in range(60)]
+BUILD_DEAD = [f"l{i:03d}/gone{j}/x/obj" for i in range(60) for j in range(3)] + [
+    f"e{i:02d}/x/obj" for i in range(30)
+]
+BUILD_LIVE_DIRS = {d for k in BUILD_LIVE for d in directories_of(k)}
+RESUME_BUILD = BuildConfig(fpr=0.001, salt=SALT, workers=2)
+RESUME_CLEAN = CleanConfig(
+    sweep=SweepConfig(guards=GuardConfig(max_delete_fraction=1.0)),
+    min_age_s=0,
+    max_tombstones_per_partition=1000,
+    throttle=ThrottleConfig(rate=0),
+)
+
+
+def build_dataset(tmp: Path, name: str) -> str:
+    url = f"sqlite:///{tmp / name / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        store.put_objects("default", BUILD_LIVE + BUILD_DEAD, now_us() - 3_600_000_000)
+        store.delete_objects("default", BUILD_DEAD, now_us() - 3_600_000_000)
+    return url
+
+
+def listed(url: str) -> set[str]:
+    with open_store(url) as store:
+        return {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows()}
+
+
+def uninterrupted_library_run(tmp: Path) -> set[str]:
+    url = build_dataset(tmp, "whole")
+    with open_store(url) as store:
+        run_job(store, RESUME_BUILD, RESUME_CLEAN)
+    return listed(url)
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> list[Shard]:
+    """The shards this process scans the objects table of (forked workers are not seen)."""
+    scanned: list[Shard] = []
+    real = SqliteStore.scan_object_partitions
+
+    def counting(self: SqliteStore, shard: Shard, bucket: str | None = None) -> Any:
+        scanned.append(shard)
+        return real(self, shard, bucket)
+
+    monkeypatch.setattr(SqliteStore, "scan_object_partitions", counting)
+    return scanned
+
+
+def test_the_dataset_has_live_partitions_in_both_halves_of_the_ring() -> None:
+    tokens = [murmur_token("default", key.rsplit("/", 1)[0] + "/") for key in BUILD_LIVE]
+    assert min(tokens) < 0 <= max(tokens)
+
+
+def test_a_build_that_died_in_its_second_shard_is_finished_by_the_next_run(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scans: list[Shard],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    expected = uninterrupted_library_run(tmp_path)
+    url = build_dataset(tmp_path, "killed")
+    real_save = build_module.save_filter_part
+
+    def dies_in_shard_1(
+        store: Store, generation: str, header: FilterHeader, header_bytes: bytes, body: bytes
+    ) -> int:
+        if header.shard_index == 1:  # header and a torn first chunk, no completion marker
+            store.put_filter_cell(generation, 1, HEADER_SEQ, header_bytes)
+            store.put_filter_cell(generation, 1, 0, body[: len(body) // 2])
+            raise RuntimeError("killed while storing shard 1")
+        return real_save(store, generation, header, header_bytes, body)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(build_module, "save_filter_part", dies_in_shard_1)
+        with open_store(url) as store, pytest.raises(RuntimeError, match="killed"):
+            run_job(store, RESUME_BUILD, RESUME_CLEAN)
+    with open_store(url) as store:
+        state = load_run_state(store, scope_of(store, None))
+        assert state is not None and state.phase == PHASE_BUILD
+        generation = state.generation
+        parts = {s.shard: s.complete for s in find_generation(store, generation).shards}
+        assert parts == {0: True, 1: False}
+        stored_shard_0 = store.get_filter_cells(generation, 0)
+    assert listed(url) > expected  # the killed run deleted nothing
+
+    scans.clear()
+    caplog.set_level(logging.INFO, logger="dircleaner")
+    with open_store(url) as store:
+        report = run_job(store, RESUME_BUILD, RESUME_CLEAN)
+        assert store.get_filter_cells(generation, 0) == stored_shard_0
+        assert find_generation(store, generation).complete
+    # One missing shard is built in this process, so its scan is seen here; shard 0's is not.
+    assert scans == [Shard(1, 2)]
+    assert report.resumed_generation == generation
+    assert report.build is not None
+    assert (report.build.reused_shards, report.build.built_shards) == ((0,), (1,))
+    assert report.clean.sweep.loaded.generation == generation
+    assert run_summary(report)["build"]["resumed"] == generation
+    assert "reused shards 0 of 2 as stored, built 1" in "\n".join(run_build_lines(report))
+    assert f"generation {generation}: reusing shards 0, building 1" in caplog.text
+    remaining = listed(url)
+    assert remaining >= BUILD_LIVE_DIRS, "a non-empty directory lost its entry"
+    assert remaining == expected  # same salt, same parameters: the same filter, the same deletes
+
+
+def interrupted_build(url: str, generation: str, shards: list[int], *, fpr: float = 0.001) -> None:
+    """What a run killed during its build leaves: some parts of ``generation`` and its state."""
+    with open_store(url) as store:
+        dirs = store.estimate_directory_count().count
+        for index in shards:
+            shard = Shard(index, 2)
+            build_filter(store, BuildConfig(fpr, dirs, shard=shard, generation=generation))
+        save_run_state(store, scope_of(store, None), RunState(generation, PHASE_BUILD))
+
+
+def test_a_run_killed_after_its_last_shard_was_stored_scans_nothing_again(
+    tmp_path: Path, scans: list[Shard]
+) -> None:
+    expected = uninterrupted_library_run(tmp_path)
+    url = build_dataset(tmp_path, "killed")
+    generation = new_generation_id(now_us() - 60_000_000, SALT)
+    interrupted_build(url, generation, [0, 1])
+    scans.clear()
+    with open_store(url) as store:
+        report = run_job(store, RESUME_BUILD, RESUME_CLEAN)
+    assert scans == []
+    assert report.resumed_generation == generation
+    assert report.build is not None
+    assert (report.build.reused_shards, report.build.built_shards) == ((0, 1), ())
+    assert listed(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("why", "age_s", "fpr", "workers"),
+    [
+        ("too old for --max-filter-age", 2 * 86_400, 0.001, 2),
+        ("another --fpr", 60, 0.01, 2),
+        ("another shard layout", 60, 0.001, 3),
+    ],
+)
+def test_a_partial_build_that_does_not_fit_is_not_resumed(
+    tmp_path: Path, why: str, age_s: int, fpr: float, workers: int
+) -> None:
+    url = build_dataset(tmp_path, "killed")
+    generation = new_generation_id(now_us() - age_s * 1_000_000, SALT)
+    interrupted_build(url, generation, [0], fpr=fpr)
+    build = BuildConfig(fpr=0.001, workers=workers)
+    with open_store(url) as store:
+        report = run_job(store, build, RESUME_CLEAN)
+    assert report.resumed_generation is None, why
+    assert report.build is not None and report.build.generation != generation
+    assert report.build.built_shards == tuple(range(workers))
+    assert report.build.reused_shards == ()
+    assert generation in report.garbage_collected  # the stale partial build is not left behind
+    assert listed(url) >= BUILD_LIVE_DIRS
+
+
+# -- the same through the CLI, with a real kill -9 mid-build --------------------------------------
+
+#: object partitions in the second half of the ring: that shard's worker takes far longer than
+#: the first's, so the first part is complete well before the second
+HEAVY = 200_000
+LIGHT = 200
+
+
+def heavy_second_shard_keys() -> tuple[list[str], list[str]]:
+    """(live keys, deleted keys): LIGHT live partitions in shard 0 of 2, HEAVY in shard 1."""
+    light: list[str] = []
+    heavy: list[str] = []
+    i = 0
+    while len(heavy) < HEAVY or len(light) < LIGHT:
+        parent = f"h{i:07d}/a/"
+        side = heavy if murmur_token("default", parent) >= 0 else light
+        if len(side) < (HEAVY if side is heavy else LIGHT):
+            side.append(parent + "o")
+        i += 1
+    dead = [f"z{j % 20:02d}/d{j:04d}/x/o" for j in range(600)]
+    return light + heavy + ["z00/live/o"], dead
+
+
+@pytest.fixture(scope="module")
+def heavy_dataset(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
+    """A metastore file to copy (generated once) and its non-empty directories."""
+    path = tmp_path_factory.mktemp("heavy") / "meta.db"
+    live, dead = heavy_second_shard_keys()
+    with open_store(f"sqlite:///{path}", create=True) as store:
+        store.put_objects("default", live + dead, now_us() - 3_600_000_000)
+        store.delete_objects("default", dead, now_us() - 3_600_000_000)
+    return path, {d for k in live for d in directories_of(k)}
+
+
+def copy_of(dataset: Path, where: Path) -> str:
+    where.mkdir()
+    shutil.copyfile(dataset, where / "meta.db")
+    return f"sqlite:///{where / 'meta.db'}"
+
+
+def start_run(url: str, *extra: str) -> subprocess.Popen[bytes]:
+    # --fpr 1e-7: a false positive (which would differ between salts) is all but impossible.
+    audit = Path(url.removeprefix("sqlite:///")).with_name("audit.jsonl")
+    args = [
+        sys.executable, "-m", "dircleaner", "--store", url, "run", "--workers", "2",
+        "--fpr", "1e-7", "--min-age", "0", "--max-delete-fraction", "1", "--rate", "0",
+        "--max-tombstones-per-partition", "1000", "--audit-log", str(audit), *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True
+    )
+
+
+def building_generation(db: sqlite3.Connection) -> str | None:
+    """The generation the running job recorded before building, once it has."""
+    row = db.execute("SELECT value FROM state WHERE key LIKE 'run|%'").fetchone()
+    return None if row is None else str(json.loads(row[0])["generation"])
+
+
+def part_complete(db: sqlite3.Connection, generation: str, shard: int) -> bool:
+    sql = "SELECT 1 FROM filters WHERE generation = ? AND shard = ? AND seq = ?"
+    return db.execute(sql, (generation, shard, MARKER_SEQ)).fetchone() is not None
+
+
+def kill_when_shard_0_is_stored(proc: subprocess.Popen[bytes], path: Path) -> str:
+    """SIGKILL the run as soon as its generation's first part is complete; the generation.
+
+    The whole process group goes, as when a host or container dies: killing only the parent
+    would leave its forked workers to finish (and store) the parts they are building.
+    """
+    deadline = time.monotonic() + 120
+    generation = None
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                generation = generation or building_generation(db)
+                if generation and part_complete(db, generation, 0):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    return generation
+        except sqlite3.OperationalError:
+            pass  # the writer holds a lock for a moment, or the tables are not there yet
+        time.sleep(0.005)
+    out, err = proc.communicate(timeout=60)
+    pytest.fail(f"the run was not caught mid-build: {(out + err).decode()}")
+
+
+def test_a_run_killed_during_its_build_builds_only_the_missing_shard(
+    tmp_path: Path, heavy_dataset: tuple[Path, set[str]]
+) -> None:
+    dataset, live = heavy_dataset
+    whole = copy_of(dataset, tmp_path / "whole")
+    finish(start_run(whole))
+    expected = listed(whole)
+    assert expected == live  # every empty directory went: nothing to tell salts apart
+
+    url = copy_of(dataset, tmp_path / "killed")
+    path = tmp_path / "killed" / "meta.db"
+    generation = kill_when_shard_0_is_stored(start_run(url), path)
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        mid_build = not part_complete(db, generation, 1)
+    if mid_build:
+        assert listed(url) > live  # nothing deleted yet
+
+    proc = start_run(url, "--json")
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, (out + err).decode()
+    build = json.loads(out)["build"]
+    assert build["resumed"] == generation
+    if mid_build:  # the common case: shard 1 was still being scanned
+        assert build["generation"] == generation
+        assert (build["reused_shards"], build["built_shards"]) == ([0], [1])
+        # shard 1's partitions (and z00/live/ if it hashes there), none of shard 0's
+        assert HEAVY <= build["partitions_scanned"] <= HEAVY + 1
+    assert listed(url) == expected
