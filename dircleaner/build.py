@@ -24,7 +24,12 @@ from dircleaner.filterstore import (
 from dircleaner.generation import new_generation_id, parse_generation_id
 from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
-from dircleaner.sizing import SizingRecord, save_sizing_record, size_from_last_filter
+from dircleaner.sizing import (
+    SizingRecord,
+    distinct_keys,
+    save_sizing_record,
+    size_from_last_filter,
+)
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
 from dircleaner.timeutil import now_us
 
@@ -399,13 +404,16 @@ def build_filter(
 
     shards = list(resume.missing) if resume else build_shards(config)
     built = map_shards(store, shards, build_part, "build", progress) if shards else []
-    if params.sizing.folder_rows is not None and config.shard.count == 1:
-        # What the next build scales this filter's distinct count by.
-        record = SizingRecord(params.generation, params.sizing.folder_rows)
-        save_sizing_record(store, scope, record)
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    return _result(params, built, reused, time.monotonic() - started)
+    result = _result(params, built, reused, time.monotonic() - started)
+    held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
+    if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
+        # What the next build scales by the index's growth (shards share ancestors, so only
+        # the merged filter counts them once).
+        record = SizingRecord(params.generation, params.sizing.folder_rows, held)
+        save_sizing_record(store, scope, record)
+    return result
 
 
 def _result(

@@ -51,7 +51,7 @@ from dircleaner.shardclean import (
     plan_and_delete,
     sweep_and_recheck,
 )
-from dircleaner.sizing import SizingRecord, load_sizing_record, save_sizing_record
+from dircleaner.sizing import record_clean
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
@@ -278,13 +278,9 @@ def _record_what_is_left(
 ) -> None:
     """After a whole-ring clean, the folder rows left are what the next build's growth is
     measured from (the empties just removed were never in the filter)."""
-    if config.sweep.shard.count != 1:
-        return
-    scope = scope_of(store, config.sweep.bucket)
-    record = load_sizing_record(store, scope)
-    if record is not None and record.generation == generation:
-        left = swept_rows - deleted.directories
-        save_sizing_record(store, scope, SizingRecord(record.generation, left))
+    if config.sweep.shard.count == 1:
+        scope = scope_of(store, config.sweep.bucket)
+        record_clean(store, scope, generation, swept_rows - deleted.directories)
 
 
 @contextlib.contextmanager

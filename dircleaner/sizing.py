@@ -2,7 +2,7 @@
 
 A filter holds only the directories that contain objects, while the folder index also lists the
 empty ones the job is about to remove. Sized for every folder row, the filter gets more bits per
-key than the target rate needs. The last complete generation knows better: its fill gives the
+key than the target rate needs. The last build knows better: its merged filter's fill gives the
 number of distinct keys it holds (``-m/k * ln(1 - X/m)``). Scaled by how much the index grew
 since that build (or since its clean removed the empties it found), that count sizes the next
 filter.
@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dircleaner.filterstore import GenerationInfo, list_generations
 from dircleaner.store.base import DirCountEstimate, Store
 
 
 @dataclass(frozen=True)
 class SizingRecord:
-    """The folder rows a generation was built against (or left behind by its clean)."""
+    """What a generation held, and the folder rows it was built against (or its clean left)."""
 
     generation: str
     folder_rows: int
+    #: distinct directories in the generation's merged filter (estimated from its fill)
+    held: float
 
 
 def _key(scope: str) -> str:
@@ -31,7 +32,7 @@ def _key(scope: str) -> str:
 
 
 def save_sizing_record(store: Store, scope: str, record: SizingRecord) -> None:
-    data = {"generation": record.generation, "folder_rows": record.folder_rows}
+    data = {"generation": record.generation, "folder_rows": record.folder_rows, "held": record.held}
     store.put_state(_key(scope), json.dumps(data))
 
 
@@ -41,25 +42,23 @@ def load_sizing_record(store: Store, scope: str) -> SizingRecord | None:
         return None
     try:
         data = json.loads(raw)
-        return SizingRecord(str(data["generation"]), int(data["folder_rows"]))
+        return SizingRecord(str(data["generation"]), int(data["folder_rows"]), float(data["held"]))
     except (ValueError, KeyError, TypeError):
         return None  # an unreadable record only costs the plain folder-row sizing
 
 
-def distinct_keys(info: GenerationInfo) -> float | None:
-    """Distinct keys a complete generation holds, from its shards' set bits.
+def record_clean(store: Store, scope: str, generation: str, folder_rows_left: int) -> None:
+    """After a clean with ``generation``: the folder rows it left are the new base for growth."""
+    record = load_sizing_record(store, scope)
+    if record is not None and record.generation == generation:
+        save_sizing_record(store, scope, replace(record, folder_rows=folder_rows_left))
 
-    Shards cover disjoint slices of the ring, so their key sets are disjoint and the counts add.
-    """
-    header = info.header
-    if header is None or not info.complete:
+
+def distinct_keys(m: int, k: int, fill: float) -> float | None:
+    """Distinct keys a filter of ``m`` bits and ``k`` hashes holds at ``fill`` (None if full)."""
+    if not 0.0 <= fill < 1.0:
         return None
-    total = 0.0
-    for shard in info.shards:
-        if shard.set_bits is None or shard.set_bits >= header.m:
-            return None
-        total += -header.m / header.k * math.log1p(-shard.set_bits / header.m)
-    return total
+    return -m / k * math.log1p(-fill)
 
 
 def size_from_last_filter(
@@ -67,18 +66,11 @@ def size_from_last_filter(
 ) -> DirCountEstimate | None:
     """The last filter's distinct directories times the index's growth since; None if unknown."""
     record = load_sizing_record(store, scope)
-    if record is None or record.folder_rows <= 0:
-        return None
-    info = next((g for g in list_generations(store) if g.generation == record.generation), None)
-    if info is None or info.header is None or info.header.scope != scope:
-        return None
-    held = distinct_keys(info)
-    if held is None or held <= 0:
+    if record is None or record.folder_rows <= 0 or not record.held > 0:
         return None
     growth = folder_rows_now / record.folder_rows
-    count = math.ceil(held * growth)
     return DirCountEstimate(
-        count,
-        f"last filter's {held:,.0f} directories x index growth {growth:.3f}"
+        math.ceil(record.held * growth),
+        f"last filter's {record.held:,.0f} directories x index growth {growth:.3f}"
         f" ({record.folder_rows:,} -> {folder_rows_now:,} folder rows)",
     )
