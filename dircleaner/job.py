@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,15 +27,18 @@ from dircleaner.filterstore import (
     latest_complete,
     load_generation,
 )
+from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.parallel import map_shards, run_two_phases
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
 from dircleaner.resume import (
+    MAX_CHECKPOINTED_NONEMPTY,
     PHASE_BUILD,
     PHASE_CLEAN,
     PHASE_DONE,
+    CleanProgress,
     RunState,
     load_run_state,
     row_deletes_already_made,
@@ -129,6 +130,8 @@ class CleanReport:
     phase_seconds: dict[str, float]
     #: the whole plan, kept only by an in-process clean (one worker) for callers that inspect it
     deletion_plan: DeletionPlan | None = None
+    #: slices of the ring an interrupted attempt had finished, not swept again
+    slices_already_clean: tuple[int, ...] = ()
 
 
 @dataclass
@@ -179,24 +182,47 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
     return SweepReport(loaded, result)
 
 
-def run_clean(store: Store, config: CleanConfig, progress: Progress = no_progress) -> CleanReport:
-    """Sweep, guard, re-check, plan and (unless a dry run) delete."""
-    with _no_cyclic_gc():
-        return _run_clean(store, config, progress)
+def run_clean(
+    store: Store,
+    config: CleanConfig,
+    progress: Progress = no_progress,
+    checkpoint: CleanCheckpoint | None = None,
+) -> CleanReport:
+    """Sweep, guard, re-check, plan and (unless a dry run) delete.
+
+    With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
+    reports each slice as it finishes.
+    """
+    with cyclic_gc_paused():
+        return _run_clean(store, config, progress, checkpoint)
 
 
-def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanReport:
+@dataclass(frozen=True)
+class CleanCheckpoint:
+    """Where an interrupted clean of this generation got to, and how to record progress."""
+
+    previous: CleanProgress | None
+    save: Callable[[CleanProgress], None]
+
+
+def _run_clean(
+    store: Store, config: CleanConfig, progress: Progress, checkpoint: CleanCheckpoint | None
+) -> CleanReport:
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
-    shards = (
+    slices = (
         sweep_config.shard.split(sweep_config.workers)
         if sweep_config.workers > 1
         else [sweep_config.shard]
     )
+    previous = checkpoint.previous if checkpoint else None
+    if previous is None or previous.slices != len(slices):
+        previous = CleanProgress(len(slices), frozenset(), frozenset())
+    todo = [i for i in range(len(slices)) if i not in previous.done]
     throttle = config.throttle
-    if len(shards) > 1 and throttle.rate:
-        throttle = replace(throttle, rate=throttle.rate / len(shards))  # the rate is the total
+    if len(todo) > 1 and throttle.rate:
+        throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     orders = DeleteOrders(
         max_row_tombstones=config.max_tombstones_per_partition,
         # One generation, one budget: an interrupted attempt's row deletes count against it.
@@ -208,8 +234,9 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
         throttle=throttle,
         audit_log=config.audit_log,
         dry_run=config.dry_run,
-        keep_plan=len(shards) == 1,
+        keep_plan=len(todo) == 1,
     )
+    progress_now = previous
 
     def first(
         part_store: Store, shard: Shard, report: Progress
@@ -219,12 +246,18 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
         )
 
     def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        nonlocal progress_now
         totals = _add_totals([t.totals for t in tallies])
         # Nothing is deleted anywhere unless the whole sweep passes the guards.
         check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
         # A directory with an object keeps its ancestors, whichever slice lists them: every
-        # slice drops every slice's finds (and their ancestors) from its candidates.
-        return frozenset(d for t in tallies for d in t.nonempty)
+        # slice drops every slice's finds (and their ancestors) from its candidates, and so do
+        # the slices an interrupted attempt left for this one.
+        nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
+        progress_now = replace(previous, nonempty=nonempty)
+        if checkpoint and not config.dry_run and len(nonempty) <= MAX_CHECKPOINTED_NONEMPTY:
+            checkpoint.save(progress_now)  # before any delete
+        return nonempty
 
     def second(
         part_store: Store,
@@ -235,22 +268,41 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
     ) -> ShardCleaned:
         return plan_and_delete(part_store, facts, nonempty, orders, report)
 
+    def slice_done(position: int) -> None:
+        nonlocal progress_now
+        progress_now = replace(progress_now, done=progress_now.done | {todo[position]})
+        if (
+            checkpoint
+            and not config.dry_run
+            and len(progress_now.nonempty) <= (MAX_CHECKPOINTED_NONEMPTY)
+        ):
+            checkpoint.save(progress_now)
+
     tallies, cleaned = run_two_phases(
-        store, shards, first, decide, second, ("sweep", "clean"), progress
+        store,
+        [slices[i] for i in todo],
+        first,
+        decide,
+        second,
+        ("sweep", "clean"),
+        progress,
+        slice_done,
     )
     totals = _add_totals([t.totals for t in tallies])
-    if sweep_config.shard.count == 1:
+    whole = not previous.done and sweep_config.shard.count == 1
+    if whole:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(
             swept_count_key(scope_of(store, sweep_config.bucket)), str(totals.swept_rows)
         )
     deleted = merge_delete_stats([c.deleted for c in cleaned])
-    phases = {"sweep": max(t.totals.seconds for t in tallies)}
+    phases = {"sweep": max((t.totals.seconds for t in tallies), default=0.0)}
     if config.verify:
-        phases["verify"] = max(t.verify_s for t in tallies)
+        phases["verify"] = max((t.verify_s for t in tallies), default=0.0)
     if deleted is not None:
         phases["delete"] = max(c.delete_s for c in cleaned)
-        _record_what_is_left(store, config, loaded.generation, totals.swept_rows, deleted)
+        if whole:
+            _record_what_is_left(store, config, loaded.generation, totals.swept_rows, deleted)
     return CleanReport(
         sweep=CleanSweep(loaded, totals),
         delete_timestamp_us=orders.delete_timestamp_us,
@@ -261,6 +313,7 @@ def _run_clean(store: Store, config: CleanConfig, progress: Progress) -> CleanRe
         deleted=deleted,
         phase_seconds=phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
+        slices_already_clean=tuple(sorted(previous.done)),
     )
 
 
@@ -269,7 +322,7 @@ def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
         swept_rows=sum(p.swept_rows for p in parts),
         partitions=sum(p.partitions for p in parts),
         candidates=sum(p.candidates for p in parts),
-        seconds=max(p.seconds for p in parts),
+        seconds=max((p.seconds for p in parts), default=0.0),
     )
 
 
@@ -281,22 +334,6 @@ def _record_what_is_left(
     if config.sweep.shard.count == 1:
         scope = scope_of(store, config.sweep.bucket)
         record_clean(store, scope, generation, swept_rows - deleted.directories)
-
-
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic GC while millions of long-lived, acyclic rows are alive.
-
-    Every full collection walks all of them (sweep facts, plan actions) and finds nothing;
-    reference counting still frees everything as usual.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def run_job(
@@ -312,13 +349,23 @@ def run_job(
     scope = scope_of(store, build.bucket)
     generation = _interrupted_generation(store, scope, clean.sweep.guards)
     built = None
+    previous = None
     if generation is None:
         built = _build_or_resume(store, scope, build, clean.sweep.guards, progress)
         generation = built.generation
         save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
+    else:
+        state = load_run_state(store, scope)
+        previous = state.clean if state is not None else None
+    chosen = generation
+
+    def save(clean_progress: CleanProgress) -> None:
+        save_run_state(store, scope, RunState(chosen, PHASE_CLEAN, clean_progress))
+
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
-    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress)
+    checkpoint = CleanCheckpoint(previous, save)
+    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
     if not clean.dry_run:
         save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])

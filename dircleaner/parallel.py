@@ -107,14 +107,25 @@ def run_two_phases(
     second: SecondPhase[L, M, R],
     phases: tuple[str, str],
     progress: Progress = no_progress,
+    on_second_done: Callable[[int], None] | None = None,
 ) -> tuple[list[T], list[R]]:
     """Two phases per shard with one decision between them, taken by the parent on every
     shard's first result. The workers keep their state across the barrier (one process per
-    shard); if ``decide`` raises, no second phase runs anywhere and the error propagates."""
+    shard); if ``decide`` raises, no second phase runs anywhere and the error propagates.
+
+    ``on_second_done(i)`` is called in the parent as each shard's second phase succeeds. If one
+    fails, the others still finish theirs (and are reported) before the error propagates.
+    """
+    done = on_second_done or (lambda _index: None)
+    if not shards:
+        decide([])
+        return [], []
     if len(shards) == 1:
         tally, kept = first(store, shards[0], progress)
         message = decide([tally])
-        return [tally], [second(store, shards[0], kept, message, progress)]
+        result = second(store, shards[0], kept, message, progress)
+        done(0)
+        return [tally], [result]
     context = multiprocessing.get_context("fork")
     counters = (context.Value("q", 0), context.Value("q", 0))
     conns: list[Connection] = []
@@ -136,7 +147,7 @@ def run_two_phases(
         message = decide(tallies)
         _send_all(conns, ("go", message))
         second_started = True
-        results: list[R] = _gather(conns, shards, counters[1], phases[1], progress)
+        results: list[R] = _gather(conns, shards, counters[1], phases[1], progress, done)
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.
@@ -192,11 +203,21 @@ def _reporter(counter: Any) -> Progress:
 
 
 def _gather(
-    conns: list[Connection], shards: Sequence[Shard], counter: Any, phase: str, progress: Progress
+    conns: list[Connection],
+    shards: Sequence[Shard],
+    counter: Any,
+    phase: str,
+    progress: Progress,
+    on_done: Callable[[int], None] | None = None,
 ) -> list[Any]:
-    """One message from every worker, in shard order; a worker's error is raised here."""
+    """One message from every worker, in shard order; a worker's error is raised here.
+
+    Without ``on_done`` the first error is raised at once; with it, every other worker is
+    still heard (and its success reported) first.
+    """
     results: list[Any] = [None] * len(conns)
     pending = dict(enumerate(conns))
+    error: BaseException | None = None
     while pending:
         progress(phase, int(counter.value), None)
         for ready in wait(list(pending.values()), timeout=0.5):
@@ -205,10 +226,19 @@ def _gather(
             try:
                 kind, value = conn.recv()
             except EOFError:
-                raise WorkerDied(f"the {phase} worker of shard {shards[index]} died") from None
+                kind = "error"
+                value = WorkerDied(f"the {phase} worker of shard {shards[index]} died")
             if kind == "error":
-                raise value if isinstance(value, BaseException) else RuntimeError(str(value))
+                failure = value if isinstance(value, BaseException) else RuntimeError(str(value))
+                if on_done is None:
+                    raise failure
+                error = error or failure
+                continue
             results[index] = value
+            if on_done is not None:
+                on_done(index)
+    if error is not None:
+        raise error
     progress(phase, int(counter.value), None)
     return results
 

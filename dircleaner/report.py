@@ -70,6 +70,7 @@ def clean_summary(report: CleanReport) -> Summary:
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+        "slices_already_clean": list(report.slices_already_clean),
     }
 
 
@@ -140,7 +141,14 @@ def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
 
 def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
     plan = report.plan
-    lines = sweep_lines(report.sweep)
+    lines = []
+    if report.slices_already_clean:
+        lines.append(
+            "resume  slices "
+            + ", ".join(map(str, report.slices_already_clean))
+            + " were cleaned by the interrupted run; the others are swept again"
+        )
+    lines += sweep_lines(report.sweep)
     if report.verified:
         lines.append(
             f"verify  {_n(report.verified)} directories re-checked,"

@@ -23,12 +23,30 @@ PHASE_CLEAN = "clean"
 PHASE_DONE = "done"
 
 
+#: a clean whose re-check found more non-empty directories than this is not checkpointed by
+#: slice (they would all have to be stored); a resumed run then cleans every slice again
+MAX_CHECKPOINTED_NONEMPTY = 10_000
+
+
+@dataclass(frozen=True)
+class CleanProgress:
+    """How far the clean of a generation got, by slice of the ring (one slice per worker)."""
+
+    slices: int
+    #: slices whose deletes all finished
+    done: frozenset[int]
+    #: what the re-check found non-empty in any slice: the slices still to clean must keep these
+    #: and their ancestors, as the interrupted run would have
+    nonempty: frozenset[tuple[str, str]]
+
+
 @dataclass(frozen=True)
 class RunState:
     """Where the last run of a scope got to."""
 
     generation: str
     phase: str
+    clean: CleanProgress | None = None
 
 
 def _key(scope: str) -> str:
@@ -42,14 +60,29 @@ def load_run_state(store: Store, scope: str) -> RunState | None:
         return None
     try:
         data = json.loads(raw)
-        return RunState(str(data["generation"]), str(data["phase"]))
+        return RunState(str(data["generation"]), str(data["phase"]), _clean_progress(data))
     except (ValueError, KeyError, TypeError):
         return None  # an unreadable record only costs a fresh build
 
 
+def _clean_progress(data: dict[str, object]) -> CleanProgress | None:
+    clean = data.get("clean")
+    if not isinstance(clean, dict):
+        return None
+    nonempty = frozenset((str(b), str(d)) for b, d in clean["nonempty"])
+    return CleanProgress(int(clean["slices"]), frozenset(map(int, clean["done"])), nonempty)
+
+
 def save_run_state(store: Store, scope: str, state: RunState) -> None:
-    """Record the run's generation and phase."""
-    store.put_state(_key(scope), json.dumps({"generation": state.generation, "phase": state.phase}))
+    """Record the run's generation and phase (and the clean's progress by slice)."""
+    data: dict[str, object] = {"generation": state.generation, "phase": state.phase}
+    if state.clean is not None:
+        data["clean"] = {
+            "slices": state.clean.slices,
+            "done": sorted(state.clean.done),
+            "nonempty": sorted(state.clean.nonempty),
+        }
+    store.put_state(_key(scope), json.dumps(data))
 
 
 def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter[tuple[str, str]]:

@@ -20,15 +20,17 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dircleaner.build as build_module
+import dircleaner.job as job_module
 from dircleaner.build import BuildConfig, build_filter, scope_of
 from dircleaner.deleter import ThrottleConfig
+from dircleaner.errors import StoreUnavailable
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import find_generation
 from dircleaner.generation import new_generation_id
@@ -413,3 +415,64 @@ def test_a_run_killed_during_its_build_builds_only_the_missing_shard(
         # shard 1's partitions (and z00/live/ if it hashes there), none of shard 0's
         assert HEAVY <= build["partitions_scanned"] <= HEAVY + 1
     assert listed(url) == expected
+
+
+# -- a clean that died in one slice of the ring ---------------------------------------------------
+
+SLICED_CLEAN = replace(
+    RESUME_CLEAN,
+    sweep=replace(RESUME_CLEAN.sweep, workers=2),
+    max_tombstones_per_partition=2,  # the budget must hold across the two attempts
+)
+
+
+def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def run(url: str) -> Any:
+        with open_store(url) as store:
+            return run_job(store, RESUME_BUILD, replace(SLICED_CLEAN, audit_log=audit))
+
+    audit = tmp_path / "whole.jsonl"
+    whole = build_dataset(tmp_path, "whole")
+    expected = run(whole)
+    assert expected.clean.slices_already_clean == ()
+
+    audit = tmp_path / "audit.jsonl"
+    url = build_dataset(tmp_path, "killed")
+    real = job_module.plan_and_delete
+
+    def dies_in_the_second_slice(store: Store, facts: list[Any], *args: Any) -> Any:
+        if any(f.key.token >= 0 for f in facts):  # slice 1 of 2: the non-negative tokens
+            raise StoreUnavailable("injected: the slice's replicas went away")
+        return real(store, facts, *args)
+
+    # Workers are forked after the patch, so they inherit it.
+    monkeypatch.setattr(job_module, "plan_and_delete", dies_in_the_second_slice)
+    with pytest.raises(StoreUnavailable, match="injected"):
+        run(url)
+    monkeypatch.setattr(job_module, "plan_and_delete", real)
+    with open_store(url) as store:
+        state = load_run_state(store, scope_of(store, None))
+    assert state is not None and state.clean is not None
+    assert state.clean.done == {0} and state.clean.slices == 2
+
+    with open_store(url) as store:
+        unfinished = sum(len(b) for b in store.scan_folder_rows(Shard(1, 2)))
+    resumed = run(url)
+    assert resumed.resumed_generation == state.generation
+    assert resumed.clean.slices_already_clean == (0,)
+    # Only the unfinished slice was swept again.
+    assert 0 < resumed.clean.sweep.result.swept_rows == unfinished
+    assert listed(url) == listed(whole)
+    assert listed(url) >= BUILD_LIVE_DIRS
+    # One generation, one budget per partition, across both attempts.
+    per_partition: dict[str, int] = {}
+    for line in audit.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry["via"] == "row":
+            per_partition[entry["parent"]] = per_partition.get(entry["parent"], 0) + 1
+    assert per_partition and max(per_partition.values()) <= 2
+    with open_store(url) as store:
+        final = load_run_state(store, scope_of(store, None))
+    assert final is not None and final.phase == "done"
