@@ -93,8 +93,8 @@ def _estimated_count(m: int, k: int, set_bits: int) -> float:
     return -m / k * math.log1p(-set_bits / m)
 
 
-def _popcount(data: npt.NDArray[np.uint8]) -> int:
-    """Count set bits of a byte array, in bounded-size chunks."""
+def count_set_bits(data: npt.NDArray[np.uint8]) -> int:
+    """Count set bits of a byte array (in bounded-size chunks where numpy lacks a popcount)."""
     if hasattr(np, "bitwise_count"):
         return int(np.bitwise_count(data).sum(dtype=np.uint64))
     total = 0
@@ -296,7 +296,7 @@ class BloomFilter:
 
     def fill_ratio(self) -> float:
         """Fraction of bits set."""
-        return _popcount(self._bytes) / self.m
+        return count_set_bits(self._bytes) / self.m
 
     def estimated_fpr(self) -> float:
         """False-positive rate implied by the current fill: fill_ratio ** k."""
@@ -304,7 +304,7 @@ class BloomFilter:
 
     def estimated_count(self) -> float:
         """Estimated number of distinct keys inserted: -m/k · ln(1 - X/m)."""
-        return _estimated_count(self.m, self.k, _popcount(self._bytes))
+        return _estimated_count(self.m, self.k, count_set_bits(self._bytes))
 
     def bits_bytes(self) -> bytes:
         """The bit array as little-endian uint64 words."""

@@ -21,6 +21,7 @@ from dircleaner.filterstore import (
     read_filter_part,
     save_filter_part,
 )
+from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import new_generation_id, parse_generation_id
 from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
@@ -157,11 +158,12 @@ def ancestor_keys(
                 last_bucket = bucket
             if directory and directory not in seen:  # the root is never a filter key
                 append((prefix + directory).encode("utf-8"))
-            directory = directory[: directory.rfind("/", 0, len(directory) - 1) + 1]
+            # The parent: up to the second-to-last "/" (rfind's end of -1 skips the final one).
+            directory = directory[: directory.rfind("/", 0, -1) + 1]
             while directory and directory not in seen:
                 seen.add(directory)
                 append((prefix + directory).encode("utf-8"))
-                directory = directory[: directory.rfind("/", 0, len(directory) - 1) + 1]
+                directory = directory[: directory.rfind("/", 0, -1) + 1]
         if sum(map(len, recent.values())) > ANCESTOR_CACHE:
             recent.clear()
             last_bucket = None
@@ -371,6 +373,16 @@ def build_filter(
     With ``resume``, only its missing shards are scanned, with the generation's own parameters,
     so they OR-merge with the parts already stored (which are reused as they are).
     """
+    with cyclic_gc_paused():
+        return _build_filter(store, config, progress, resume)
+
+
+def _build_filter(
+    store: Store,
+    config: BuildConfig,
+    progress: Progress,
+    resume: PartialBuild | None,
+) -> BuildResult:
     started = time.monotonic()
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
     scope = scope_of(store, config.bucket)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dircleaner.bloom import Filter
+from dircleaner.bloom import Filter, count_set_bits
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
 from dircleaner.filterformat import FilterHeader, decode_header, deserialize, merge_shards
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
@@ -97,7 +97,7 @@ def save_filter_part(
     for offset in range(0, len(body), CHUNK_BYTES):
         store.put_filter_cell(generation, shard, chunks, body[offset : offset + CHUNK_BYTES])
         chunks += 1
-    set_bits = int(np.unpackbits(np.frombuffer(body, dtype=np.uint8)).sum()) if body else 0
+    set_bits = count_set_bits(np.frombuffer(body, dtype=np.uint8)) if body else 0
     marker = _MARKER.pack(_MARKER_MAGIC, chunks, zlib.crc32(body), set_bits)
     store.put_filter_cell(generation, shard, MARKER_SEQ, marker)
     return chunks + 2
