@@ -44,7 +44,7 @@ from dircleaner.job import SweepConfig, load_filter
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.store import open_store
 from dircleaner.store.base import Shard, Store
-from dircleaner.synth import SynthSpec, generate
+from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000
@@ -69,7 +69,10 @@ _CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner';
 
 
 def dataset_dir(cache: Path, spec: SynthSpec) -> Path:
-    return cache / f"synth-d{spec.dirs}-s{spec.seed}-e{spec.empty_fraction:g}-{spec.bucket}"
+    return cache / (
+        f"synth-d{spec.dirs}-s{spec.seed}-e{spec.empty_fraction:g}-{spec.bucket}"
+        f"-g{GENERATOR_VERSION}"
+    )
 
 
 def ensure_dataset(cache: Path, spec: SynthSpec) -> tuple[Path, dict[str, Any]]:
