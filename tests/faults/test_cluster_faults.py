@@ -61,7 +61,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
         os.environ.pop("DIRCLEANER_CONFIG", None)
 
 
-def start_run(tmp: Path) -> subprocess.Popen[bytes]:
+def start_run(tmp: Path, workers: int = 1) -> subprocess.Popen[bytes]:
     bucket = (tmp / "bucket").read_text()
     args = [
         sys.executable,
@@ -82,6 +82,8 @@ def start_run(tmp: Path) -> subprocess.Popen[bytes]:
         "4",
         "--audit-log",
         str(tmp / "audit.jsonl"),
+        "--workers",
+        str(workers),
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -100,11 +102,12 @@ def wait_for_deletes(tmp: Path, count: int, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_one_node_down_mid_clean_the_run_completes_at_quorum(
-    cluster: tuple[Path, set[str]],
+    cluster: tuple[Path, set[str]], workers: int
 ) -> None:
     tmp, live = cluster
-    proc = start_run(tmp)
+    proc = start_run(tmp, workers)
     wait_for_deletes(tmp, 20)
     node("stop-node", 3)
     out, err = proc.communicate(timeout=300)
@@ -114,11 +117,12 @@ def test_one_node_down_mid_clean_the_run_completes_at_quorum(
     assert remaining == live  # every empty directory went, with one replica down
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_two_nodes_down_the_run_stops_cleanly_and_resumes_when_they_return(
-    cluster: tuple[Path, set[str]],
+    cluster: tuple[Path, set[str]], workers: int
 ) -> None:
     tmp, live = cluster
-    proc = start_run(tmp)
+    proc = start_run(tmp, workers)
     wait_for_deletes(tmp, 20)
     node("stop-node", 3)
     node("stop-node", 2)
@@ -131,7 +135,7 @@ def test_two_nodes_down_the_run_stops_cleanly_and_resumes_when_they_return(
     remaining = listed(tmp)
     assert live <= remaining, "a non-empty directory lost its entry"
     assert remaining != live  # it really stopped part-way
-    proc = start_run(tmp)
+    proc = start_run(tmp, workers)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, (out + err).decode()
     assert "resumed: reusing generation" in out.decode()
