@@ -58,17 +58,9 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 def _worker(shard: Shard) -> Any:
     if _TASK is None:  # pragma: no cover - only reachable if forked without set-up
         raise RuntimeError("worker started without a task")
-    seen = 0
-
-    def report(phase: str, done: int, total: int | None) -> None:
-        nonlocal seen
-        with _COUNTER.get_lock():
-            _COUNTER.value += done - seen
-        seen = done
-
     store = open_store(_STORE_URL, config_path=_CONFIG_PATH)
     try:
-        return _TASK(store, shard, report)
+        return _TASK(store, shard, _reporter(_COUNTER))
     finally:
         store.close()
 
@@ -191,6 +183,7 @@ def _two_phase_worker(
 
 
 def _reporter(counter: Any) -> Progress:
+    """A progress hook that adds a worker's advances to a counter shared with the parent."""
     seen = 0
 
     def report(phase: str, done: int, total: int | None) -> None:

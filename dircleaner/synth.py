@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import gc
 import heapq
 import json
 import marshal
@@ -48,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import IO, Any
 import mmh3
 
 from dircleaner.errors import UsageError
+from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.paths import validate_bucket
 from dircleaner.store.base import Shard, Store
 from dircleaner.store.sqlite import SqliteStore
@@ -867,21 +867,9 @@ class _JobOutput:
     protocol_keys: list[tuple[str, bool]] | None = field(default=None)
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: millions of young tuples (no cycles) would trigger it constantly."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _run_job(job: _Job, tick: Callable[[int], None] | None = None) -> _JobOutput:
     """Generate one layout into spill files and sorted truth runs."""
-    with _gc_paused():
+    with cyclic_gc_paused():
         return _generate_layout(job, tick)
 
 
@@ -1114,7 +1102,7 @@ def _load(
                     handles[ref.path] = stack.enter_context(open(ref.path, "rb"))
         if sqlite is not None:
             stack.enter_context(sqlite.bulk_loading())
-        stack.enter_context(_gc_paused())
+        stack.enter_context(cyclic_gc_paused())
         for b in range(buckets):
             for table in ("folders", "objects"):
                 chunks: list[list[list[Row]]] = []
