@@ -347,13 +347,16 @@ def run_job(
     parameters.
     """
     scope = scope_of(store, build.bucket)
-    generation = _interrupted_generation(store, scope, clean.sweep.guards)
+    # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
+    record = not clean.dry_run
+    generation = _interrupted_generation(store, scope, clean.sweep.guards) if record else None
     built = None
     previous = None
     if generation is None:
-        built = _build_or_resume(store, scope, build, clean.sweep.guards, progress)
+        built = _build_or_resume(store, scope, build, clean.sweep.guards, progress, record)
         generation = built.generation
-        save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
+        if record:
+            save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
     else:
         state = load_run_state(store, scope)
         previous = state.clean if state is not None else None
@@ -394,14 +397,19 @@ def _fresh(snapshot_us: int, guards: GuardConfig) -> bool:
 
 
 def _build_or_resume(
-    store: Store, scope: str, build: BuildConfig, guards: GuardConfig, progress: Progress
+    store: Store,
+    scope: str,
+    build: BuildConfig,
+    guards: GuardConfig,
+    progress: Progress,
+    record: bool,
 ) -> BuildResult:
     """Finish the interrupted build of this scope if worth it, else build a new generation.
 
     The new generation's id is recorded before anything is scanned, so a run killed during the
     build leaves behind which generation its stored parts belong to.
     """
-    partial = _interrupted_build(store, scope, build, guards)
+    partial = _interrupted_build(store, scope, build, guards) if record else None
     if partial is not None:
         log.info(
             "resuming the interrupted build of generation %s: reusing shards %s, building %s",
@@ -412,7 +420,8 @@ def _build_or_resume(
         config = replace(build, generation=partial.generation)
         return build_filter(store, config, progress, resume=partial)
     generation = new_generation(build)
-    save_run_state(store, scope, RunState(generation, PHASE_BUILD))
+    if record:
+        save_run_state(store, scope, RunState(generation, PHASE_BUILD))
     return build_filter(store, replace(build, generation=generation), progress)
 
 

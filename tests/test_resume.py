@@ -476,3 +476,16 @@ def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
     with open_store(url) as store:
         final = load_run_state(store, scope_of(store, None))
     assert final is not None and final.phase == "done"
+
+
+def test_a_dry_run_leaves_nothing_for_the_next_run_to_resume(tmp_path: Path) -> None:
+    url = build_dataset(tmp_path, "dry")
+    with open_store(url) as store:
+        dry = run_job(store, RESUME_BUILD, replace(RESUME_CLEAN, dry_run=True))
+        assert dry.build is not None and dry.clean.deleted is None
+        assert load_run_state(store, scope_of(store, None)) is None
+        real = run_job(store, RESUME_BUILD, RESUME_CLEAN)
+    # The real run built its own filter instead of "resuming" the dry run's.
+    assert real.build is not None and real.resumed_generation is None
+    assert real.build.generation != dry.build.generation
+    assert listed(url) >= BUILD_LIVE_DIRS
