@@ -184,8 +184,9 @@ def import_dataset(url: str, bucket: str, tmp: Path, put: list[str], dead: list[
 # -- 1. ground truth through the CLI --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_adversarial_dataset_is_cleaned_with_perfect_precision_within_budget(
-    ks_url: str, bucket: str, tmp_path: Path
+    ks_url: str, bucket: str, tmp_path: Path, workers: str
 ) -> None:
     put, dead = adversarial_dataset()
     import_dataset(ks_url, bucket, tmp_path, put, dead)
@@ -195,7 +196,8 @@ def test_adversarial_dataset_is_cleaned_with_perfect_precision_within_budget(
     recall = 0.0
     for attempt in range(6):
         audit = tmp_path / f"audit{attempt}.jsonl"
-        run(ks_url, bucket, audit, "--fpr", "0.001", "--max-tombstones-per-partition", str(BUDGET))
+        budget = ("--max-tombstones-per-partition", str(BUDGET))
+        run(ks_url, bucket, audit, "--fpr", "0.001", *budget, "--workers", workers)
         remaining = listed(ks_url, bucket)
         assert live <= remaining, f"non-empty directories lost: {sorted(live - remaining)[:5]}"
         entries = audit_entries(audit)

@@ -78,8 +78,9 @@ def test_import_builds_the_folder_index_of_every_ancestor(
     assert len(every) > 380
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
 def test_repeated_runs_clean_everything_with_perfect_precision_and_budget(
-    dataset: tuple[str, set[str], set[str], Path],
+    dataset: tuple[str, set[str], set[str], Path], workers: str
 ) -> None:
     url, every, live, tmp = dataset
     empty = every - live
@@ -88,7 +89,15 @@ def test_repeated_runs_clean_everything_with_perfect_precision_and_budget(
     for attempt in range(6):
         audit = tmp / f"audit{attempt}.jsonl"
         result = run_eagerly(
-            url, audit, "--fpr", "0.001", "--max-tombstones-per-partition", str(BUDGET), "--json"
+            url,
+            audit,
+            "--fpr",
+            "0.001",
+            "--max-tombstones-per-partition",
+            str(BUDGET),
+            "--workers",
+            workers,
+            "--json",
         )
         assert result.exit_code == 0, result.output
         remaining = listed(url)
