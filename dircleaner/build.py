@@ -14,7 +14,13 @@ from dataclasses import dataclass, field, replace
 
 from dircleaner.bloom import new_filter
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
-from dircleaner.filterformat import FilterHeader, decode_header, deserialize, serialize
+from dircleaner.filterformat import (
+    FilterHeader,
+    decode_header,
+    deserialize,
+    merge_params,
+    serialize,
+)
 from dircleaner.filterstore import (
     GenerationInfo,
     find_generation,
@@ -248,7 +254,7 @@ def _resume_problem(
     if not headers:
         return "no readable part"
     first = headers[0]
-    if any(_merge_params(h) != _merge_params(first) for h in headers):
+    if any(merge_params(h) != merge_params(first) for h in headers):
         return "its parts disagree on their parameters"
     snapshot_us, salt = parse_generation_id(info.generation)
     wanted = {shard.index for shard in layout}
@@ -272,25 +278,6 @@ def _resume_problem(
         ),
     )
     return next((why for ok, why in checks if not ok), None)
-
-
-#: header fields every part of a generation shares, so that the parts OR-merge
-_SHARED_FIELDS = (
-    "engine",
-    "hash_name",
-    "salt",
-    "m",
-    "k",
-    "expected_n",
-    "target_p",
-    "snapshot_us",
-    "shard_count",
-    "scope",
-)
-
-
-def _merge_params(header: FilterHeader) -> tuple[object, ...]:
-    return tuple(getattr(header, name) for name in _SHARED_FIELDS)
 
 
 def _read_complete_parts(store: Store, info: GenerationInfo) -> tuple[StoredPart, ...]:

@@ -123,11 +123,7 @@ class _Reader:
 
 def decode_header(data: bytes) -> FilterHeader:
     """Parse and verify a header (``data`` may continue with the body); FilterCorrupt if bad."""
-    if len(data) < _PREFIX.size:
-        raise FilterCorrupt("truncated header")
-    magic, version, length = _PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise FilterCorrupt("bad magic")
+    version, length = _read_prefix(data)
     if version != FORMAT_VERSION:
         raise FilterCorrupt(f"unsupported format version {version}")
     if length < _PREFIX.size + _U32.size or len(data) < length:
@@ -163,12 +159,17 @@ def decode_header(data: bytes) -> FilterHeader:
 
 def header_length(data: bytes) -> int:
     """Length of the header at the start of ``data`` (for splitting a single header+body blob)."""
+    return _read_prefix(data)[1]
+
+
+def _read_prefix(data: bytes) -> tuple[int, int]:
+    """(format version, header length) from the fixed prefix; FilterCorrupt if not a header."""
     if len(data) < _PREFIX.size:
         raise FilterCorrupt("truncated header")
-    magic, _version, length = _PREFIX.unpack_from(data)
+    magic, version, length = _PREFIX.unpack_from(data)
     if magic != MAGIC:
         raise FilterCorrupt("bad magic")
-    return int(length)
+    return int(version), int(length)
 
 
 def serialize(
@@ -236,7 +237,8 @@ def deserialize(header_bytes: bytes, body: bytes) -> tuple[FilterHeader, Filter]
     return header, filt
 
 
-_MERGE_FIELDS = (
+#: header fields every shard of a generation shares, so that the shards OR-merge
+MERGE_FIELDS = (
     "engine",
     "hash_name",
     "m",
@@ -250,12 +252,17 @@ _MERGE_FIELDS = (
 )
 
 
+def merge_params(header: FilterHeader) -> tuple[object, ...]:
+    """The header's values of ``MERGE_FIELDS``: equal for the shards of one generation."""
+    return tuple(getattr(header, name) for name in MERGE_FIELDS)
+
+
 def _check_shard_set(parts: Sequence[tuple[FilterHeader, Filter]]) -> None:
     """FilterMismatch unless ``parts`` are the complete, consistent shards of one generation."""
     first = parts[0][0]
     seen: set[int] = set()
     for header, filt in parts:
-        for field in _MERGE_FIELDS:
+        for field in MERGE_FIELDS:
             mine, theirs = getattr(header, field), getattr(first, field)
             if mine != theirs:
                 raise FilterMismatch(
