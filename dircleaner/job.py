@@ -255,8 +255,7 @@ def _run_clean(
         # the slices an interrupted attempt left for this one.
         nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
         progress_now = replace(previous, nonempty=nonempty)
-        if checkpoint and not config.dry_run and len(nonempty) <= MAX_CHECKPOINTED_NONEMPTY:
-            checkpoint.save(progress_now)  # before any delete
+        save_progress()  # before any delete
         return nonempty
 
     def second(
@@ -271,11 +270,12 @@ def _run_clean(
     def slice_done(position: int) -> None:
         nonlocal progress_now
         progress_now = replace(progress_now, done=progress_now.done | {todo[position]})
-        if (
-            checkpoint
-            and not config.dry_run
-            and len(progress_now.nonempty) <= (MAX_CHECKPOINTED_NONEMPTY)
-        ):
+        save_progress()
+
+    def save_progress() -> None:
+        # Too many non-empty finds to store: a resumed run then cleans every slice again.
+        small = len(progress_now.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
+        if checkpoint and not config.dry_run and small:
             checkpoint.save(progress_now)
 
     tallies, cleaned = run_two_phases(
@@ -290,11 +290,10 @@ def _run_clean(
     )
     totals = _add_totals([t.totals for t in tallies])
     whole = not previous.done and sweep_config.shard.count == 1
+    scope = scope_of(store, sweep_config.bucket)
     if whole:
         # The exact count sizes the next build on stores that cannot count cheaply.
-        store.put_state(
-            swept_count_key(scope_of(store, sweep_config.bucket)), str(totals.swept_rows)
-        )
+        store.put_state(swept_count_key(scope), str(totals.swept_rows))
     deleted = merge_delete_stats([c.deleted for c in cleaned])
     phases = {"sweep": max((t.totals.seconds for t in tallies), default=0.0)}
     if config.verify:
@@ -302,7 +301,9 @@ def _run_clean(
     if deleted is not None:
         phases["delete"] = max(c.delete_s for c in cleaned)
         if whole:
-            _record_what_is_left(store, config, loaded.generation, totals.swept_rows, deleted)
+            # The folder rows left are what the next build's growth is measured from (the
+            # empties just removed were never in the filter).
+            record_clean(store, scope, loaded.generation, totals.swept_rows - deleted.directories)
     return CleanReport(
         sweep=CleanSweep(loaded, totals),
         delete_timestamp_us=orders.delete_timestamp_us,
@@ -326,16 +327,6 @@ def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
     )
 
 
-def _record_what_is_left(
-    store: Store, config: CleanConfig, generation: str, swept_rows: int, deleted: DeleteStats
-) -> None:
-    """After a whole-ring clean, the folder rows left are what the next build's growth is
-    measured from (the empties just removed were never in the filter)."""
-    if config.sweep.shard.count == 1:
-        scope = scope_of(store, config.sweep.bucket)
-        record_clean(store, scope, generation, swept_rows - deleted.directories)
-
-
 def run_job(
     store: Store, build: BuildConfig, clean: CleanConfig, progress: Progress = no_progress
 ) -> RunReport:
@@ -349,17 +340,17 @@ def run_job(
     scope = scope_of(store, build.bucket)
     # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
     record = not clean.dry_run
-    generation = _interrupted_generation(store, scope, clean.sweep.guards) if record else None
+    state = load_run_state(store, scope) if record else None
+    generation = _interrupted_generation(store, state, clean.sweep.guards)
     built = None
     previous = None
     if generation is None:
-        built = _build_or_resume(store, scope, build, clean.sweep.guards, progress, record)
+        built = _build_or_resume(store, scope, state, build, clean.sweep.guards, progress, record)
         generation = built.generation
         if record:
             save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
-    else:
-        state = load_run_state(store, scope)
-        previous = state.clean if state is not None else None
+    elif state is not None:
+        previous = state.clean
     chosen = generation
 
     def save(clean_progress: CleanProgress) -> None:
@@ -376,9 +367,10 @@ def run_job(
     return RunReport(built, cleaned, removed, resumed)
 
 
-def _interrupted_generation(store: Store, scope: str, guards: GuardConfig) -> str | None:
+def _interrupted_generation(
+    store: Store, state: RunState | None, guards: GuardConfig
+) -> str | None:
     """The generation of an interrupted run worth resuming: complete and still fresh."""
-    state = load_run_state(store, scope)
     if state is None or state.phase != PHASE_CLEAN:
         return None
     try:
@@ -399,6 +391,7 @@ def _fresh(snapshot_us: int, guards: GuardConfig) -> bool:
 def _build_or_resume(
     store: Store,
     scope: str,
+    state: RunState | None,
     build: BuildConfig,
     guards: GuardConfig,
     progress: Progress,
@@ -409,7 +402,7 @@ def _build_or_resume(
     The new generation's id is recorded before anything is scanned, so a run killed during the
     build leaves behind which generation its stored parts belong to.
     """
-    partial = _interrupted_build(store, scope, build, guards) if record else None
+    partial = _interrupted_build(store, state, build, guards)
     if partial is not None:
         log.info(
             "resuming the interrupted build of generation %s: reusing shards %s, building %s",
@@ -426,10 +419,9 @@ def _build_or_resume(
 
 
 def _interrupted_build(
-    store: Store, scope: str, build: BuildConfig, guards: GuardConfig
+    store: Store, state: RunState | None, build: BuildConfig, guards: GuardConfig
 ) -> PartialBuild | None:
-    """The interrupted build of this scope worth finishing: fresh, same layout and parameters."""
-    state = load_run_state(store, scope)
+    """The interrupted build worth finishing: fresh, same layout and parameters."""
     if state is None or state.phase != PHASE_BUILD:
         return None
     if build.generation not in (None, state.generation):
