@@ -1,6 +1,8 @@
 """Running one task per shard in worker processes, so every core scans its slice of the ring.
 
-Workers are forked: the task (and anything it closes over, such as a loaded filter) is inherited
+One mechanism serves both shapes of work: ``map_shards`` (one phase: build, sweep) and
+``run_two_phases`` (a decision by the parent between two phases: the clean). Workers are
+forked: the task (and anything it closes over, such as a loaded filter) is inherited
 copy-on-write rather than pickled, and each worker opens its own store connection. Only results
 travel back. Workers die with the parent (a killed run leaves no orphan scanning or deleting).
 """
@@ -30,7 +32,7 @@ ShardTask = Callable[[Store, Shard, Progress], R]
 FirstPhase = Callable[[Store, Shard, Progress], tuple[T, L]]
 #: second phase: the worker's kept state and the parent's decision in, a result out
 SecondPhase = Callable[[Store, Shard, L, M, Progress], R]
-#: how long a failed two-phase run waits for the other workers' second phase to finish
+#: how long a finished (or failed, after its decision) run waits for workers to exit
 _SECOND_PHASE_GRACE_S = 300.0
 #: prctl(2) option: the signal a process gets when its parent dies (Linux)
 _PR_SET_PDEATHSIG = 1
@@ -40,29 +42,12 @@ class WorkerDied(RuntimeError):
     """A worker process exited without sending its result."""
 
 
-# Set in the parent just before forking; read by the workers.
-_TASK: Callable[[Store, Shard, Progress], Any] | None = None
-_STORE_URL = ""
-_CONFIG_PATH: Any = None
-_COUNTER: Any = None
-
-
-def die_with_parent(parent_pid: int | None = None) -> None:
+def _die_with_parent(parent_pid: int | None = None) -> None:
     """Have the kernel kill this (forked) process when its parent dies, where supported."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)  # the parent died before the request took effect
-
-
-def _worker(shard: Shard) -> Any:
-    if _TASK is None:  # pragma: no cover - only reachable if forked without set-up
-        raise RuntimeError("worker started without a task")
-    store = open_store(_STORE_URL, config_path=_CONFIG_PATH)
-    try:
-        return _TASK(store, shard, _reporter(_COUNTER))
-    finally:
-        store.close()
 
 
 def map_shards(
@@ -75,19 +60,17 @@ def map_shards(
     """``task(store, shard, progress)`` for every shard, in shard order; forked when several."""
     if len(shards) == 1:
         return [task(store, shards[0], progress)]
-    global _TASK, _STORE_URL, _CONFIG_PATH, _COUNTER
-    context = multiprocessing.get_context("fork")
-    _TASK, _STORE_URL, _CONFIG_PATH = task, store.url, store.config_path
-    _COUNTER = context.Value("q", 0)
+
+    def only_phase(part_store: Store, shard: Shard, report: Progress) -> tuple[R, None]:
+        return task(part_store, shard, report), None
+
+    workers = _Workers(store, shards, only_phase, None)
+    finished = False
     try:
-        with context.Pool(len(shards), die_with_parent, (os.getpid(),)) as pool:
-            pending = pool.map_async(_worker, shards)
-            while not pending.ready():
-                progress(phase, int(_COUNTER.value), None)
-                pending.wait(0.5)  # returns as soon as the workers are done
-            results: list[R] = pending.get()
+        results: list[R] = _gather(workers.conns, shards, workers.counters[0], phase, progress)
+        finished = True
     finally:
-        _TASK = _COUNTER = None
+        workers.reap(_SECOND_PHASE_GRACE_S if finished else 0)
     return results
 
 
@@ -118,51 +101,72 @@ def run_two_phases(
         result = second(store, shards[0], kept, message, progress)
         done(0)
         return [tally], [result]
-    context = multiprocessing.get_context("fork")
-    counters = (context.Value("q", 0), context.Value("q", 0))
-    conns: list[Connection] = []
-    procs = []
-    for shard in shards:
-        parent_end, child_end = context.Pipe()
-        proc = context.Process(
-            target=_two_phase_worker,
-            args=(child_end, store, shard, first, second, counters, os.getpid()),
-            daemon=True,
-        )
-        proc.start()
-        child_end.close()
-        conns.append(parent_end)
-        procs.append(proc)
+    workers = _Workers(store, shards, first, second)
     second_started = False
     try:
-        tallies: list[T] = _gather(conns, shards, counters[0], phases[0], progress)
+        tallies: list[T] = _gather(workers.conns, shards, workers.counters[0], phases[0], progress)
         message = decide(tallies)
-        _send_all(conns, ("go", message))
+        _send_all(workers.conns, ("go", message))
         second_started = True
-        results: list[R] = _gather(conns, shards, counters[1], phases[1], progress, done)
+        results: list[R] = _gather(
+            workers.conns, shards, workers.counters[1], phases[1], progress, done
+        )
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.
-        for proc in procs:
-            proc.join(timeout=_SECOND_PHASE_GRACE_S if second_started else 0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in conns:
-            conn.close()
+        workers.reap(_SECOND_PHASE_GRACE_S if second_started else 0)
     return tallies, results
 
 
-def _two_phase_worker(
+class _Workers:
+    """One forked process per shard, each with a pipe to the parent and shared progress counters
+    (one per phase)."""
+
+    def __init__(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        first: FirstPhase[Any, Any],
+        second: SecondPhase[Any, Any, Any] | None,
+    ) -> None:
+        context = multiprocessing.get_context("fork")
+        self.counters = (context.Value("q", 0), context.Value("q", 0))
+        self.conns: list[Connection] = []
+        self._procs: list[Any] = []
+        for shard in shards:
+            parent_end, child_end = context.Pipe()
+            proc = context.Process(
+                target=_worker,
+                args=(child_end, store, shard, first, second, self.counters, os.getpid()),
+                daemon=True,
+            )
+            proc.start()
+            child_end.close()
+            self.conns.append(parent_end)
+            self._procs.append(proc)
+
+    def reap(self, wait_s: float) -> None:
+        """Wait up to ``wait_s`` for each worker to exit, then kill what is left."""
+        for proc in self._procs:
+            proc.join(timeout=wait_s)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self.conns:
+            conn.close()
+
+
+def _worker(
     conn: Connection,
     parent_store: Store,
     shard: Shard,
     first: FirstPhase[Any, Any],
-    second: SecondPhase[Any, Any, Any],
+    second: SecondPhase[Any, Any, Any] | None,
     counters: tuple[Any, Any],
     parent_pid: int,
 ) -> None:
-    die_with_parent(parent_pid)
+    """A worker: the first phase, then the second if the parent says go (and there is one)."""
+    _die_with_parent(parent_pid)
     try:
         store = open_store(parent_store.url, config_path=parent_store.config_path)
     except BaseException as exc:
@@ -171,6 +175,8 @@ def _two_phase_worker(
     try:
         tally, kept = first(store, shard, _reporter(counters[0]))
         conn.send(("ok", tally))
+        if second is None:
+            return
         kind, message = conn.recv()
         if kind == "go":
             conn.send(("ok", second(store, shard, kept, message, _reporter(counters[1]))))
