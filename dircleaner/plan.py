@@ -10,7 +10,8 @@ known to be empty). From that the planner
   ``max_row_tombstones`` per partition per run (more would push range reads of that partition
   towards ``tombstone_warn_threshold``); the rest are deferred to the next run;
 * orders row deletes round-robin across partitions by token, so consecutive deletes hit different
-  partitions and replicas.
+  partitions and replicas (or, for a store without replicas, partition by partition in key order,
+  so consecutive deletes hit the same pages).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import chain
 from typing import TypeVar
 
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
@@ -159,11 +161,13 @@ def plan_deletions(
     facts: Iterable[PartitionFacts],
     max_row_tombstones: int,
     already_used: Mapping[tuple[str, str], int] | None = None,
+    spread: bool = True,
 ) -> DeletionPlan:
     """Turn the sweep's partition facts into an ordered, budgeted deletion plan.
 
     ``already_used`` is what an interrupted attempt at the same generation already spent of each
-    partition's budget, so a resumed run never exceeds it.
+    partition's budget, so a resumed run never exceeds it. ``spread`` interleaves the row deletes
+    across partitions; without it they go partition by partition, in key order.
     """
     used = already_used or {}
     if max_row_tombstones < 0:
@@ -198,7 +202,7 @@ def plan_deletions(
             key = fact.key
             per_partition.append([DeleteAction(row_kind, key, (row,)) for row in allowed])
             budget_used[(key.bucket, key.parent)] = len(allowed)
-    actions.extend(round_robin(per_partition))
+    actions.extend(round_robin(per_partition) if spread else chain.from_iterable(per_partition))
     return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
 
 

@@ -133,7 +133,9 @@ def plan_and_delete(
     ancestors), plan within the budgets and (unless a dry run) delete."""
     if nonempty:
         facts = drop_nonempty(facts, nonempty)
-    plan = plan_deletions(facts, orders.max_row_tombstones, orders.already_used)
+    plan = plan_deletions(
+        facts, orders.max_row_tombstones, orders.already_used, spread=store.spread_deletes
+    )
     del facts  # the plan holds what is still needed
     deleted = None
     started = time.monotonic()

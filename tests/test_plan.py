@@ -295,6 +295,31 @@ def test_row_deletes_round_robin_across_partitions_in_token_order() -> None:
     assert all(a != b for a, b in itertools.pairwise(parents))
 
 
+def test_without_spread_row_deletes_go_partition_by_partition_in_key_order() -> None:
+    fs = [
+        facts("r/", 9, ["r1", "r2"]),
+        facts("p/", 9, ["p1", "p2", "p3"]),
+        facts("q/", 9, ["q1"]),
+        facts("z/", 2, ["z1", "z2"], absent=True),
+    ]
+    plan = plan_deletions(fs, 2, spread=False)
+    order = [(a.kind, a.partition.parent, a.rows[0].name) for a in plan.actions]
+    row = ActionKind.ROW
+    assert order == [
+        (ActionKind.PARTITION, "z/", "z1"),
+        (row, "p/", "p1"),
+        (row, "p/", "p2"),
+        (row, "q/", "q1"),
+        (row, "r/", "r1"),
+        (row, "r/", "r2"),
+    ]
+    # The same deletes and the same budget as the spread plan: only the order differs.
+    spread = plan_deletions(fs, 2)
+    assert sorted(plan.actions, key=repr) == sorted(spread.actions, key=repr)
+    assert plan.deferred == spread.deferred == (fs[1].candidates[2],)
+    assert plan.row_tombstones == spread.row_tombstones
+
+
 def test_round_robin_orders_by_token_not_by_path() -> None:
     tokens = {"zz/": -5, "aa/": 7, "mm/": 3}
     fs = [

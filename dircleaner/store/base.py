@@ -92,6 +92,9 @@ class Store(abc.ABC):
     scheme: str = ""
     #: whether estimate_directory_count is an exact count cheap enough to run every build
     cheap_exact_count: bool = False
+    #: whether a deletion plan interleaves its row deletes across partitions (replicas share the
+    #: load, no partition takes a burst); False runs them in key order instead
+    spread_deletes: bool = True
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None

@@ -89,6 +89,9 @@ class SqliteStore(Store):
 
     scheme = "sqlite"
     cheap_exact_count = True
+    # One writer and no replicas: spreading buys nothing, and deletes in key order dirty each
+    # B-tree page once instead of once per round-robin pass (2.5x faster at 30M directories).
+    spread_deletes = False
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
