@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -40,7 +41,9 @@ from dircleaner.resume import (
     PHASE_DONE,
     CleanProgress,
     RunState,
+    deletes_began,
     load_run_state,
+    note_deletes_begin,
     row_deletes_already_made,
     save_run_state,
 )
@@ -223,10 +226,17 @@ def _run_clean(
     throttle = config.throttle
     if len(todo) > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
+    scope = scope_of(store, sweep_config.bucket)
+    # One generation, one budget: an earlier attempt's row deletes count against it. Only a
+    # generation that began deleting before reads the audit log (it grows every night).
+    already_used = (
+        row_deletes_already_made(config.audit_log, loaded.generation)
+        if deletes_began(store, scope, loaded.generation)
+        else Counter()
+    )
     orders = DeleteOrders(
         max_row_tombstones=config.max_tombstones_per_partition,
-        # One generation, one budget: an interrupted attempt's row deletes count against it.
-        already_used=row_deletes_already_made(config.audit_log, loaded.generation),
+        already_used=already_used,
         # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
         # after the build started (minus the clock-skew margin) survives whatever happens here.
         delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
@@ -256,6 +266,8 @@ def _run_clean(
         nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
         progress_now = replace(previous, nonempty=nonempty)
         save_progress()  # before any delete
+        if not config.dry_run:
+            note_deletes_begin(store, scope, loaded.generation)
         return nonempty
 
     def second(
@@ -290,7 +302,6 @@ def _run_clean(
     )
     totals = _add_totals([t.totals for t in tallies])
     whole = not previous.done and sweep_config.shard.count == 1
-    scope = scope_of(store, sweep_config.bucket)
     if whole:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope), str(totals.swept_rows))

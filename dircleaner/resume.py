@@ -6,6 +6,10 @@ so the same candidates), missing shards of a partial build are built with the ge
 parameters, and the clean charges what the killed attempt already deleted (read back from the
 audit log) against each partition's budget, so no partition gets more than its budget per
 generation. Deletes are idempotent, so repeating any of them is harmless.
+
+Only a generation that has begun deleting before has anything to charge: the store remembers the
+last few such generations, so a nightly run on a new generation never reads the audit log, which
+grows with every night's deletes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ PHASE_DONE = "done"
 #: a clean whose re-check found more non-empty directories than this is not checkpointed by
 #: slice (they would all have to be stored); a resumed run then cleans every slice again
 MAX_CHECKPOINTED_NONEMPTY = 10_000
+#: generations remembered as having begun deleting; far more than are ever kept (the filters of
+#: older ones are garbage-collected, so they can no longer be cleaned with)
+REMEMBERED_DELETING = 16
 
 
 @dataclass(frozen=True)
@@ -95,3 +102,33 @@ def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter
             if entry.get("generation") == generation and entry.get("via") == "row":
                 used[(entry["bucket"], entry["parent"])] += 1
     return used
+
+
+def _deleting_key(scope: str) -> str:
+    return f"deleting|{scope}"
+
+
+def _deleting(store: Store, scope: str) -> list[str]:
+    raw = store.get_state(_deleting_key(scope))
+    try:
+        known = json.loads(raw) if raw is not None else []
+    except ValueError:
+        known = None
+    if not isinstance(known, list):
+        # Unreadable: assume any generation may have deleted (the audit log then decides).
+        return ["*"]
+    return [str(g) for g in known]
+
+
+def deletes_began(store: Store, scope: str, generation: str) -> bool:
+    """Whether a clean of ``generation`` may already have deleted something."""
+    known = _deleting(store, scope)
+    return generation in known or "*" in known
+
+
+def note_deletes_begin(store: Store, scope: str, generation: str) -> None:
+    """Remember, before its first delete, that a clean of ``generation`` is deleting."""
+    known = [g for g in _deleting(store, scope) if g != "*"]
+    if generation not in known:
+        known = [*known, generation][-REMEMBERED_DELETING:]
+        store.put_state(_deleting_key(scope), json.dumps(known))

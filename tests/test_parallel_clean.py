@@ -142,3 +142,49 @@ def test_sqlite_deletes_run_in_key_order_partition_by_partition(tmp_path: Path) 
     # More than one row in some partition: a round-robin order would have interleaved them.
     parents = [e["parent"] for e in rows]
     assert len(set(parents)) < len(parents)
+
+
+def test_only_a_generation_that_began_deleting_reads_the_audit_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The audit log grows every night: a clean of a new generation must not read it, and a
+    second clean of the same generation must, so the two stay within one budget."""
+    import dircleaner.job as job_module
+
+    db, generation = make_db(tmp_path)
+    real = job_module.row_deletes_already_made
+    reads: list[str] = []
+
+    def spy(audit_log: Path | None, gen: str) -> object:
+        reads.append(gen)
+        return real(audit_log, gen)
+
+    monkeypatch.setattr(job_module, "row_deletes_already_made", spy)
+    audit = tmp_path / "audit.jsonl"
+    # Last night's history in the same log: another generation, nothing to charge.
+    older = {"bucket": BUCKET, "dir": "t/0/", "parent": "t/", "name": "0", "via": "row"}
+    audit.write_text(json.dumps({**older, "generation": "older"}) + "\n", encoding="utf-8")
+    config = CleanConfig(
+        sweep=SweepConfig(generation=generation, guards=GuardConfig(max_delete_fraction=0.9)),
+        min_age_s=0,
+        max_tombstones_per_partition=3,
+        throttle=ThrottleConfig(rate=0),
+        audit_log=audit,
+    )
+    with open_store(f"sqlite:///{db}") as store:
+        dry = run_clean(store, replace(config, dry_run=True))
+        first = run_clean(store, config)
+        assert reads == []
+        second = run_clean(store, config)
+    assert reads == [generation]
+    assert first.deleted is not None and first.plan.deferred > 0
+    assert dry.plan == first.plan
+    # The second clean of the generation charged the first one's deletes: no partition got more
+    # than its budget of row tombstones from the two together.
+    assert second.plan.row_deletes < first.plan.deferred
+    per_partition: dict[str, int] = {}
+    for line in audit.read_text(encoding="utf-8").splitlines()[1:]:
+        entry = json.loads(line)
+        if entry["via"] == "row":
+            per_partition[entry["parent"]] = per_partition.get(entry["parent"], 0) + 1
+    assert max(per_partition.values()) == 3
