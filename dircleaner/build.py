@@ -143,9 +143,11 @@ def ancestor_keys(
 ) -> Iterable[tuple[int, list[bytes]]]:
     """Per batch of partition keys: (partitions, filter keys of ancestors not seen recently).
 
-    A partition key is distinct from every other one, so it is hashed without entering the
-    cache; its ancestors are shared with other keys and are cached. If an ancestor is in the
-    recent cache, all of its own ancestors went into the filter with it, so the walk stops there.
+    A partition key is distinct from every other one, so it is hashed without entering or even
+    consulting the cache (the few that were also inserted as an ancestor cost a second hash, far
+    less than a cache lookup for every partition); its ancestors are shared with other keys and
+    are cached. If an ancestor is in the recent cache, all of its own ancestors went into the
+    filter with it, so the walk stops there.
     """
     # Per bucket: directories recently inserted (keyed without the bucket, so a cache hit costs
     # no string building). Keys come in token order, so the bucket rarely changes between keys.
@@ -153,6 +155,7 @@ def ancestor_keys(
     done = 0
     last_bucket: str | None = None
     seen: set[str] = set()
+    add = seen.add
     prefix = ""
     for batch in batches:
         keys: list[bytes] = []
@@ -160,14 +163,16 @@ def ancestor_keys(
         for _token, bucket, directory in batch:
             if bucket != last_bucket:
                 seen = recent.setdefault(bucket, set())
+                add = seen.add
                 prefix = bucket + "\0"
                 last_bucket = bucket
-            if directory and directory not in seen:  # the root is never a filter key
-                append((prefix + directory).encode("utf-8"))
+            if not directory:
+                continue  # the root is never a filter key, nor has ancestors
+            append((prefix + directory).encode("utf-8"))
             # The parent: up to the second-to-last "/" (rfind's end of -1 skips the final one).
             directory = directory[: directory.rfind("/", 0, -1) + 1]
             while directory and directory not in seen:
-                seen.add(directory)
+                add(directory)
                 append((prefix + directory).encode("utf-8"))
                 directory = directory[: directory.rfind("/", 0, -1) + 1]
         if sum(map(len, recent.values())) > ANCESTOR_CACHE:
