@@ -42,7 +42,7 @@ from dircleaner.errors import (
 )
 from dircleaner.paths import split_key
 from dircleaner.store import open_store
-from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, PartitionKey, Shard
+from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, FolderRange, PartitionKey, Shard
 from dircleaner.store.cassandra import (
     CassandraStore,
     RangeAwarePolicy,
@@ -253,6 +253,19 @@ class TestCassandraNode:
         assert store.tombstones_in_partition("b", r) == 3
         store.delete_folder_partitions([PartitionKey(rows[0].token, "b", r)], self.t0 + 1)
         assert store.tombstones_in_partition("b", r) == 0
+
+    def test_a_range_deletion_is_reported_as_two_tombstone_markers(
+        self, store: CassandraStore
+    ) -> None:
+        r = f"g{self.t0}/"
+        store.write_folder_rows([("b", r, f"d{i:02d}") for i in range(20)], self.t0)
+        (row, *_) = folder_rows(store)
+        span = FolderRange(row.token, "b", r, "d05", "d14")
+        assert store.delete_folder_ranges([span], self.t0) == [None]
+        # Cassandra 5.0: "Read 10 live rows and 2 tombstone cells": the range's start and end
+        # markers, however many rows it shadows.
+        assert store.tombstones_in_partition("b", r) == 2
+        assert len(folder_rows(store)) == 10
 
     def test_filter_cell_over_one_mebibyte_is_refused(self, store: CassandraStore) -> None:
         with pytest.raises(ValueError, match="1 MiB"):
