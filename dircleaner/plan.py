@@ -1,8 +1,8 @@
 """The deletion plan: which folder-index entries to delete, how, in what order, within budgets.
 
 Pure: plain data in, plain data out, no IO. The sweep hands over, for every folders partition that
-holds at least one candidate, how many rows it has and which of them are candidates (directories
-known to be empty). From that the planner
+holds at least one candidate, how many rows it has, which of them are candidates (directories
+known to be empty) and where each candidate sat among the partition's rows. From that the planner
 
 * collapses empty subtrees: a partition whose own directory is empty and whose rows are all
   candidates is removed with one *partition* tombstone (a dead partition costs one marker);
@@ -38,15 +38,27 @@ class PartitionFacts:
     candidates: tuple[FolderRow, ...]
     #: the partition's own directory was absent from the filter (so every row is a candidate)
     dir_absent: bool = False
+    #: each candidate's position (0-based) among all the partition's rows in clustering order,
+    #: parallel to ``candidates``; empty when unknown (then no two candidates count as adjacent)
+    ordinals: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.candidates) > self.total_rows:
             raise ValueError(f"partition {self.key.parent!r}: more candidates than rows")
+        if self.ordinals and (
+            len(self.ordinals) != len(self.candidates)
+            or self.ordinals[0] < 0
+            or self.ordinals[-1] >= self.total_rows
+        ):
+            raise ValueError(f"partition {self.key.parent!r}: ordinals do not fit the candidates")
 
     def __reduce__(self) -> tuple[type[PartitionFacts], tuple[object, ...]]:
         # Sweep workers send facts back pickled; the dataclass default for frozen slots classes
         # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
-        return (PartitionFacts, (self.key, self.total_rows, self.candidates, self.dir_absent))
+        return (
+            PartitionFacts,
+            (self.key, self.total_rows, self.candidates, self.dir_absent, self.ordinals),
+        )
 
 
 class ActionKind(Enum):
@@ -142,18 +154,25 @@ def with_ancestors(dirs: Iterable[BucketDir]) -> set[BucketDir]:
 def drop_nonempty(
     facts: Iterable[PartitionFacts], nonempty: Iterable[BucketDir]
 ) -> list[PartitionFacts]:
-    """Facts without the directories found non-empty on re-check, nor any of their ancestors."""
+    """Facts without the directories found non-empty on re-check, nor any of their ancestors.
+
+    Kept candidates keep their ordinals, so a dropped one leaves a gap that splits its run.
+    """
     alive = with_ancestors(nonempty)
     out: list[PartitionFacts] = []
     for fact in facts:
-        kept = tuple(
-            row
-            for row in fact.candidates
+        keep = [
+            i
+            for i, row in enumerate(fact.candidates)
             if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
-        )
+        ]
         absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
-        if kept or absent:
-            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent))
+        if len(keep) == len(fact.candidates) and absent == fact.dir_absent:
+            out.append(fact)
+        elif keep or absent:
+            kept = tuple(fact.candidates[i] for i in keep)
+            ordinals = tuple(fact.ordinals[i] for i in keep) if fact.ordinals else ()
+            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals))
     return out
 
 
