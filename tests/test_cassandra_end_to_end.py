@@ -239,6 +239,29 @@ def test_a_wide_parent_gets_at_most_the_budget_of_row_tombstones_per_run(
     assert listed(ks_url, bucket) == {"wide/", "wide/live/", *live}
 
 
+def test_a_run_of_adjacent_empty_children_costs_two_tombstones(
+    ks_url: str, store: CassandraStore, bucket: str, tmp_path: Path
+) -> None:
+    """300 empty children next to each other: one range delete, two markers, one run."""
+    children = [f"wide/c{i:03d}/obj" for i in range(300)]
+    store.put_objects(bucket, [*children, "wide/live/obj", "wide/zz/obj"], now_us())
+    store.delete_objects(bucket, [*children, "wide/zz/obj"], now_us())
+    audit = tmp_path / "a.jsonl"
+    # --fpr 1e-6: a false positive among the 301 empties would split the run.
+    budget = ("--max-tombstones-per-partition", "100")
+    summary = run(ks_url, bucket, audit, "--fpr", "0.000001", *budget)
+    clean = summary["clean"]
+    assert (clean["plan"]["range_deletes"], clean["plan"]["row_deletes"]) == (1, 1)
+    assert clean["plan"]["deferred"] == 0
+    assert (clean["range_tombstones"], clean["row_tombstones"]) == (1, 1)
+    entries = audit_entries(audit)
+    assert tombstones_per_partition(entries) == {(bucket, "wide/"): 3}
+    assert {e["range"][0] for e in entries if e["via"] == "range"} == {"c000"}
+    # Cassandra 5.0 tracing: "Read 1 live rows and 3 tombstone cells" (wide/live/ is left).
+    assert store.tombstones_in_partition(bucket, "wide/") == 3
+    assert listed(ks_url, bucket) == {"wide/", "wide/live/"}
+
+
 def test_an_empty_subtree_costs_its_live_parent_one_row_tombstone(
     ks_url: str, store: CassandraStore, bucket: str, tmp_path: Path
 ) -> None:

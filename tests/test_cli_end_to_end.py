@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.store import open_store
 from tests.helpers import (
     EAGER,
     audit_entries,
@@ -197,3 +198,84 @@ def test_min_age_spares_entries_written_after_the_cutoff(
     result = invoke(url, "run", "--max-delete-fraction", "1", "--audit-log", str(tmp / "a.jsonl"))
     assert result.exit_code == 0, result.output
     assert listed(url) == every
+
+
+# -- runs of adjacent empty siblings: range deletes ---------------------------------------------
+
+
+def mass_delete_dataset() -> tuple[list[str], list[str]]:
+    """Keys put and then deleted: real mass deletes leave long runs of empty siblings.
+
+    * 676 hour-shards of a day, 90% emptied: one in ten stays, so runs of nine empties;
+    * the oldest 600 of 700 sequential order ids, by retention;
+    * a parent whose children alternate empty and live (runs of one: row deletes).
+    """
+    shards = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"]
+    hours = [f"logs/2026-04-11/{s}/part-0" for s in shards]
+    orders = [f"orders/{i:06d}/invoice.pdf" for i in range(700)]
+    alternate = [f"alt/k{i:02d}/x" for i in range(40)]
+    dead = [k for i, k in enumerate(hours) if i % 10] + orders[:600] + alternate[::2]
+    return [*hours, *orders, *alternate, "logs/README"], dead
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_adjacent_empty_siblings_over_the_budget_go_in_one_run_as_ranges(
+    tmp_path: Path, workers: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put, dead = mass_delete_dataset()
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "put.txt", put))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "dead.txt", dead))).exit_code == 0
+    every, live = expected_dirs(put, dead)
+    empty = every - live
+    assert len(empty) == 608 + 600 + 20
+    audit = tmp_path / "audit.jsonl"
+    budget = 150
+    # --fpr 1e-6: with a false positive (p ≈ 0.001 here) an empty directory would stay behind.
+    result = run_eagerly(
+        url,
+        audit,
+        "--fpr",
+        "0.000001",
+        "--max-tombstones-per-partition",
+        str(budget),
+        "--workers",
+        workers,
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)["clean"]["plan"]
+    # 68 runs of up to nine hour-shards and one run of 600 orders are ranges; the 20 lone
+    # empties of alt/ are rows. More than 150 empties per parent, nothing deferred.
+    assert (plan["range_deletes"], plan["row_deletes"], plan["deferred"]) == (69, 20, 0)
+    assert plan["max_row_tombstones_in_a_partition"] == 2 * 68
+    remaining = listed(url)
+    # Every truly empty directory is gone in one run, and nothing else: precision 100%.
+    assert remaining == live
+    entries = audit_entries(audit)
+    assert {e["dir"] for e in entries} == empty
+    assert len(entries) == len(empty)
+    per_partition = tombstones_per_partition(entries)
+    assert per_partition == {
+        ("default", "logs/2026-04-11/"): 136,
+        ("default", "orders/"): 2,
+        ("default", "alt/"): 20,
+    }
+    # The store's own count of tombstones (2 per range) agrees and keeps within the budget.
+    with open_store(url) as store:
+        for (bucket, parent), spent in per_partition.items():
+            assert store.tombstones_in_partition(bucket, parent) == spent <= budget
+
+
+def test_the_summary_reports_range_deletes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put, dead = mass_delete_dataset()
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "put.txt", put))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "dead.txt", dead))).exit_code == 0
+    result = run_eagerly(url, tmp_path / "a.jsonl", "--fpr", "0.000001")
+    assert result.exit_code == 0, result.output
+    assert (
+        "plan    1,228 directories: 0 partition tombstones, 20 row tombstones,"
+        " 69 range tombstones, 0 deferred by the per-partition budget"
+    ) in result.output
+    assert "(0 partition, 20 row and 69 range deletes; 0 retries)" in result.output
