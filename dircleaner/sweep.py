@@ -186,14 +186,15 @@ def _ordinals(
     """Each segment's candidate ordinals: index in the batch minus the segment's start, plus, for
     segment 0, the ``carried`` rows its partition had in earlier batches."""
     ords = cand_idx - bounds[segs]
-    if carried:
-        ords[segs == 0] += carried
+    if carried and segs[0] == 0:
+        ords[: int(np.searchsorted(segs, 1))] += carried
     # Candidates come sorted by index, so each segment's are one slice.
-    present, firsts = np.unique(segs, return_index=True)
-    ends = [*firsts[1:].tolist(), len(ords)]
+    cuts = (np.flatnonzero(segs[1:] != segs[:-1]) + 1).tolist()
+    firsts = [0, *cuts]
+    values = ords.tolist()
     return {
-        seg: ords[lo:hi].tolist()
-        for seg, lo, hi in zip(present.tolist(), firsts.tolist(), ends, strict=True)
+        seg: values[lo:hi]
+        for seg, lo, hi in zip(segs[firsts].tolist(), firsts, [*cuts, len(values)], strict=True)
     }
 
 
