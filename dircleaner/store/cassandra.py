@@ -1122,9 +1122,10 @@ class CassandraStore(Store):
         """Tombstones a read of one folders partition scans, as Cassandra counts them (tests).
 
         A traced read at ONE; the count is the largest ``Read N live rows and M tombstone
-        cells`` M among the replicas' trace events. Each deleted row counts 1. A partition
+        cells`` M among the replicas' trace events. Each deleted row counts 1, each range
+        deletion 2 (its start and end markers, however many rows it shadows). A partition
         deletion counts 0: Cassandra reports (and counts against tombstone_warn_threshold) only
-        the row and cell tombstones it iterates over, not the partition-level deletion marker.
+        the row tombstones and range markers it iterates over, not the partition-level deletion.
         """
         bound = self._folder_partition.bind(self._key_values(bucket, parent))
         bound.fetch_size = 100_000
