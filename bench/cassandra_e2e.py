@@ -712,7 +712,9 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             ),
             "candidates": report.clean.sweep.result.candidates,
             "verified": report.clean.verified,
-            "plan_actions": report.clean.plan.partition_deletes + report.clean.plan.row_deletes,
+            "plan_actions": report.clean.plan.partition_deletes
+            + report.clean.plan.row_deletes
+            + report.clean.plan.range_deletes,
             "sizing_method": report.build.sizing.method,
             "fill_ratio": round(report.build.fill_ratio, 4),
             "fpr_estimated": report.build.estimated_fpr,
@@ -774,7 +776,11 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
         report, real_s = timed_job(store, args, workers, False, audit)
         deleted = report.clean.deleted
         delete_s = report.clean.phase_seconds.get("delete", 0.0)
-        tombstones = (deleted.partition_deletes + deleted.row_deletes) if deleted else 0
+        tombstones = (
+            (deleted.partition_deletes + deleted.row_deletes + deleted.range_deletes)
+            if deleted
+            else 0
+        )
         truth = read_truth(Path(dataset["truth_path"]))
         audited = audited_dirs(audit, DEFAULT_BUCKET) if audit.exists() else []
         sc = score(audited, truth)
@@ -793,6 +799,7 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             "tombstones": tombstones,
             "partition_tombstones": deleted.partition_deletes if deleted else 0,
             "row_tombstones": deleted.row_deletes if deleted else 0,
+            "range_tombstones": deleted.range_deletes if deleted else 0,
             "dirs_deleted": deleted.directories if deleted else 0,
             "dirs_deleted_per_s": round(deleted.directories / delete_s, 1)
             if deleted and delete_s

@@ -39,7 +39,7 @@ from typing import Any
 
 from dircleaner.bloom import new_filter
 from dircleaner.build import ancestor_keys
-from dircleaner.groundtruth import audited_dirs, read_truth
+from dircleaner.groundtruth import audited_by_via, audited_dirs, read_truth
 from dircleaner.job import SweepConfig, load_filter
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.store import open_store
@@ -321,9 +321,11 @@ def filter_quality(db: Path, generation: str, truth: set[str], bucket: str) -> d
 
 def score_deletes(audit: Path, truth: set[str], bucket: str, deferred: int) -> dict[str, Any]:
     deleted = set(audited_dirs(audit, bucket)) if audit.exists() else set()
+    via = audited_by_via(audit, bucket) if audit.exists() else {}
     right = len(deleted & truth)
     return {
         "deleted": len(deleted),
+        "deleted_by": {kind: via.get(kind, 0) for kind in ("partition", "row", "range")},
         "deleted_nonempty": len(deleted - truth),
         "precision": right / len(deleted) if deleted else 1.0,
         "recall": right / len(truth) if truth else 1.0,
@@ -483,6 +485,14 @@ def markdown(r: dict[str, Any]) -> str:
             ok(r["recall_with_deferred"] >= 1 - 1.5 * p),
         ),
         (
+            "plan: partition / row / range deletes, deferred",
+            "{partition_deletes:,} / {row_deletes:,} / {range_deletes:,}, {deferred:,}".format(
+                **r["plan"]
+            ),
+            "",
+            "",
+        ),
+        (
             "filter_speedup_vs_pybloom_live",
             f"{r['filter_speedup_vs_pybloom_live']:.1f}×",
             "≥ 10",
@@ -580,6 +590,7 @@ def main() -> None:
         "precision": scores["precision"],
         "recall": scores["recall"],
         "recall_with_deferred": scores["recall_with_deferred"],
+        "plan": summary["clean"]["plan"],
         "filter_speedup_vs_pybloom_live": eng["filter_speedup_vs_pybloom_live"],
         "exact_set_bytes": exact["exact_set_bytes"],
         "workers": args.workers,

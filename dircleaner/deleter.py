@@ -95,6 +95,7 @@ class DeleteStats:
 
     partition_deletes: int = 0
     row_deletes: int = 0
+    range_deletes: int = 0
     directories: int = 0
     retries: int = 0
     final_rate: float = 0.0
@@ -103,7 +104,13 @@ class DeleteStats:
 
 
 class AuditLog:
-    """JSON lines, one per deleted directory entry; ``dircleaner restore`` replays them."""
+    """JSON lines, one per deleted directory entry; ``dircleaner restore`` replays them.
+
+    ``via`` says how the entry went: ``partition``, ``row`` or ``range``. Each line of a range
+    delete also carries the range's bounds (``"range": [first, last]``, in clustering order), so
+    that a resumed run can tell its lines apart from another range's and charge each range
+    delete once, at its cost of two tombstones.
+    """
 
     def __init__(self, stream: IO[str], generation: str, timestamp_us: int) -> None:
         self._stream = stream
@@ -115,6 +122,7 @@ class AuditLog:
         tail = json.dumps(
             {"delete_ts_us": timestamp_us, "generation": generation}, ensure_ascii=False
         )[1:]
+        self._tail = tail
         self._tails = {kind: f'"via": {_escape(kind.value)}, {tail}\n' for kind in ActionKind}
 
     def record(self, action: DeleteAction) -> None:
@@ -123,16 +131,23 @@ class AuditLog:
     def record_many(self, actions: Iterable[DeleteAction]) -> None:
         """Write the lines of several actions with one write."""
         escape = _escape
-        tails = self._tails
         self._stream.write(
             "".join(
                 f'{{"bucket": {escape(row.bucket)}, '
                 f'"dir": {escape(dir_of_row(row.parent, row.name))}, '
-                f'"parent": {escape(row.parent)}, "name": {escape(row.name)}, {tails[action.kind]}'
+                f'"parent": {escape(row.parent)}, "name": {escape(row.name)}, {tail}'
                 for action in actions
+                for tail in (self._tail_of(action),)
                 for row in action.rows
             )
         )
+
+    def _tail_of(self, action: DeleteAction) -> str:
+        """What follows the name on each of an action's lines."""
+        if action.kind is not ActionKind.RANGE:
+            return self._tails[action.kind]
+        first, last = _escape(action.rows[0].name), _escape(action.rows[-1].name)
+        return f'"via": "range", "range": [{first}, {last}], {self._tail}\n'
 
     def flush(self) -> None:
         self._stream.flush()
@@ -197,10 +212,11 @@ def execute_plan(
 def _issue(
     store: Store, actions: Sequence[DeleteAction], timestamp_us: int
 ) -> list[BaseException | None]:
-    """Send a mixed batch as at most two store calls, results back in the batch's order."""
+    """Send a mixed batch as at most three store calls, results back in the batch's order."""
     results: list[BaseException | None] = [None] * len(actions)
     parts = [i for i, a in enumerate(actions) if a.kind is ActionKind.PARTITION]
     rows = [i for i, a in enumerate(actions) if a.kind is ActionKind.ROW]
+    ranges = [i for i, a in enumerate(actions) if a.kind is ActionKind.RANGE]
     if parts:
         out = store.delete_folder_partitions([actions[i].partition for i in parts], timestamp_us)
         for i, error in zip(parts, out, strict=True):
@@ -209,12 +225,18 @@ def _issue(
         out = store.delete_folder_rows([actions[i].rows[0] for i in rows], timestamp_us)
         for i, error in zip(rows, out, strict=True):
             results[i] = error
+    if ranges:
+        out = store.delete_folder_ranges([actions[i].folder_range() for i in ranges], timestamp_us)
+        for i, error in zip(ranges, out, strict=True):
+            results[i] = error
     return results
 
 
 def _count(stats: DeleteStats, action: DeleteAction) -> None:
     if action.kind is ActionKind.PARTITION:
         stats.partition_deletes += 1
+    elif action.kind is ActionKind.RANGE:
+        stats.range_deletes += 1
     else:
         stats.row_deletes += 1
     stats.directories += len(action.rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,3 +50,11 @@ def audited_dirs(path: Path, bucket: str) -> list[str]:
             for e in iter_audit_entries(stream)
             if e["bucket"] == bucket
         ]
+
+
+def audited_by_via(path: Path, bucket: str) -> Counter[str]:
+    """How many directories an audit log says went by partition, row and range delete."""
+    with path.open(encoding="utf-8") as stream:
+        return Counter(
+            str(e.get("via")) for e in iter_audit_entries(stream) if e["bucket"] == bucket
+        )

@@ -37,6 +37,11 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("partition_tombstones", "Partition deletes issued.", ("clean", "partition_tombstones")),
     ("row_tombstones", "Row deletes issued.", ("clean", "row_tombstones")),
     (
+        "range_tombstones",
+        "Range deletes issued (each counts as two tombstones against the budget).",
+        ("clean", "range_tombstones"),
+    ),
+    (
         "deferred_by_budget",
         "Candidates held back by --max-tombstones-per-partition.",
         ("clean", "plan", "deferred"),

@@ -1,17 +1,35 @@
 """The deletion plan: which folder-index entries to delete, how, in what order, within budgets.
 
 Pure: plain data in, plain data out, no IO. The sweep hands over, for every folders partition that
-holds at least one candidate, how many rows it has and which of them are candidates (directories
-known to be empty). From that the planner
+holds at least one candidate, how many rows it has, which of them are candidates (directories
+known to be empty) and where each candidate sat among the partition's rows. From that the planner
 
 * collapses empty subtrees: a partition whose own directory is empty and whose rows are all
   candidates is removed with one *partition* tombstone (a dead partition costs one marker);
-* deletes the remaining candidates with *row* tombstones in their live parent partitions, at most
-  ``max_row_tombstones`` per partition per run (more would push range reads of that partition
-  towards ``tombstone_warn_threshold``); the rest are deferred to the next run;
-* orders row deletes round-robin across partitions by token, so consecutive deletes hit different
-  partitions and replicas (or, for a store without replicas, partition by partition in key order,
-  so consecutive deletes hit the same pages).
+* deletes the remaining candidates in their live parent partitions: a *run* of at least
+  ``MIN_RANGE_ROWS`` candidates that the sweep saw next to each other (consecutive ordinals, no
+  other row between them) goes with one *range* tombstone, which costs ``RANGE_TOMBSTONES`` (its
+  two bound markers); shorter runs go row by row, one *row* tombstone each. At most
+  ``max_row_tombstones`` of that cost goes into one partition per run (more would push range
+  reads of that partition towards ``tombstone_warn_threshold``), spent greedily in clustering
+  order; the rest is deferred to the next run;
+* orders the live partitions' deletes round-robin across partitions by token, so consecutive
+  deletes hit different partitions and replicas (or, for a store without replicas, partition by
+  partition in key order, so consecutive deletes hit the same pages).
+
+Why a range delete is as safe as the row deletes it replaces: a range tombstone at timestamp T
+removes every row in [first, last] written at or before T, and nothing written after T (rows and
+tombstones are reconciled by timestamp, exactly as for row and partition tombstones). When the
+sweep read the partition, the range held the run's rows and nothing else (their ordinals are
+consecutive), and every one of them is a candidate that the re-check (``--verify``) found still
+empty. A directory that gains an object after T has its row rewritten after T (a put rewrites the
+row of every ancestor), so it survives; so does a new sibling created inside the range after T.
+A directory of the run that the re-check finds non-empty is dropped, with its ancestors, before
+planning: its ordinal goes missing, so the run splits in two around it and no range covers it.
+What a range adds to the row tombstones' exposure is a row written at or before T that the sweep
+did not see (a writer whose clock lags this job's by more than ``--min-age``): a row tombstone
+would spare it, a range covering its name would not. ``--min-age`` is the margin for that skew,
+as it already is for an object put under a candidate itself.
 """
 
 from __future__ import annotations
@@ -23,10 +41,17 @@ from itertools import chain
 from typing import TypeVar
 
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
-from dircleaner.store.base import FolderRow, PartitionKey
+from dircleaner.store.base import FolderRange, FolderRow, PartitionKey
 
 BucketDir = tuple[str, str]
 T = TypeVar("T")
+
+#: the shortest run of adjacent candidates deleted with one range tombstone (a run of two costs
+#: two either way, and row tombstones shadow nothing but their own rows)
+MIN_RANGE_ROWS = 3
+#: what a range delete costs against a partition's budget: Cassandra writes it as two bound
+#: markers, and a read of the partition counts each as a tombstone
+RANGE_TOMBSTONES = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +63,27 @@ class PartitionFacts:
     candidates: tuple[FolderRow, ...]
     #: the partition's own directory was absent from the filter (so every row is a candidate)
     dir_absent: bool = False
+    #: each candidate's position (0-based) among all the partition's rows in clustering order,
+    #: parallel to ``candidates``; empty when unknown (then no two candidates count as adjacent)
+    ordinals: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.candidates) > self.total_rows:
             raise ValueError(f"partition {self.key.parent!r}: more candidates than rows")
+        if self.ordinals and (
+            len(self.ordinals) != len(self.candidates)
+            or self.ordinals[0] < 0
+            or self.ordinals[-1] >= self.total_rows
+        ):
+            raise ValueError(f"partition {self.key.parent!r}: ordinals do not fit the candidates")
 
     def __reduce__(self) -> tuple[type[PartitionFacts], tuple[object, ...]]:
         # Sweep workers send facts back pickled; the dataclass default for frozen slots classes
         # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
-        return (PartitionFacts, (self.key, self.total_rows, self.candidates, self.dir_absent))
+        return (
+            PartitionFacts,
+            (self.key, self.total_rows, self.candidates, self.dir_absent, self.ordinals),
+        )
 
 
 class ActionKind(Enum):
@@ -54,6 +91,8 @@ class ActionKind(Enum):
 
     PARTITION = "partition"
     ROW = "row"
+    #: the rows between a run's first and last name, inclusive (the run's rows and no others)
+    RANGE = "range"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +101,21 @@ class DeleteAction:
 
     kind: ActionKind
     partition: PartitionKey
+    #: the entries removed; a RANGE's rows in clustering order, its bounds the first and last
     rows: tuple[FolderRow, ...]
+
+    @property
+    def tombstones(self) -> int:
+        """What the delete costs against its partition's budget (a partition delete: none)."""
+        return _COST[self.kind]
+
+    def folder_range(self) -> FolderRange:
+        """A RANGE action as the store's range: its partition, first and last name."""
+        key = self.partition
+        return FolderRange(key.token, key.bucket, key.parent, self.rows[0].name, self.rows[-1].name)
+
+
+_COST = {ActionKind.PARTITION: 0, ActionKind.ROW: 1, ActionKind.RANGE: RANGE_TOMBSTONES}
 
 
 @dataclass(frozen=True)
@@ -71,7 +124,7 @@ class DeletionPlan:
 
     actions: tuple[DeleteAction, ...]
     deferred: tuple[FolderRow, ...]
-    #: row tombstones planned per live partition (bucket, parent)
+    #: tombstones planned per live partition (bucket, parent): 1 per row delete, 2 per range
     row_tombstones: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     @property
@@ -81,6 +134,10 @@ class DeletionPlan:
     @property
     def row_deletes(self) -> int:
         return sum(1 for a in self.actions if a.kind is ActionKind.ROW)
+
+    @property
+    def range_deletes(self) -> int:
+        return sum(1 for a in self.actions if a.kind is ActionKind.RANGE)
 
     @property
     def directories(self) -> int:
@@ -96,25 +153,31 @@ class PlanSummary:
     partition_deletes: int = 0
     row_deletes: int = 0
     deferred: int = 0
+    #: the most tombstones planned into one live partition (rows 1, ranges 2 each)
     max_row_tombstones_in_a_partition: int = 0
+    range_deletes: int = 0
 
     @classmethod
     def of(cls, plan: DeletionPlan) -> PlanSummary:
         return cls(
-            plan.directories,
-            plan.partition_deletes,
-            plan.row_deletes,
-            len(plan.deferred),
-            max(plan.row_tombstones.values(), default=0),
+            directories=plan.directories,
+            partition_deletes=plan.partition_deletes,
+            row_deletes=plan.row_deletes,
+            deferred=len(plan.deferred),
+            max_row_tombstones_in_a_partition=max(plan.row_tombstones.values(), default=0),
+            range_deletes=plan.range_deletes,
         )
 
     def __add__(self, other: PlanSummary) -> PlanSummary:
         return PlanSummary(
-            self.directories + other.directories,
-            self.partition_deletes + other.partition_deletes,
-            self.row_deletes + other.row_deletes,
-            self.deferred + other.deferred,
-            max(self.max_row_tombstones_in_a_partition, other.max_row_tombstones_in_a_partition),
+            directories=self.directories + other.directories,
+            partition_deletes=self.partition_deletes + other.partition_deletes,
+            row_deletes=self.row_deletes + other.row_deletes,
+            deferred=self.deferred + other.deferred,
+            max_row_tombstones_in_a_partition=max(
+                self.max_row_tombstones_in_a_partition, other.max_row_tombstones_in_a_partition
+            ),
+            range_deletes=self.range_deletes + other.range_deletes,
         )
 
 
@@ -142,18 +205,25 @@ def with_ancestors(dirs: Iterable[BucketDir]) -> set[BucketDir]:
 def drop_nonempty(
     facts: Iterable[PartitionFacts], nonempty: Iterable[BucketDir]
 ) -> list[PartitionFacts]:
-    """Facts without the directories found non-empty on re-check, nor any of their ancestors."""
+    """Facts without the directories found non-empty on re-check, nor any of their ancestors.
+
+    Kept candidates keep their ordinals, so a dropped one leaves a gap that splits its run.
+    """
     alive = with_ancestors(nonempty)
     out: list[PartitionFacts] = []
     for fact in facts:
-        kept = tuple(
-            row
-            for row in fact.candidates
+        keep = [
+            i
+            for i, row in enumerate(fact.candidates)
             if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
-        )
+        ]
         absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
-        if kept or absent:
-            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent))
+        if len(keep) == len(fact.candidates) and absent == fact.dir_absent:
+            out.append(fact)
+        elif keep or absent:
+            kept = tuple(fact.candidates[i] for i in keep)
+            ordinals = tuple(fact.ordinals[i] for i in keep) if fact.ordinals else ()
+            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals))
     return out
 
 
@@ -165,9 +235,11 @@ def plan_deletions(
 ) -> DeletionPlan:
     """Turn the sweep's partition facts into an ordered, budgeted deletion plan.
 
-    ``already_used`` is what an interrupted attempt at the same generation already spent of each
-    partition's budget, so a resumed run never exceeds it. ``spread`` interleaves the row deletes
-    across partitions; without it they go partition by partition, in key order.
+    ``max_row_tombstones`` is each live partition's budget: a row delete costs 1, a range delete
+    ``RANGE_TOMBSTONES``. ``already_used`` is what an interrupted attempt at the same generation
+    already spent of each partition's budget (in the same units), so a resumed run never exceeds
+    it. ``spread`` interleaves the live partitions' deletes across partitions; without it they go
+    partition by partition, in key order.
     """
     used = already_used or {}
     if max_row_tombstones < 0:
@@ -191,19 +263,69 @@ def plan_deletions(
     per_partition: list[list[DeleteAction]] = []
     deferred: list[FolderRow] = []
     budget_used: dict[tuple[str, str], int] = {}
-    row_kind = ActionKind.ROW
     for fact in sorted(live, key=_partition_order):
-        rows = fact.candidates
-        budget = max(0, max_row_tombstones - used.get((fact.key.bucket, fact.key.parent), 0))
-        allowed, held = rows[:budget], rows[budget:]
+        key = fact.key
+        budget = max(0, max_row_tombstones - used.get((key.bucket, key.parent), 0))
+        planned, spent, held = _live_deletes(fact, budget)
         deferred.extend(held)
-        if allowed:
-            # A row's partition is the fact's: one shared key, not a copy per action.
-            key = fact.key
-            per_partition.append([DeleteAction(row_kind, key, (row,)) for row in allowed])
-            budget_used[(key.bucket, key.parent)] = len(allowed)
+        if planned:
+            per_partition.append(planned)
+            budget_used[(key.bucket, key.parent)] = spent
     actions.extend(round_robin(per_partition) if spread else chain.from_iterable(per_partition))
     return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
+
+
+def _live_deletes(
+    fact: PartitionFacts, budget: int
+) -> tuple[list[DeleteAction], int, tuple[FolderRow, ...]]:
+    """One live partition's deletes within ``budget``: (actions, cost spent, rows held back).
+
+    Runs of adjacent candidates become range deletes, the rest row deletes; the budget is spent
+    in clustering order and what does not fit, always the last rows, is held back. A range that
+    does not fit in the one tombstone left still gets its first row deleted as a row.
+    """
+    # Every action shares the fact's key, not a copy per action.
+    key = fact.key
+    row_kind, range_kind = ActionKind.ROW, ActionKind.RANGE
+    out: list[DeleteAction] = []
+    spent = done = 0
+    for run in _runs(fact):
+        if len(run) >= MIN_RANGE_ROWS:
+            if spent + RANGE_TOMBSTONES <= budget:
+                out.append(DeleteAction(range_kind, key, run))
+                spent += RANGE_TOMBSTONES
+                done += len(run)
+                continue
+            if spent < budget:
+                out.append(DeleteAction(row_kind, key, run[:1]))
+                spent += 1
+                done += 1
+            break
+        fits = run[: budget - spent]
+        out.extend(DeleteAction(row_kind, key, (row,)) for row in fits)
+        spent += len(fits)
+        done += len(fits)
+        if len(fits) < len(run):
+            break
+    return out, spent, fact.candidates[done:]
+
+
+def _runs(fact: PartitionFacts) -> list[tuple[FolderRow, ...]]:
+    """The candidates cut into runs of consecutive ordinals (each row alone if they are unknown)."""
+    rows, ordinals = fact.candidates, fact.ordinals
+    if not ordinals:
+        return [(row,) for row in rows]
+    out: list[tuple[FolderRow, ...]] = []
+    start = 0
+    for i in range(1, len(ordinals)):
+        step = ordinals[i] - ordinals[i - 1]
+        if step != 1:
+            if step < 1:
+                raise ValueError(f"partition {fact.key.parent!r}: ordinals out of order")
+            out.append(rows[start:i])
+            start = i
+    out.append(rows[start:])
+    return out
 
 
 def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:

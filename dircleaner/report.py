@@ -50,6 +50,7 @@ def plan_summary(plan: PlanSummary) -> Summary:
         "directories": plan.directories,
         "partition_deletes": plan.partition_deletes,
         "row_deletes": plan.row_deletes,
+        "range_deletes": plan.range_deletes,
         "deferred": plan.deferred,
         "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
     }
@@ -67,6 +68,7 @@ def clean_summary(report: CleanReport) -> Summary:
         "deleted_dirs": deleted.directories if deleted else 0,
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
+        "range_tombstones": deleted.range_deletes if deleted else 0,
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
@@ -156,8 +158,8 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
         )
     lines.append(
         f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
-        f" tombstones, {_n(plan.row_deletes)} row tombstones,"
-        f" {_n(plan.deferred)} deferred by the per-partition budget"
+        f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
+        f" tombstones, {_n(plan.deferred)} deferred by the per-partition budget"
     )
     if report.dry_run:
         lines.append("clean   dry run: nothing deleted")
@@ -167,7 +169,9 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
         d = report.deleted
         lines.append(
             f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
-            f" at timestamp {report.delete_timestamp_us} ({_n(d.retries)} retries)"
+            f" at timestamp {report.delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
+            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes;"
+            f" {_n(d.retries)} retries)"
         )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")

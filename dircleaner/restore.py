@@ -64,7 +64,19 @@ def _checked_entry(number: int, line: str) -> dict[str, Any]:
         entry.get("dir") not in (None, dir_of_row(parent, name))
     ):
         raise BadAuditLog(f"audit log line {number}: inconsistent entry")
+    if entry.get("via") == "range" and not _within_range(name, entry.get("range")):
+        raise BadAuditLog(f"audit log line {number}: a range entry outside its range")
     return dict(entry)
+
+
+def _within_range(name: str, bounds: object) -> bool:
+    """Whether a range delete's entry names a directory between the range's two bounds."""
+    if not isinstance(bounds, list) or len(bounds) != 2:
+        return False
+    first, last = bounds
+    if not isinstance(first, str) or not isinstance(last, str):
+        return False
+    return min(first, last) <= name <= max(first, last)
 
 
 def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:

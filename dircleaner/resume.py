@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from dircleaner.plan import RANGE_TOMBSTONES
 from dircleaner.restore import iter_audit_entries
 from dircleaner.store.base import Store
 
@@ -93,14 +94,30 @@ def save_run_state(store: Store, scope: str, state: RunState) -> None:
 
 
 def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter[tuple[str, str]]:
-    """Row tombstones per (bucket, parent) that earlier attempts at ``generation`` issued."""
+    """Tombstones per (bucket, parent) that earlier attempts at ``generation`` issued.
+
+    In the planner's units: 1 per row delete, ``RANGE_TOMBSTONES`` per range delete. A range
+    writes one line per directory, each with the range's bounds, and is charged once (an attempt
+    killed before its delete ran and a later one issuing the same range again still leave one
+    range behind).
+    """
     used: Counter[tuple[str, str]] = Counter()
     if audit_log is None or not audit_log.exists():
         return used
+    ranges: set[tuple[str, str, str, str]] = set()
     with audit_log.open(encoding="utf-8") as stream:
         for entry in iter_audit_entries(stream):
-            if entry.get("generation") == generation and entry.get("via") == "row":
-                used[(entry["bucket"], entry["parent"])] += 1
+            if entry.get("generation") != generation:
+                continue
+            partition = (entry["bucket"], entry["parent"])
+            via = entry.get("via")
+            if via == "row":
+                used[partition] += 1
+            elif via == "range":
+                first, last = entry["range"]
+                if (*partition, first, last) not in ranges:
+                    ranges.add((*partition, first, last))
+                    used[partition] += RANGE_TOMBSTONES
     return used
 
 

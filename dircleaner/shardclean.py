@@ -167,6 +167,7 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
     return DeleteStats(
         partition_deletes=sum(p.partition_deletes for p in present),
         row_deletes=sum(p.row_deletes for p in present),
+        range_deletes=sum(p.range_deletes for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
         # Each slice runs its own share of the rate: together they delete at the sum.

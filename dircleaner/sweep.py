@@ -4,6 +4,10 @@ A Bloom filter has no false negatives, so "absent" means "no object under it at 
 arrive partition by partition; when a partition's own directory is absent from the filter, every
 row in it is a candidate too (a non-empty child would have made its parent non-empty), which
 catches children that a false positive would otherwise have hidden.
+
+Each candidate also gets its ordinal: its position among all its partition's rows in the order
+the scan returned them (clustering order). Candidates with consecutive ordinals had no other row
+between them when the partition was read, which is what lets the planner delete them as a range.
 """
 
 from __future__ import annotations
@@ -61,18 +65,22 @@ class SweepResult:
 class _PartitionRun:
     """Accumulates one partition's rows while they stream past (it may span batches)."""
 
-    __slots__ = ("absent", "candidates", "key", "total")
+    __slots__ = ("absent", "candidates", "key", "ordinals", "total")
 
     def __init__(self, key: PartitionKey, absent: bool) -> None:
         self.key = key
         self.absent = absent
+        #: rows seen so far (the ordinal of the next batch's first row of this partition)
         self.total = 0
         self.candidates: list[FolderRow] = []
+        self.ordinals: list[int] = []
 
     def facts(self) -> PartitionFacts | None:
         if not self.candidates and not self.absent:
             return None
-        return PartitionFacts(self.key, self.total, tuple(self.candidates), self.absent)
+        return PartitionFacts(
+            self.key, self.total, tuple(self.candidates), self.absent, tuple(self.ordinals)
+        )
 
 
 def sweep(
@@ -83,8 +91,8 @@ def sweep(
     """Test every folder row (and every partition's own directory) against the filter.
 
     Per-row work is kept to building the filter key; partition boundaries, the rows of absent
-    partitions and the grouping of candidates are numpy operations, and Python only touches the
-    partitions and the candidates (a few per cent of the rows).
+    partitions, the grouping of candidates and their ordinals are numpy operations, and Python
+    only touches the partitions and the candidates (a few per cent of the rows).
     """
     started = time.monotonic()
     facts: list[PartitionFacts] = []
@@ -108,10 +116,16 @@ def sweep(
         if not dir_present.all():
             candidate |= np.repeat(~dir_present, lengths)
         seg_rows: dict[int, list[FolderRow]] = {}
+        seg_ords: dict[int, list[int]] = {}
         cand_idx = np.flatnonzero(candidate)
+        head = batch[0]
+        # The open partition may go on in this batch: its rows here follow the ones seen before.
+        goes_on = (
+            run if run is not None and run.key == (head.token, head.bucket, head.parent) else None
+        )
         if cand_idx.size:
             segs = np.searchsorted(bounds, cand_idx, side="right") - 1
-            head = batch[0]
+            seg_ords = _ordinals(cand_idx, segs, bounds, goes_on.total if goes_on else 0)
             rows: list[FolderRow] = []
             for i, seg in zip(cand_idx.tolist(), segs.tolist(), strict=True):
                 if seg not in seg_rows:
@@ -124,11 +138,10 @@ def sweep(
         lens = lengths.tolist()
         first = 0
         if run is not None:
-            head = batch[0]
-            if run.key == (head.token, head.bucket, head.parent):
-                # The open partition goes on in this batch.
+            if goes_on is not None:
                 run.total += lens[0]
                 run.candidates.extend(seg_rows.pop(0, ()))
+                run.ordinals.extend(seg_ords.pop(0, ()))
                 first = 1
             if first == 0 or nseg > 1:
                 partitions += 1
@@ -148,6 +161,7 @@ def sweep(
                             lens[seg],
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
+                            tuple(seg_ords[seg]),
                         )
                     )
             row = batch[starts[last]]
@@ -156,6 +170,7 @@ def sweep(
             )
             run.total = lens[last]
             run.candidates.extend(seg_rows.get(last, ()))
+            run.ordinals.extend(seg_ords.get(last, ()))
         swept += n
         progress("sweep", swept, None)
     if run is not None:
@@ -163,6 +178,24 @@ def sweep(
         if (done := run.facts()) is not None:
             facts.append(done)
     return SweepResult(facts, swept, partitions, time.monotonic() - started)
+
+
+def _ordinals(
+    cand_idx: np.ndarray, segs: np.ndarray, bounds: np.ndarray, carried: int
+) -> dict[int, list[int]]:
+    """Each segment's candidate ordinals: index in the batch minus the segment's start, plus, for
+    segment 0, the ``carried`` rows its partition had in earlier batches."""
+    ords = cand_idx - bounds[segs]
+    if carried and segs[0] == 0:
+        ords[: int(np.searchsorted(segs, 1))] += carried
+    # Candidates come sorted by index, so each segment's are one slice.
+    cuts = (np.flatnonzero(segs[1:] != segs[:-1]) + 1).tolist()
+    firsts = [0, *cuts]
+    values = ords.tolist()
+    return {
+        seg: values[lo:hi]
+        for seg, lo, hi in zip(segs[firsts].tolist(), firsts, [*cuts, len(values)], strict=True)
+    }
 
 
 def _partition_starts(batch: list[FolderRow]) -> list[int]:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dircleaner.groundtruth import audited_dirs, read_truth, score
+from dircleaner.groundtruth import audited_by_via, audited_dirs, read_truth, score
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
 from dircleaner.store import open_store
 
@@ -26,6 +26,7 @@ def main() -> int:
 
     truth = read_truth(args.truth)
     deleted = audited_dirs(args.audit_log, args.bucket) if args.audit_log.exists() else []
+    via = audited_by_via(args.audit_log, args.bucket) if args.audit_log.exists() else {}
     with open_store(args.store) as store:
         remaining = {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(args.bucket)}
     result = score(deleted, truth)
@@ -34,6 +35,10 @@ def main() -> int:
         f"score   {result.deleted:,} directories deleted of {result.empty_total:,} truly empty:"
         f" precision {result.precision:.6f}, recall {result.recall:.4f};"
         f" {len(remaining):,} directories remain"
+    )
+    print(
+        f"        by partition delete {via.get('partition', 0):,}, by row delete"
+        f" {via.get('row', 0):,}, by range delete {via.get('range', 0):,}"
     )
     if result.wrongly_deleted:
         print(f"FAIL: non-empty directories deleted: {list(result.wrongly_deleted[:10])}")

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -37,6 +38,15 @@ def audit_entries(path: Path) -> list[dict[str, str]]:
 def row_tombstones_per_partition(entries: Sequence[dict[str, str]]) -> Counter[tuple[str, str]]:
     """Row deletes per (bucket, parent) partition in an audit log."""
     return Counter((e["bucket"], e["parent"]) for e in entries if e["via"] == "row")
+
+
+def tombstones_per_partition(entries: Sequence[dict[str, Any]]) -> Counter[tuple[str, str]]:
+    """Tombstones per (bucket, parent) partition an audit log's row and range deletes wrote:
+    1 per row delete, 2 per range delete (its bounds; one line per directory it removed)."""
+    out = row_tombstones_per_partition(entries)
+    ranges = {(e["bucket"], e["parent"], *e["range"]) for e in entries if e["via"] == "range"}
+    out.update((bucket, parent) for bucket, parent, _first, _last in ranges for _ in range(2))
+    return out
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> Path:

@@ -19,6 +19,7 @@ from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.store.base import (
     HEADER_SEQ,
     MARKER_SEQ,
+    FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
@@ -343,6 +344,107 @@ class StoreContract:
         rows = folder_rows(store)
         assert store.delete_folder_rows(rows, self.t0) == [None] * len(rows)
         assert folder_rows(store) == []
+
+    # -- range deletes at a timestamp --------------------------------------------------------
+    @staticmethod
+    def _range(store: Store, bucket: str, parent: str, first: str, last: str) -> FolderRange:
+        (token,) = {r.token for r in folder_rows(store) if (r.bucket, r.parent) == (bucket, parent)}
+        return FolderRange(token, bucket, parent, first, last)
+
+    def test_delete_range_at_t_removes_rows_between_the_bounds_written_at_or_before_t(
+        self, store: Store
+    ) -> None:
+        b = self.BUCKET
+        store.write_folder_rows([(b, "p/", n) for n in "abcdefgh"], self.t0)
+        store.write_folder_rows([(b, "p/", "d")], self.t0 + 300)  # rewritten after T: survives
+        store.write_folder_rows([(b, "p/", "c2")], self.t0 + 200)  # a new sibling after T
+        store.write_folder_rows([(b, "p/", "e2")], self.t0 + 100)  # written exactly at T
+        store.write_folder_rows([(b, "q/", n) for n in "bcdef"], self.t0)  # another partition
+        store.write_folder_rows([(b, "", n) for n in "bcdef"], self.t0)  # the root partition
+        bounds = self._range(store, b, "p/", "b", "f")
+        assert store.delete_folder_ranges([bounds], self.t0 + 100) == [None]
+        assert row_keys(r for r in folder_rows(store) if r.parent == "p/") == {
+            (b, "p/", n) for n in ("a", "c2", "d", "g", "h")
+        }
+        assert row_keys(r for r in folder_rows(store) if r.parent != "p/") == {
+            (b, parent, n) for parent in ("q/", "") for n in "bcdef"
+        }
+
+    def test_delete_range_in_the_root_partition_and_with_bounds_given_high_to_low(
+        self, store: Store
+    ) -> None:
+        b = self.BUCKET
+        store.write_folder_rows([(b, "", n) for n in "abcdefg"], self.t0)
+        # Bounds in a descending clustering order: first > last, the same rows go.
+        descending = self._range(store, b, "", "e", "c")
+        assert store.delete_folder_ranges([descending], self.t0) == [None]
+        assert [r.name for r in folder_rows(store)] == ["a", "b", "f", "g"]
+
+    def test_delete_range_bounds_compare_as_utf8_bytes_like_the_scan_order(
+        self, store: Store
+    ) -> None:
+        b = self.BUCKET
+        names = ["a", "z", "~", "é", "ÿ", "Ā", "日", "\uffff", "😀", "a b", "a\tb", "A"]
+        store.write_folder_rows([(b, "u/", n) for n in names], self.t0)
+        scanned = [r.name for r in folder_rows(store)]
+        # The scan's clustering order is code point order (UTF-8 byte order), as Python sorts.
+        assert scanned == sorted(names)
+        lo, hi = scanned.index("z"), scanned.index("日")
+        assert store.delete_folder_ranges([self._range(store, b, "u/", "z", "日")], self.t0) == [
+            None
+        ]
+        assert [r.name for r in folder_rows(store)] == scanned[:lo] + scanned[hi + 1 :]
+
+    def test_delete_ranges_of_other_buckets_and_partitions_stay_apart(self, store: Store) -> None:
+        other = self.need_two_buckets()
+        for bucket in (self.BUCKET, other):
+            store.write_folder_rows([(bucket, "p/", n) for n in "abcde"], self.t0)
+        bounds = self._range(store, self.BUCKET, "p/", "a", "e")
+        assert store.delete_folder_ranges([bounds], self.t0) == [None]
+        assert row_keys(folder_rows(store)) == {(other, "p/", n) for n in "abcde"}
+
+    def test_delete_ranges_one_result_per_range_and_harmless_when_empty(self, store: Store) -> None:
+        b = self.BUCKET
+        store.write_folder_rows([(b, p, n) for p in ("p/", "q/") for n in "abcdef"], self.t0)
+        ranges = [
+            self._range(store, b, "p/", "a", "b"),
+            self._range(store, b, "p/", "d", "e"),
+            self._range(store, b, "q/", "c", "f"),
+            FolderRange(0, b, "nowhere/", "a", "z"),
+        ]
+        assert store.delete_folder_ranges(ranges, self.t0) == [None] * 4
+        assert row_keys(folder_rows(store)) == {(b, "p/", "c"), (b, "p/", "f")} | {
+            (b, "q/", n) for n in "ab"
+        }
+        assert store.delete_folder_ranges([], self.t0) == []
+
+    def test_a_range_delete_counts_two_tombstones_in_its_partition(self, store: Store) -> None:
+        """Cassandra stores a range tombstone as two bound markers and a read of the partition
+        counts both (the planner charges a range 2 against the per-partition budget)."""
+        b = self.BUCKET
+        count = store.tombstones_in_partition  # type: ignore[attr-defined]
+        store.write_folder_rows([(b, "t/", f"d{i:02d}") for i in range(30)], self.t0)
+        store.write_folder_rows([(b, "", "t")], self.t0)
+        assert count(b, "t/") == 0
+        one = self._range(store, b, "t/", "d03", "d12")
+        assert store.delete_folder_ranges([one], self.t0) == [None]
+        assert count(b, "t/") == 2
+        two = [self._range(store, b, "t/", "d15", "d17"), self._range(store, b, "t/", "d20", "d29")]
+        assert store.delete_folder_ranges(two, self.t0) == [None, None]
+        assert count(b, "t/") == 6
+        # Next to a row tombstone, a range still counts its two markers.
+        (d14,) = [r for r in folder_rows(store) if r.name == "d14"]
+        assert store.delete_folder_rows([d14], self.t0) == [None]
+        assert count(b, "t/") == 7
+        assert [r.name for r in folder_rows(store) if r.parent == "t/"] == [
+            "d00",
+            "d01",
+            "d02",
+            "d13",
+            "d18",
+            "d19",
+        ]
+        assert count(b, "") == 0
 
     @staticmethod
     def _folder_partitions(store: Store) -> list[PartitionKey]:

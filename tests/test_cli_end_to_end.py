@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.store import open_store
 from tests.helpers import (
     EAGER,
     audit_entries,
@@ -14,6 +15,7 @@ from tests.helpers import (
     invoke,
     row_tombstones_per_partition,
     run_eagerly,
+    tombstones_per_partition,
     write_lines,
 )
 
@@ -104,27 +106,30 @@ def test_repeated_runs_clean_everything_with_perfect_precision_and_budget(
         assert live <= remaining, f"non-empty directories lost: {sorted(live - remaining)[:5]}"
         entries = audit_entries(audit)
         assert {e["dir"] for e in entries} <= empty
-        assert max(row_tombstones_per_partition(entries).values(), default=0) <= BUDGET
+        assert max(tombstones_per_partition(entries).values(), default=0) <= BUDGET
+        if attempt == 0:
+            # The 312 adjacent empty children of wide/2026-04-11/ go as range deletes.
+            assert any(e["via"] == "range" for e in entries)
         recall = len(empty - remaining) / len(empty)
         if recall >= 0.99:
             break
     assert recall >= 0.99
-    # 312 empty children under one live parent need ceil(312 / 100) = 4 runs at budget 100.
-    assert attempt >= 3
 
 
 def test_first_run_defers_over_budget_and_reports_it(
     dataset: tuple[str, set[str], set[str], Path],
 ) -> None:
     url, _, _, tmp = dataset
-    result = run_eagerly(url, tmp / "a.jsonl", "--max-tombstones-per-partition", "50", "--json")
+    result = run_eagerly(url, tmp / "a.jsonl", "--max-tombstones-per-partition", "1", "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     plan = summary["clean"]["plan"]
-    assert plan["deferred"] >= 312 - 50
-    assert plan["max_row_tombstones_in_a_partition"] == 50
+    # One tombstone left cannot pay for a range (2): the first row of the run goes as a row.
+    assert plan["deferred"] >= 312 - 1
+    assert plan["max_row_tombstones_in_a_partition"] == 1
+    assert plan["range_deletes"] == 0
     per_partition = row_tombstones_per_partition(audit_entries(tmp / "a.jsonl"))
-    assert per_partition[("default", "wide/2026-04-11/")] == 50
+    assert per_partition[("default", "wide/2026-04-11/")] == 1
 
 
 def test_the_40_level_chain_costs_its_live_parent_one_row_tombstone(
@@ -193,3 +198,84 @@ def test_min_age_spares_entries_written_after_the_cutoff(
     result = invoke(url, "run", "--max-delete-fraction", "1", "--audit-log", str(tmp / "a.jsonl"))
     assert result.exit_code == 0, result.output
     assert listed(url) == every
+
+
+# -- runs of adjacent empty siblings: range deletes ---------------------------------------------
+
+
+def mass_delete_dataset() -> tuple[list[str], list[str]]:
+    """Keys put and then deleted: real mass deletes leave long runs of empty siblings.
+
+    * 676 hour-shards of a day, 90% emptied: one in ten stays, so runs of nine empties;
+    * the oldest 600 of 700 sequential order ids, by retention;
+    * a parent whose children alternate empty and live (runs of one: row deletes).
+    """
+    shards = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"]
+    hours = [f"logs/2026-04-11/{s}/part-0" for s in shards]
+    orders = [f"orders/{i:06d}/invoice.pdf" for i in range(700)]
+    alternate = [f"alt/k{i:02d}/x" for i in range(40)]
+    dead = [k for i, k in enumerate(hours) if i % 10] + orders[:600] + alternate[::2]
+    return [*hours, *orders, *alternate, "logs/README"], dead
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_adjacent_empty_siblings_over_the_budget_go_in_one_run_as_ranges(
+    tmp_path: Path, workers: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put, dead = mass_delete_dataset()
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "put.txt", put))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "dead.txt", dead))).exit_code == 0
+    every, live = expected_dirs(put, dead)
+    empty = every - live
+    assert len(empty) == 608 + 600 + 20
+    audit = tmp_path / "audit.jsonl"
+    budget = 150
+    # --fpr 1e-6: with a false positive (p ≈ 0.001 here) an empty directory would stay behind.
+    result = run_eagerly(
+        url,
+        audit,
+        "--fpr",
+        "0.000001",
+        "--max-tombstones-per-partition",
+        str(budget),
+        "--workers",
+        workers,
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.output)["clean"]["plan"]
+    # 68 runs of up to nine hour-shards and one run of 600 orders are ranges; the 20 lone
+    # empties of alt/ are rows. More than 150 empties per parent, nothing deferred.
+    assert (plan["range_deletes"], plan["row_deletes"], plan["deferred"]) == (69, 20, 0)
+    assert plan["max_row_tombstones_in_a_partition"] == 2 * 68
+    remaining = listed(url)
+    # Every truly empty directory is gone in one run, and nothing else: precision 100%.
+    assert remaining == live
+    entries = audit_entries(audit)
+    assert {e["dir"] for e in entries} == empty
+    assert len(entries) == len(empty)
+    per_partition = tombstones_per_partition(entries)
+    assert per_partition == {
+        ("default", "logs/2026-04-11/"): 136,
+        ("default", "orders/"): 2,
+        ("default", "alt/"): 20,
+    }
+    # The store's own count of tombstones (2 per range) agrees and keeps within the budget.
+    with open_store(url) as store:
+        for (bucket, parent), spent in per_partition.items():
+            assert store.tombstones_in_partition(bucket, parent) == spent <= budget
+
+
+def test_the_summary_reports_range_deletes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put, dead = mass_delete_dataset()
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "put.txt", put))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "dead.txt", dead))).exit_code == 0
+    result = run_eagerly(url, tmp_path / "a.jsonl", "--fpr", "0.000001")
+    assert result.exit_code == 0, result.output
+    assert (
+        "plan    1,228 directories: 0 partition tombstones, 20 row tombstones,"
+        " 69 range tombstones, 0 deferred by the per-partition budget"
+    ) in result.output
+    assert "(0 partition, 20 row and 69 range deletes; 0 retries)" in result.output

@@ -32,7 +32,8 @@ from dircleaner.plan import (
     PartitionFacts,
     plan_deletions,
 )
-from dircleaner.store.base import FolderRow, PartitionKey, murmur_token
+from dircleaner.resume import row_deletes_already_made
+from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"
@@ -205,6 +206,16 @@ class FaultyStore(SqliteStore):
         )
         return errors
 
+    def delete_folder_ranges(
+        self, ranges: Sequence[FolderRange], timestamp_us: int
+    ) -> list[BaseException | None]:
+        self.calls.extend(("ranges", r) for r in ranges)
+        errors = [self._fail(r) for r in ranges]
+        super().delete_folder_ranges(
+            [r for r, e in zip(ranges, errors, strict=True) if e is None], timestamp_us
+        )
+        return errors
+
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
@@ -353,6 +364,70 @@ def test_execute_respects_the_plans_budget_and_leaves_deferred_rows(store: Fault
     assert {(r.parent, r.name) for r in plan.deferred} == {("m/", "c2"), ("m/", "c3"), ("m/", "c4")}
     assert remaining(store) == SURVIVORS | {("m/", "c2"), ("m/", "c3"), ("m/", "c4")}
     assert store.tombstones_in_partition(BUCKET, "m/") == 2
+
+
+def range_facts() -> list[PartitionFacts]:
+    """The perfect sweep of INDEX with ordinals: m/'s five children are one run."""
+    facts = sweep_facts()
+    m = facts[-1]
+    return [*facts[:-1], PartitionFacts(m.key, 5, m.candidates, ordinals=(0, 1, 2, 3, 4))]
+
+
+def test_execute_deletes_a_run_with_one_range_and_audits_each_entry(store: FaultyStore) -> None:
+    populate(store)
+    plan = plan_deletions(range_facts(), 100)
+    buffer = io.StringIO()
+    stats = execute_plan(
+        store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=SleepLog()
+    )
+    assert remaining(store) == SURVIVORS
+    assert (stats.partition_deletes, stats.row_deletes, stats.range_deletes) == (2, 1, 1)
+    assert stats.directories == 9
+    assert ("ranges", FolderRange(pkey("m/").token, BUCKET, "m/", "c0", "c4")) in store.calls
+    entries = {(e["parent"], e["name"]): e for e in audit_entries(buffer)}
+    assert [entries[("m/", f"c{i}")]["via"] for i in range(5)] == ["range"] * 5
+    assert entries[("m/", "c2")] == {
+        "bucket": BUCKET,
+        "dir": "m/c2/",
+        "parent": "m/",
+        "name": "c2",
+        "via": "range",
+        "range": ["c0", "c4"],
+        "delete_ts_us": DELETE_TS,
+        "generation": GENERATION,
+    }
+    assert entries[("", "x")]["via"] == "row"
+    # Five directories, one range: its two bound markers.
+    assert store.tombstones_in_partition(BUCKET, "m/") == 2
+
+
+def test_a_range_spares_a_run_member_rewritten_after_t(store: FaultyStore) -> None:
+    populate(store)
+    store.write_folder_rows([(BUCKET, "m/", "c2")], DELETE_TS + 1)
+    execute_plan(store, plan_deletions(range_facts(), 100), DELETE_TS, fast(), sleep=SleepLog())
+    assert remaining(store) == SURVIVORS | {("m/", "c2")}
+
+
+def test_a_range_that_fails_transiently_is_retried(store: FaultyStore) -> None:
+    populate(store)
+    span = FolderRange(pkey("m/").token, BUCKET, "m/", "c0", "c4")
+    store.transient[span] = 2
+    stats = execute_plan(
+        store, plan_deletions(range_facts(), 100), DELETE_TS, fast(), sleep=SleepLog()
+    )
+    assert remaining(store) == SURVIVORS
+    assert stats.retries == 2
+    assert store.calls.count(("ranges", span)) == 3
+    assert stats.range_deletes == 1
+
+
+def test_a_mixed_batch_goes_in_three_calls_results_in_order(store: FaultyStore) -> None:
+    populate(store)
+    plan = plan_deletions(range_facts(), 100)
+    kinds = [a.kind for a in plan.actions]
+    assert sorted(k.value for k in kinds[2:]) == ["range", "row"]  # in token order
+    execute_plan(store, plan, DELETE_TS, fast(concurrency=32), sleep=SleepLog())
+    assert [kind for kind, _ in store.calls] == ["partitions", "partitions", "rows", "ranges"]
 
 
 def test_deletes_are_issued_at_the_plan_timestamp(store: FaultyStore) -> None:
@@ -604,6 +679,8 @@ def test_audit_lines_are_exactly_what_json_dumps_writes(kind: ActionKind) -> Non
     rows = tuple(FolderRow(3, bucket, "p/ä/", name) for bucket in ("b", "bü") for name in names)
     buffer = io.StringIO()
     AuditLog(buffer, "gen-ü", 12345).record(DeleteAction(kind, PartitionKey(3, "b", "p/ä/"), rows))
+    # A range's lines also carry its bounds, between "via" and the tail.
+    bounds = {"range": [rows[0].name, rows[-1].name]} if kind is ActionKind.RANGE else {}
     expected = "".join(
         json.dumps(
             {
@@ -612,6 +689,7 @@ def test_audit_lines_are_exactly_what_json_dumps_writes(kind: ActionKind) -> Non
                 "parent": row.parent,
                 "name": row.name,
                 "via": kind.value,
+                **bounds,
                 "delete_ts_us": 12345,
                 "generation": "gen-ü",
             },
@@ -621,3 +699,94 @@ def test_audit_lines_are_exactly_what_json_dumps_writes(kind: ActionKind) -> Non
         for row in rows
     )
     assert buffer.getvalue() == expected
+
+
+def test_audit_lines_of_a_batch_mixing_kinds_are_each_what_json_dumps_writes() -> None:
+    key = PartitionKey(3, "b", "p/")
+    rows = tuple(FolderRow(3, "b", "p/", n) for n in ("a", 'q"', "z"))
+    actions = [
+        DeleteAction(ActionKind.RANGE, key, rows),
+        DeleteAction(ActionKind.ROW, key, rows[:1]),
+        DeleteAction(ActionKind.RANGE, key, rows[1:]),
+        DeleteAction(ActionKind.PARTITION, key, rows[2:]),
+    ]
+    buffer = io.StringIO()
+    AuditLog(buffer, "g", 9).record_many(actions)
+    lines = buffer.getvalue().splitlines()
+    assert [json.loads(line).get("range") for line in lines] == [
+        ["a", "z"],
+        ["a", "z"],
+        ["a", "z"],
+        None,
+        ['q"', "z"],
+        ['q"', "z"],
+        None,
+    ]
+    for line in lines:
+        assert line == json.dumps(json.loads(line), ensure_ascii=False)
+
+
+# -- what a resumed run reads back of the budget an attempt spent ------------------------------
+
+
+def write_audit(path: Path, generation: str, actions: Sequence[DeleteAction]) -> None:
+    with open_audit_log(path) as stream:
+        AuditLog(stream, generation, 1).record_many(actions)
+
+
+def test_a_resumed_run_recounts_rows_as_one_and_ranges_as_two(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    m = [frow("m/", f"c{i}") for i in range(9)]
+    write_audit(
+        log,
+        GENERATION,
+        [
+            DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[0:4])),
+            DeleteAction(ActionKind.ROW, pkey("m/"), (m[5],)),
+            DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[6:9])),
+            DeleteAction(ActionKind.ROW, pkey(""), (frow("", "x"),)),
+            DeleteAction(ActionKind.PARTITION, pkey("x/"), (frow("x/", "y"), frow("x/", "z"))),
+        ],
+    )
+    # Another generation's deletes in the same log are not this generation's budget.
+    write_audit(log, "other", [DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[0:4]))])
+    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 5, (BUCKET, ""): 1}
+    assert row_deletes_already_made(log, "other") == {(BUCKET, "m/"): 2}
+
+
+def test_a_range_written_by_two_attempts_is_charged_once(tmp_path: Path) -> None:
+    """An attempt killed after logging a range but before deleting it leaves its rows, and the
+    next attempt issues the same range again: one range tombstone, charged once. A range over
+    different bounds is another tombstone pair."""
+    log = tmp_path / "audit.jsonl"
+    m = tuple(frow("m/", f"c{i}") for i in range(5))
+    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m)])
+    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m)])
+    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 2}
+    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m[1:])])
+    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 4}
+
+
+def test_a_resumed_plan_stays_within_the_budget_an_attempt_spent_on_ranges(
+    store: FaultyStore, tmp_path: Path
+) -> None:
+    populate(store)
+    log = tmp_path / "audit.jsonl"
+    budget = 3
+    first = plan_deletions(range_facts(), budget)
+    # The attempt dies after its range delete: m/ has 2 of its 3 tombstones spent.
+    (done,) = [a for a in first.actions if a.kind is ActionKind.RANGE]
+    with open_audit_log(log) as stream:
+        execute_plan(
+            store,
+            DeletionPlan((done,), ()),
+            DELETE_TS,
+            fast(),
+            AuditLog(stream, GENERATION, DELETE_TS),
+            sleep=SleepLog(),
+        )
+    used = row_deletes_already_made(log, GENERATION)
+    assert used == {(BUCKET, "m/"): 2}
+    again = plan_deletions(range_facts(), budget, already_used=used)
+    assert again.row_tombstones[(BUCKET, "m/")] == 1
+    assert store.tombstones_in_partition(BUCKET, "m/") + 1 <= budget

@@ -61,6 +61,9 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
     assert values["dircleaner_directories_scanned"] == 41
     assert values["dircleaner_deleted_directories"] == 10
     assert values["dircleaner_candidates"] == 10
+    # m/4/ … m/9/ are adjacent in clustering order (after m/39/): one range; 0, 1, 2, 3: rows.
+    assert values["dircleaner_range_tombstones"] == 1
+    assert values["dircleaner_row_tombstones"] == 4
 
     invoke(url, "delete-keys", str(write_lines(tmp_path / "d2.txt", keys[10:20])))
     result = invoke(

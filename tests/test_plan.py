@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import pickle
 from collections import Counter
 from collections.abc import Iterable
 
@@ -12,17 +13,20 @@ from hypothesis import strategies as st
 
 from dircleaner.paths import dir_of_row, directories_of, folder_row_of
 from dircleaner.plan import (
+    MIN_RANGE_ROWS,
+    RANGE_TOMBSTONES,
     ActionKind,
     DeleteAction,
     DeletionPlan,
     PartitionFacts,
+    PlanSummary,
     drop_nonempty,
     empty_dirs_of,
     plan_deletions,
     round_robin,
     with_ancestors,
 )
-from dircleaner.store.base import FolderRow, PartitionKey, murmur_token
+from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
 
 B = "bkt"
 
@@ -43,10 +47,19 @@ def key(parent: str, bucket: str = B) -> PartitionKey:
 
 
 def facts(
-    parent: str, total: int, names: Iterable[str], absent: bool = False, bucket: str = B
+    parent: str,
+    total: int,
+    names: Iterable[str],
+    absent: bool = False,
+    bucket: str = B,
+    ordinals: Iterable[int] = (),
 ) -> PartitionFacts:
     return PartitionFacts(
-        key(parent, bucket), total, tuple(row(parent, n, bucket) for n in names), absent
+        key(parent, bucket),
+        total,
+        tuple(row(parent, n, bucket) for n in names),
+        absent,
+        tuple(ordinals),
     )
 
 
@@ -58,6 +71,12 @@ def part(parent: str, names: Iterable[str], bucket: str = B) -> DeleteAction:
 
 def rowdel(parent: str, name: str, bucket: str = B) -> DeleteAction:
     return DeleteAction(ActionKind.ROW, key(parent, bucket), (row(parent, name, bucket),))
+
+
+def rangedel(parent: str, names: Iterable[str], bucket: str = B) -> DeleteAction:
+    return DeleteAction(
+        ActionKind.RANGE, key(parent, bucket), tuple(row(parent, n, bucket) for n in names)
+    )
 
 
 # -- PartitionFacts and plan basics ----------------------------------------------------------------
@@ -360,6 +379,228 @@ def test_row_action_partition_is_the_rows_own_partition() -> None:
     assert action.rows == (row("a/", "k"),)
 
 
+# -- range deletes of adjacent candidates ---------------------------------------------------------
+
+
+def names(n: int, prefix: str = "n") -> list[str]:
+    return [f"{prefix}{i:02d}" for i in range(n)]
+
+
+def test_adjacent_candidates_become_one_range_costing_two() -> None:
+    plan = plan_deletions([facts("a/", 10, names(5), ordinals=range(2, 7))], 10)
+    assert plan.actions == (rangedel("a/", names(5)),)
+    assert plan.deferred == ()
+    assert dict(plan.row_tombstones) == {(B, "a/"): RANGE_TOMBSTONES}
+    assert (plan.range_deletes, plan.row_deletes, plan.directories) == (1, 0, 5)
+    (action,) = plan.actions
+    assert action.tombstones == 2
+    assert action.folder_range() == FolderRange(tok("a/"), B, "a/", "n00", "n04")
+
+
+@pytest.mark.parametrize(
+    ("ordinals", "expected"),
+    [
+        # (run lengths as the plan deletes them: "R" a range of its rows, "r" a row each)
+        ((0, 1, 2, 4, 5, 6, 7, 9), ["R3", "R4", "r1"]),
+        ((0, 1, 3, 4, 6, 7), ["r1", "r1", "r1", "r1", "r1", "r1"]),
+        ((0, 2, 4, 6, 8, 10), ["r1"] * 6),
+        ((3, 4, 5, 6, 7, 8), ["R6"]),
+        ((0, 1, 2, 3, 4, 10), ["R5", "r1"]),
+        ((0, 5, 6, 7, 9, 10), ["r1", "R3", "r1", "r1"]),
+    ],
+)
+def test_runs_come_from_consecutive_ordinals_only(
+    ordinals: tuple[int, ...], expected: list[str]
+) -> None:
+    cands = names(len(ordinals))
+    plan = plan_deletions([facts("a/", 12, cands, ordinals=ordinals)], 100)
+    got = [("R" if a.kind is ActionKind.RANGE else "r") + str(len(a.rows)) for a in plan.actions]
+    assert got == expected
+    # Every candidate once, in clustering order; a range is a slice of consecutive ordinals.
+    assert [r for a in plan.actions for r in a.rows] == [row("a/", n) for n in cands]
+    position = dict(zip(cands, ordinals, strict=True))
+    for action in plan.actions:
+        if action.kind is ActionKind.RANGE:
+            ords = [position[r.name] for r in action.rows]
+            assert ords == list(range(ords[0], ords[0] + len(ords)))
+            assert len(ords) >= MIN_RANGE_ROWS
+
+
+def test_runs_of_one_and_two_stay_row_deletes() -> None:
+    plan = plan_deletions([facts("a/", 9, names(5), ordinals=(0, 1, 3, 5, 6))], 10)
+    assert plan.actions == tuple(rowdel("a/", n) for n in names(5))
+    assert dict(plan.row_tombstones) == {(B, "a/"): 5}
+
+
+def test_without_ordinals_no_candidates_count_as_adjacent() -> None:
+    plan = plan_deletions([facts("a/", 5, names(5))], 10)
+    assert plan.actions == tuple(rowdel("a/", n) for n in names(5))
+
+
+def test_a_row_dropped_as_nonempty_splits_its_run() -> None:
+    fs = [facts("a/", 9, names(7), ordinals=range(1, 8))]
+    # n03 gained an object after the build: its ordinal goes missing, the run splits around it.
+    kept = drop_nonempty(fs, [(B, "a/n03/")])
+    assert kept == [facts("a/", 9, [*names(3), "n04", "n05", "n06"], ordinals=(1, 2, 3, 5, 6, 7))]
+    plan = plan_deletions(kept, 10)
+    assert plan.actions == (rangedel("a/", names(3)), rangedel("a/", ["n04", "n05", "n06"]))
+    # n01 instead: a lone row, then a range of the other five.
+    plan = plan_deletions(drop_nonempty(fs, [(B, "a/n01/")]), 10)
+    assert plan.actions == (
+        rowdel("a/", "n00"),
+        rangedel("a/", ["n02", "n03", "n04", "n05", "n06"]),
+    )
+
+
+def test_drop_nonempty_keeps_facts_it_does_not_touch_as_they_are() -> None:
+    fs = [facts("a/", 9, names(3), ordinals=(0, 1, 2)), facts("b/", 9, ["x"], ordinals=(4,))]
+    got = drop_nonempty(fs, [(B, "b/x/")])
+    assert got == fs[:1]
+    assert got[0] is fs[0]
+
+
+# Runs of 3, 1, 4, 2 and 3 candidates: costs 2, 1, 2, 1+1 and 2 (9 in all).
+RUNS_ORDINALS = (0, 1, 2, 4, 6, 7, 8, 9, 11, 12, 14, 15, 16)
+RUNS = names(len(RUNS_ORDINALS))
+R1, LONE, R2, PAIR, R3 = RUNS[0:3], RUNS[3], RUNS[4:8], RUNS[8:10], RUNS[10:13]
+
+
+@pytest.mark.parametrize("budget", range(11))
+def test_budget_counts_two_per_range_and_defers_the_last_rows(budget: int) -> None:
+    fact = facts("a/", 20, RUNS, ordinals=RUNS_ORDINALS)
+    plan = plan_deletions([fact], budget)
+    every = [
+        rangedel("a/", R1),
+        rowdel("a/", LONE),
+        rangedel("a/", R2),
+        rowdel("a/", PAIR[0]),
+        rowdel("a/", PAIR[1]),
+        rangedel("a/", R3),
+    ]
+    expected = greedy(every, budget)
+    assert list(plan.actions) == expected
+    spent = sum(a.tombstones for a in plan.actions)
+    assert spent <= budget
+    assert dict(plan.row_tombstones) == ({(B, "a/"): spent} if spent else {})
+    done = sum(len(a.rows) for a in plan.actions)
+    # What is held back is always the last rows, in clustering order.
+    assert plan.deferred == fact.candidates[done:]
+    if plan.deferred:
+        assert spent == budget  # nothing is deferred while a tombstone of budget is left
+    assert (plan.deferred == ()) == (budget >= 9)
+
+
+def greedy(every: list[DeleteAction], budget: int) -> list[DeleteAction]:
+    """The reference: actions in order while they fit; a range that does not fit in the one
+    tombstone left gives its first row."""
+    out: list[DeleteAction] = []
+    left = budget
+    for action in every:
+        if action.tombstones <= left:
+            out.append(action)
+            left -= action.tombstones
+            continue
+        if left == 1:
+            out.append(DeleteAction(ActionKind.ROW, action.partition, action.rows[:1]))
+        break
+    return out
+
+
+def test_budget_greedy_examples() -> None:
+    fact = facts("a/", 20, RUNS, ordinals=RUNS_ORDINALS)
+    assert plan_deletions([fact], 1).actions == (rowdel("a/", R1[0]),)
+    assert plan_deletions([fact], 4).actions == (
+        rangedel("a/", R1),
+        rowdel("a/", LONE),
+        rowdel("a/", R2[0]),
+    )
+    assert plan_deletions([fact], 9).actions == (
+        rangedel("a/", R1),
+        rowdel("a/", LONE),
+        rangedel("a/", R2),
+        rowdel("a/", PAIR[0]),
+        rowdel("a/", PAIR[1]),
+        rangedel("a/", R3),
+    )
+
+
+@pytest.mark.parametrize(("used", "left"), [(0, 9), (2, 7), (5, 4), (8, 1), (9, 0), (20, 0)])
+def test_already_used_budget_counts_ranges_as_two(used: int, left: int) -> None:
+    fact = facts("a/", 20, RUNS, ordinals=RUNS_ORDINALS)
+    resumed = plan_deletions([fact], 9, already_used={(B, "a/"): used})
+    fresh = plan_deletions([fact], left)
+    assert resumed.actions == fresh.actions
+    assert resumed.deferred == fresh.deferred
+    assert sum(a.tombstones for a in resumed.actions) + used <= max(9, used)
+
+
+def test_ranges_and_rows_round_robin_across_partitions_and_in_key_order_without_spread() -> None:
+    fs = [
+        facts("r/", 9, ["r0", "r1", "r2"], ordinals=(0, 1, 2)),
+        facts("p/", 9, ["p0", "p1", "p2", "p3"], ordinals=(0, 1, 2, 5)),
+        facts("q/", 9, ["q0"], ordinals=(3,)),
+        facts("z/", 2, ["z1", "z2"], absent=True, ordinals=(0, 1)),
+    ]
+    spread = plan_deletions(fs, 10)
+    assert spread.actions == (
+        part("z/", ["z1", "z2"]),
+        rangedel("p/", ["p0", "p1", "p2"]),
+        rowdel("q/", "q0"),
+        rangedel("r/", ["r0", "r1", "r2"]),
+        rowdel("p/", "p3"),
+    )
+    in_order = plan_deletions(fs, 10, spread=False)
+    assert in_order.actions == (
+        part("z/", ["z1", "z2"]),
+        rangedel("p/", ["p0", "p1", "p2"]),
+        rowdel("p/", "p3"),
+        rowdel("q/", "q0"),
+        rangedel("r/", ["r0", "r1", "r2"]),
+    )
+    assert (
+        in_order.row_tombstones
+        == spread.row_tombstones
+        == {
+            (B, "p/"): 3,
+            (B, "q/"): 1,
+            (B, "r/"): 2,
+        }
+    )
+    assert (spread.partition_deletes, spread.row_deletes, spread.range_deletes) == (1, 2, 2)
+
+
+def test_a_dead_partition_is_one_partition_delete_whatever_its_ordinals() -> None:
+    fs = [facts("", 3, ["x"], ordinals=(1,)), facts("x/", 5, names(5), True, ordinals=range(5))]
+    plan = plan_deletions(fs, 10)
+    assert plan.actions == (part("x/", names(5)), rowdel("", "x"))
+
+
+def test_plan_summary_counts_range_deletes() -> None:
+    fs = [facts("p/", 9, ["p0", "p1", "p2", "p3"], ordinals=(0, 1, 2, 5))]
+    summary = PlanSummary.of(plan_deletions(fs, 10))
+    assert summary == PlanSummary(
+        directories=4,
+        row_deletes=1,
+        range_deletes=1,
+        max_row_tombstones_in_a_partition=3,
+    )
+    assert (summary + summary).range_deletes == 2
+
+
+def test_partition_facts_check_their_ordinals() -> None:
+    with pytest.raises(ValueError, match="ordinals do not fit"):
+        facts("x/", 5, ["a", "b"], ordinals=(0,))
+    with pytest.raises(ValueError, match="ordinals do not fit"):
+        facts("x/", 2, ["a", "b"], ordinals=(1, 2))
+    with pytest.raises(ValueError, match="ordinals out of order"):
+        plan_deletions([facts("x/", 5, ["a", "b", "c"], ordinals=(0, 2, 1))], 10)
+
+
+def test_partition_facts_pickle_with_their_ordinals() -> None:
+    fact = facts("x/", 9, names(3), True, ordinals=(2, 3, 7))
+    assert pickle.loads(pickle.dumps(fact)) == fact
+
+
 # -- with_ancestors, empty_dirs_of, drop_nonempty --------------------------------------------------
 
 
@@ -457,11 +698,15 @@ def test_drop_nonempty_of_a_deeper_dir_not_in_the_facts_still_drops_ancestors() 
 
 SEGMENTS = st.sampled_from(["a", "b", "c", ""])
 LEAVES = st.sampled_from(["f", "g", ""])  # "" → a directory marker
+WIDE_SEGMENTS = st.sampled_from([*"abcdefghijkl", ""])
+LIVE_WIDE = st.sampled_from([True, False, False, False])  # mostly deleted: many empty siblings
 
 
 @st.composite
-def object_keys(draw: st.DrawFn) -> str:
-    segs = draw(st.lists(SEGMENTS, max_size=4))
+def object_keys(
+    draw: st.DrawFn, segments: st.SearchStrategy[str] = SEGMENTS, depth: int = 4
+) -> str:
+    segs = draw(st.lists(segments, max_size=depth))
     leaf = draw(LEAVES)
     if not segs and not leaf:
         leaf = "f"
@@ -469,13 +714,17 @@ def object_keys(draw: st.DrawFn) -> str:
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]:
-    """(folders partitions → rows, truly non-empty dirs) of a random store."""
+def worlds(
+    draw: st.DrawFn, wide: bool = False
+) -> tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]:
+    """(folders partitions → rows, truly non-empty dirs) of a random store; a ``wide`` one has
+    fewer levels and more siblings, so runs of adjacent empty directories are common."""
+    keys = object_keys(WIDE_SEGMENTS, 2) if wide else object_keys()
     objects = draw(
         st.lists(
-            st.tuples(st.sampled_from(["b1", "b2"]), object_keys(), st.booleans()),
-            min_size=1,
-            max_size=25,
+            st.tuples(st.sampled_from(["b1", "b2"]), keys, LIVE_WIDE if wide else st.booleans()),
+            min_size=20 if wide else 1,
+            max_size=60 if wide else 25,
         )
     )
     all_dirs = {(b, d) for b, k, _live in objects for d in directories_of(k)}
@@ -502,17 +751,25 @@ def perfect_facts(
     absent_parts: set[tuple[str, str]] = set()
     for (bucket, parent), rows in sorted(partitions.items()):
         absent = parent != "" and (bucket, parent) not in nonempty
-        cands = [r for r in rows if (bucket, dir_of_row(r.parent, r.name)) not in nonempty]
+        cands = [
+            (i, r)
+            for i, r in enumerate(rows)
+            if (bucket, dir_of_row(r.parent, r.name)) not in nonempty
+        ]
         if absent:
             absent_parts.add((bucket, parent))
             assert len(cands) == len(rows)  # an empty dir has only empty children
         elif hide is not None and cands:
             keep = hide.draw(st.lists(st.booleans(), min_size=len(cands), max_size=len(cands)))
-            cands = [r for r, k in zip(cands, keep, strict=True) if k]
+            cands = [c for c, k in zip(cands, keep, strict=True) if k]
         if cands or absent:
             out.append(
                 PartitionFacts(
-                    PartitionKey(rows[0].token, bucket, parent), len(rows), tuple(cands), absent
+                    PartitionKey(rows[0].token, bucket, parent),
+                    len(rows),
+                    tuple(r for _, r in cands),
+                    absent,
+                    tuple(i for i, _ in cands),  # each row's position: its ordinal
                 )
             )
     return out, absent_parts
@@ -539,6 +796,14 @@ def check_plan(
             assert pk not in dead
             dead.add(pk)
             removed.extend(partitions[pk])
+        elif action.kind is ActionKind.RANGE:
+            # What the store removes: every row of the partition between the bounds. It must
+            # be exactly the action's rows (the audit log records those, restore puts them back).
+            span = action.folder_range()
+            covered = [r for r in partitions[pk] if span.low <= r.name <= span.high]
+            assert covered == list(action.rows)
+            assert len(covered) >= MIN_RANGE_ROWS
+            removed.extend(covered)
         else:
             assert len(action.rows) == 1
             removed.extend(action.rows)
@@ -546,10 +811,12 @@ def check_plan(
     removed_dirs = [(r.bucket, dir_of_row(r.parent, r.name)) for r in removed]
     assert not set(removed_dirs) & nonempty
     assert len(removed_dirs) == len(set(removed_dirs)), "a directory is removed twice"
-    # Row deletes never hit a partition that is deleted whole, and stay within the budget.
-    row_counts = Counter(
-        (a.partition.bucket, a.partition.parent) for a in plan.actions if a.kind is ActionKind.ROW
-    )
+    # Row and range deletes never hit a partition that is deleted whole, and their tombstones
+    # (1 a row, 2 a range) stay within the budget.
+    row_counts: Counter[tuple[str, str]] = Counter()
+    for a in plan.actions:
+        if a.kind is not ActionKind.PARTITION:
+            row_counts[(a.partition.bucket, a.partition.parent)] += a.tombstones
     assert not set(row_counts) & dead
     assert dict(plan.row_tombstones) == dict(row_counts)
     assert all(n <= budget for n in row_counts.values())
@@ -561,13 +828,13 @@ def check_plan(
     # Deferred rows are only those over budget in live partitions.
     for r in plan.deferred:
         assert row_counts[(r.bucket, r.parent)] == budget
-    # Partition deletes first, then row deletes in round-robin order by token.
+    # Partition deletes first, then row and range deletes in round-robin order by token.
     kinds = [a.kind for a in plan.actions]
-    assert kinds == sorted(kinds, key=lambda k: k is ActionKind.ROW)
+    assert kinds == sorted(kinds, key=lambda k: k is not ActionKind.PARTITION)
     row_parts = [
         (a.partition.token, a.partition.bucket, a.partition.parent)
         for a in plan.actions
-        if a.kind is ActionKind.ROW
+        if a.kind is not ActionKind.PARTITION
     ]
     first_seen = list(dict.fromkeys(row_parts))
     assert first_seen == sorted(first_seen)
@@ -578,7 +845,7 @@ def check_plan(
 
 
 @settings(max_examples=200, deadline=None)
-@given(worlds(), st.integers(0, 4), st.booleans(), st.data())
+@given(st.one_of(worlds(), worlds(wide=True)), st.integers(0, 6), st.booleans(), st.data())
 def test_plan_of_a_random_tree_is_safe_and_complete(
     world: tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]],
     budget: int,
@@ -612,15 +879,27 @@ def test_plan_of_a_random_tree_is_safe_and_complete(
         deferred = {(r.bucket, dir_of_row(r.parent, r.name)) for r in plan.deferred}
         assert removed | deferred == empty
         assert not removed & deferred
-        widest_live = max(
-            (len(f.candidates) for f in fs if (f.key.bucket, f.key.parent) not in absent_parts),
+        costliest_live = max(
+            (full_cost(f) for f in fs if (f.key.bucket, f.key.parent) not in absent_parts),
             default=0,
         )
-        assert (plan.deferred == ()) == (budget >= widest_live)
+        assert (plan.deferred == ()) == (budget >= costliest_live)
+
+
+def full_cost(fact: PartitionFacts) -> int:
+    """Tombstones to delete all of a live partition's candidates: runs of consecutive ordinals
+    of 3 or more cost 2, every other candidate 1."""
+    runs: list[int] = []
+    for i, ordinal in enumerate(fact.ordinals):
+        if i and ordinal == fact.ordinals[i - 1] + 1:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return sum(RANGE_TOMBSTONES if n >= MIN_RANGE_ROWS else n for n in runs)
 
 
 @settings(max_examples=200, deadline=None)
-@given(worlds(), st.integers(0, 4), st.data())
+@given(st.one_of(worlds(), worlds(wide=True)), st.integers(0, 6), st.data())
 def test_objects_put_after_the_build_are_protected_by_drop_nonempty(
     world: tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]],
     budget: int,

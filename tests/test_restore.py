@@ -261,3 +261,51 @@ def test_restore_replays_a_log_whose_last_write_was_torn(store: Store, tmp_path:
         rows = read_audit_entries(stream)
     restore(store, rows, 10)
     assert {(r.parent, r.name) for r in folder_rows(store)} == {("", "x"), ("x/", "y")}
+
+
+# -- range deletes ---------------------------------------------------------------------------------
+
+
+def test_range_entries_are_replayed_like_any_other() -> None:
+    lines = [
+        entry("m/", "c0", via="range", range=["c0", "c2"]),
+        entry("m/", "c1", via="range", range=["c0", "c2"]),
+        entry("m/", "c2", via="range", range=["c0", "c2"]),
+        entry("d/", "b", via="range", range=["c", "a"]),  # a descending table's bounds
+    ]
+    assert read_audit_entries(lines) == [
+        (BUCKET, "m/", "c0"),
+        (BUCKET, "m/", "c1"),
+        (BUCKET, "m/", "c2"),
+        (BUCKET, "d/", "b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [["d", "f"], ["a", "b"], ["a"], ["a", "b", "c"], "a..f", [1, 2], None],
+    ids=["above", "below", "one", "three", "string", "ints", "missing"],
+)
+def test_a_range_entry_must_name_a_directory_within_its_range(bounds: object) -> None:
+    fields: dict[str, object] = {"via": "range"}
+    if bounds is not None:
+        fields["range"] = bounds
+    with pytest.raises(BadAuditLog, match="line 2: a range entry outside its range"):
+        read_audit_entries([entry("m/", "a"), entry("m/", "c", **fields)])
+
+
+def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
+    names = [f"c{i}" for i in range(6)]
+    store.write_folder_rows([(BUCKET, "m/", n) for n in names], 1_000)
+    before = folder_rows(store)
+    key = PartitionKey(murmur_token(BUCKET, "m/"), BUCKET, "m/")
+    cands = tuple(FolderRow(key.token, BUCKET, "m/", n) for n in names[1:5])
+    plan = plan_deletions([PartitionFacts(key, 6, cands, ordinals=(1, 2, 3, 4))], 10)
+    assert plan.range_deletes == 1
+    log = io.StringIO()
+    audit = AuditLog(log, "g", 2_000)
+    execute_plan(store, plan, 2_000, ThrottleConfig(rate=0.0), audit, sleep=lambda _s: None)
+    assert {r.name for r in folder_rows(store)} == {"c0", "c5"}
+    log.seek(0)
+    assert restore(store, read_audit_entries(log), 3_000) == RestoreResult(4)
+    assert folder_rows(store) == before

@@ -33,6 +33,7 @@ from dircleaner.config import (
     load_cassandra_config,
     parse_cassandra_url,
 )
+from dircleaner.deleter import ThrottleConfig, execute_plan
 from dircleaner.errors import (
     SchemaError,
     StoreUnavailable,
@@ -41,8 +42,9 @@ from dircleaner.errors import (
     UsageError,
 )
 from dircleaner.paths import split_key
+from dircleaner.plan import ActionKind, plan_deletions
 from dircleaner.store import open_store
-from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, PartitionKey, Shard
+from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, FolderRange, PartitionKey, Shard
 from dircleaner.store.cassandra import (
     CassandraStore,
     RangeAwarePolicy,
@@ -56,7 +58,9 @@ from dircleaner.store.cassandra import (
     schema_cql,
     stored_parent,
 )
+from dircleaner.sweep import sweep
 from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
+from tests.test_sweep import SetFilter, dir_key
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -253,6 +257,19 @@ class TestCassandraNode:
         assert store.tombstones_in_partition("b", r) == 3
         store.delete_folder_partitions([PartitionKey(rows[0].token, "b", r)], self.t0 + 1)
         assert store.tombstones_in_partition("b", r) == 0
+
+    def test_a_range_deletion_is_reported_as_two_tombstone_markers(
+        self, store: CassandraStore
+    ) -> None:
+        r = f"g{self.t0}/"
+        store.write_folder_rows([("b", r, f"d{i:02d}") for i in range(20)], self.t0)
+        (row, *_) = folder_rows(store)
+        span = FolderRange(row.token, "b", r, "d05", "d14")
+        assert store.delete_folder_ranges([span], self.t0) == [None]
+        # Cassandra 5.0: "Read 10 live rows and 2 tombstone cells": the range's start and end
+        # markers, however many rows it shadows.
+        assert store.tombstones_in_partition("b", r) == 2
+        assert len(folder_rows(store)) == 10
 
     def test_filter_cell_over_one_mebibyte_is_refused(self, store: CassandraStore) -> None:
         with pytest.raises(ValueError, match="1 MiB"):
@@ -1020,3 +1037,54 @@ def test_statements_without_a_routing_token_use_the_child_plan() -> None:
     plan, token_map = routed_plan(None, [FakeHost("h3")])
     assert plan == ["h1", "h2", "h3"]
     assert token_map.asked == []
+
+
+# -- a folders table clustered in descending order ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def desc_store(cassandra_url: str) -> Iterator[CassandraStore]:
+    """The reference schema, except that the folders table clusters its names DESC."""
+    keyspace = (parse_cassandra_url(cassandra_url).keyspace or "dircleaner_test") + "_desc"
+    url = keyspace_url(cassandra_url, keyspace)
+    cfg = load_cassandra_config(parse_cassandra_url(url), None)
+    with CassandraStore.open(cassandra_url) as admin:
+        create_keyspace, _objects, folders, *_ = schema_cql(cfg)
+        admin._session.execute(create_keyspace)
+        admin._session.execute(f'{folders} WITH CLUSTERING ORDER BY ("name" DESC)')
+    store = CassandraStore.open(url, create=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.mark.cassandra
+def test_a_descending_folders_table_sweeps_plans_and_range_deletes_the_same_rows(
+    desc_store: CassandraStore,
+) -> None:
+    """The scan returns names high to low, so a run's first name is its highest: the store
+    binds the bounds as (min, max), which Cassandra applies in the column's own order."""
+    store = desc_store
+    t0 = empty_store(store)
+    store.write_folder_rows([("b", "w/", f"d{i:02d}") for i in range(20)], t0)
+    store.write_folder_rows([("b", "", "w")], t0)
+    table = store._cluster.metadata.keyspaces[store.config.keyspace].tables["folders"]
+    assert table.clustering_key[0].name == "name"
+    assert "DESC" in table.export_as_string()
+    rows = [r for r in folder_rows(store) if r.parent == "w/"]
+    assert [r.name for r in rows] == [f"d{i:02d}" for i in reversed(range(20))]
+    # d12..d15 and d03 empty, the rest present.
+    keep = [i for i in range(20) if i not in (3, 12, 13, 14, 15)]
+    filt = SetFilter([dir_key("b", "w/"), *(dir_key("b", f"w/d{i:02d}/") for i in keep)])
+    facts = sweep(store.scan_folder_rows(Shard()), filt).facts
+    plan = plan_deletions(facts, 10)
+    assert [(a.kind, [r.name for r in a.rows]) for a in plan.actions] == [
+        (ActionKind.RANGE, ["d15", "d14", "d13", "d12"]),
+        (ActionKind.ROW, ["d03"]),
+    ]
+    stats = execute_plan(store, plan, t0, ThrottleConfig(rate=0))
+    assert (stats.range_deletes, stats.row_deletes, stats.directories) == (1, 1, 5)
+    left = [r.name for r in folder_rows(store) if r.parent == "w/"]
+    assert left == [f"d{i:02d}" for i in reversed(keep)]
+    assert store.tombstones_in_partition("b", "w/") == 3

@@ -109,7 +109,10 @@ clean_options = _apply(
             type=click.IntRange(min=0),
             default=500,
             show_default=True,
-            help="Row tombstones into one live partition per run; rest deferred.",
+            help=(
+                "Tombstones into one live partition per run (a row delete counts 1, a range"
+                " delete of adjacent empty siblings 2); the rest is deferred."
+            ),
         ),
         click.option(
             "--max-delete-fraction",

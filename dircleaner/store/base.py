@@ -42,6 +42,32 @@ class FolderRow(NamedTuple):
     name: str
 
 
+class FolderRange(NamedTuple):
+    """The folders-index rows of one partition whose names lie between two bounds, inclusive.
+
+    ``first`` and ``last`` are the range's first and last names in the order the scan returned
+    them (the table's clustering order). A store deletes ``min(first, last) <= name <=
+    max(first, last)``, so the range means the same whether the clustering order is ascending or
+    descending.
+    """
+
+    token: int
+    bucket: str
+    parent: str
+    first: str
+    last: str
+
+    @property
+    def low(self) -> str:
+        """The smaller bound (names compare by code point, which is UTF-8 byte order)."""
+        return min(self.first, self.last)
+
+    @property
+    def high(self) -> str:
+        """The larger bound."""
+        return max(self.first, self.last)
+
+
 @dataclass(frozen=True, slots=True)
 class Shard:
     """Slice ``index`` of ``count`` equal slices of the token ring."""
@@ -157,6 +183,16 @@ class Store(abc.ABC):
         self, rows: Sequence[FolderRow], timestamp_us: int
     ) -> list[BaseException | None]:
         """Delete rows as of ``timestamp_us``: rows written later survive. One result per row."""
+
+    @abc.abstractmethod
+    def delete_folder_ranges(
+        self, ranges: Sequence[FolderRange], timestamp_us: int
+    ) -> list[BaseException | None]:
+        """Delete every row of each range as of ``timestamp_us`` (rows written later survive).
+
+        One result per range. A range tombstone counts as two tombstones (its two bound markers)
+        when a read of the partition scans it.
+        """
 
     @abc.abstractmethod
     def delete_folder_partitions(

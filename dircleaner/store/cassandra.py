@@ -74,6 +74,7 @@ from dircleaner.store.base import (
     MAX_TOKEN,
     MIN_TOKEN,
     DirCountEstimate,
+    FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
@@ -588,6 +589,9 @@ class CassandraStore(Store):
         in_range = f"{token} > ? AND {token} <= ?"
         key_eq = " AND ".join(f"{_q(c)} = ?" for c in self._key_columns)
         row_eq = f"{key_eq} AND {name} = ?"
+        # Bounds by value (min, max), which Cassandra applies in the column's own order: the
+        # same slice whether the table clusters ascending or DESC (the bind sorts the bounds).
+        range_eq = f"{key_eq} AND {name} >= ? AND {name} <= ?"
         marks = ", ".join("?" for _ in (*self._key_columns, name))
         p = self._prepare
         self._scan_objects = p(f"SELECT DISTINCT {token}, {key} FROM {objects} WHERE {in_range}")
@@ -595,6 +599,7 @@ class CassandraStore(Store):
         self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
         self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
+        self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
         self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
         self._insert = {
@@ -1095,6 +1100,14 @@ class CassandraStore(Store):
         params = [(timestamp_us, *self._key_values(r.bucket, r.parent), r.name) for r in rows]
         return self._outcomes(self._run_many(self._delete_folder_row, params, "delete"))
 
+    def delete_folder_ranges(
+        self, ranges: Sequence[FolderRange], timestamp_us: int
+    ) -> list[BaseException | None]:
+        params = [
+            (timestamp_us, *self._key_values(r.bucket, r.parent), r.low, r.high) for r in ranges
+        ]
+        return self._outcomes(self._run_many(self._delete_folder_range, params, "delete"))
+
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
@@ -1109,9 +1122,10 @@ class CassandraStore(Store):
         """Tombstones a read of one folders partition scans, as Cassandra counts them (tests).
 
         A traced read at ONE; the count is the largest ``Read N live rows and M tombstone
-        cells`` M among the replicas' trace events. Each deleted row counts 1. A partition
+        cells`` M among the replicas' trace events. Each deleted row counts 1, each range
+        deletion 2 (its start and end markers, however many rows it shadows). A partition
         deletion counts 0: Cassandra reports (and counts against tombstone_warn_threshold) only
-        the row and cell tombstones it iterates over, not the partition-level deletion marker.
+        the row tombstones and range markers it iterates over, not the partition-level deletion.
         """
         bound = self._folder_partition.bind(self._key_values(bucket, parent))
         bound.fetch_size = 100_000

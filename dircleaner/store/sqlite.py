@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.store.base import (
     DirCountEstimate,
+    FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
@@ -237,6 +238,27 @@ class SqliteStore(Store):
             )
         return [None] * len(rows)
 
+    def delete_folder_ranges(
+        self, ranges: Sequence[FolderRange], timestamp_us: int
+    ) -> list[BaseException | None]:
+        """Each range removes its rows written at or before the timestamp; the ledger gets one
+        tombstone per bound, as Cassandra counts a range tombstone's two markers."""
+        with self._transaction() as conn:
+            conn.executemany(
+                "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                " AND name >= ? AND name <= ? AND ts <= ?",
+                [(r.token, r.bucket, r.parent, r.low, r.high, timestamp_us) for r in ranges],
+            )
+            conn.executemany(
+                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (r.token, r.bucket, r.parent, bound, timestamp_us)
+                    for r in ranges
+                    for bound in (r.low, r.high)
+                ],
+            )
+        return [None] * len(ranges)
+
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
@@ -253,7 +275,8 @@ class SqliteStore(Store):
         return [None] * len(partitions)
 
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
-        """How many tombstones (row or partition) were written into one folders partition."""
+        """How many tombstones were written into one folders partition: one per row or partition
+        delete, two per range delete (its bounds)."""
         (count,) = self._conn.execute(
             "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?",
             (murmur_token(bucket, parent), bucket, parent),

@@ -1,0 +1,201 @@
+"""The sweep: candidates and their ordinals, whatever the batches a scan cuts the rows into."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dircleaner.store.sqlite as sqlite_module
+from dircleaner.plan import PartitionFacts
+from dircleaner.store import open_store
+from dircleaner.store.base import FolderRow, PartitionKey, Shard
+from dircleaner.sweep import sweep
+
+
+class SetFilter:
+    """A filter without false positives: exactly the keys it was given."""
+
+    def __init__(self, keys: Iterable[bytes]) -> None:
+        self.keys = set(keys)
+
+    def contains_many(self, keys: list[bytes]) -> np.ndarray:
+        return np.array([k in self.keys for k in keys], dtype=np.bool_)
+
+
+def dir_key(bucket: str, directory: str) -> bytes:
+    return f"{bucket}\0{directory}".encode()
+
+
+def batches_of(rows: Sequence[FolderRow], cuts: Iterable[int]) -> list[list[FolderRow]]:
+    """``rows`` cut at the given indexes (an empty batch where two cuts coincide)."""
+    bounds = [0, *sorted(cuts), len(rows)]
+    return [list(rows[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def every(rows: Sequence[FolderRow], size: int) -> list[int]:
+    return list(range(size, len(rows), size))
+
+
+def expected_facts(rows: Sequence[FolderRow], filt: SetFilter) -> list[PartitionFacts]:
+    """What the sweep must find, computed row by row: a partition's rows are contiguous."""
+    groups: dict[PartitionKey, list[FolderRow]] = {}
+    for r in rows:
+        groups.setdefault(PartitionKey(r.token, r.bucket, r.parent), []).append(r)
+    out: list[PartitionFacts] = []
+    for key, members in groups.items():
+        absent = key.parent != "" and dir_key(key.bucket, key.parent) not in filt.keys
+        picked = [
+            (i, r)
+            for i, r in enumerate(members)
+            if absent or dir_key(r.bucket, r.parent + r.name + "/") not in filt.keys
+        ]
+        if picked or absent:
+            out.append(
+                PartitionFacts(
+                    key,
+                    len(members),
+                    tuple(r for _, r in picked),
+                    absent,
+                    tuple(i for i, _ in picked),
+                )
+            )
+    return out
+
+
+def partition(token: int, parent: str, names: Iterable[str], bucket: str = "b") -> list[FolderRow]:
+    return [FolderRow(token, bucket, parent, n) for n in names]
+
+
+# One wide live partition spanning many small batches, a dead one, token collisions (two
+# partitions on one token) and the root.
+ROWS = [
+    *partition(-9, "", ["a", "b", "c", "w"]),
+    *partition(-5, "w/", [f"c{i:02d}" for i in range(23)]),
+    *partition(3, "x/", ["p", "q", "r"]),
+    *partition(3, "y/", ["s", "t"]),
+    *partition(3, "y/", ["u"], bucket="c"),
+    *partition(8, "w/c05/", ["k", "l", "m", "n"]),
+]
+#: present: the root's a, b and w; w/ itself and every other c except c05, c06, c07, c12, c20-22
+#: (a run of 3, a lone one and a run of 3 at the partition's end); x/ and x/q; y/ and y/s
+PRESENT = SetFilter(
+    [
+        dir_key("b", "a/"),
+        dir_key("b", "b/"),
+        dir_key("b", "w/"),
+        *(dir_key("b", f"w/c{i:02d}/") for i in range(23) if i not in (5, 6, 7, 12, 20, 21, 22)),
+        dir_key("b", "x/"),
+        dir_key("b", "x/q/"),
+        dir_key("b", "y/"),
+        dir_key("b", "y/s/"),
+        dir_key("c", "y/"),
+        dir_key("c", "y/u/"),
+    ]
+)
+
+
+def test_the_dataset_is_what_the_other_tests_expect() -> None:
+    facts = {(f.key.bucket, f.key.parent): f for f in expected_facts(ROWS, PRESENT)}
+    assert facts[("b", "w/")].ordinals == (5, 6, 7, 12, 20, 21, 22)
+    assert facts[("b", "w/c05/")].dir_absent
+    assert facts[("b", "w/c05/")].ordinals == (0, 1, 2, 3)
+    assert facts[("b", "")].ordinals == (2,)
+    assert facts[("b", "x/")].ordinals == (0, 2)
+    assert facts[("b", "y/")].ordinals == (1,)
+    assert ("c", "y/") not in facts
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7, 11, 24, 1000])
+def test_ordinals_are_positions_in_the_partition_whatever_the_batch_size(size: int) -> None:
+    result = sweep(batches_of(ROWS, every(ROWS, size)), PRESENT)
+    assert result.facts == expected_facts(ROWS, PRESENT)
+    assert result.swept_rows == len(ROWS)
+    assert result.partitions == 6
+
+
+def test_a_partition_spanning_several_batches_carries_its_offset() -> None:
+    wide = [r for r in ROWS if r.parent == "w/"]
+    # w/ (23 rows) is cut into 5 batches: c00-c04, c05-c09, c10-c14, c15-c19, c20-c22, the last
+    # of which also starts the next partition.
+    result = sweep(batches_of(ROWS, [4, 9, 14, 19, 24]), PRESENT)
+    (fact,) = [f for f in result.facts if f.key.parent == "w/"]
+    assert fact.total_rows == len(wide) == 23
+    assert [r.name for r in fact.candidates] == ["c05", "c06", "c07", "c12", "c20", "c21", "c22"]
+    assert fact.ordinals == (5, 6, 7, 12, 20, 21, 22)
+
+
+def test_empty_batches_change_nothing() -> None:
+    cuts = [0, 0, 4, 4, 9, 30, 30, len(ROWS)]
+    assert sweep(batches_of(ROWS, cuts), PRESENT).facts == expected_facts(ROWS, PRESENT)
+
+
+def test_facts_pickled_by_a_worker_keep_their_ordinals() -> None:
+    facts = sweep(batches_of(ROWS, every(ROWS, 3)), PRESENT).facts
+    assert pickle.loads(pickle.dumps(facts)) == facts
+    assert any(len(f.ordinals) > 1 for f in facts)
+
+
+@st.composite
+def scans(draw: st.DrawFn) -> tuple[list[FolderRow], SetFilter, list[int]]:
+    """Random partitions in scan order (with token collisions), a filter, and batch cuts."""
+    count = draw(st.integers(1, 8))
+    tokens = sorted(draw(st.lists(st.integers(-3, 3), min_size=count, max_size=count)))
+    rows: list[FolderRow] = []
+    keys: list[bytes] = []
+    for i, token in enumerate(tokens):
+        parent = "" if i == 0 and draw(st.booleans()) else f"p{i}/"
+        names = sorted(draw(st.sets(st.sampled_from("abcdefghij"), min_size=1)))
+        rows.extend(partition(token, parent, names))
+        if parent and draw(st.booleans()):
+            keys.append(dir_key("b", parent))
+        present = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+        keys.extend(
+            dir_key("b", parent + n + "/") for n, p in zip(names, present, strict=True) if p
+        )
+    cuts = draw(st.lists(st.integers(0, len(rows)), max_size=6))
+    return rows, SetFilter(keys), cuts
+
+
+@settings(max_examples=300, deadline=None)
+@given(scans())
+def test_any_batching_gives_the_facts_of_the_whole_scan(
+    scan: tuple[list[FolderRow], SetFilter, list[int]],
+) -> None:
+    rows, filt, cuts = scan
+    result = sweep(batches_of(rows, cuts), filt)
+    assert result.facts == expected_facts(rows, filt)
+    assert result.facts == sweep([rows], filt).facts
+
+
+def test_ordinals_from_a_store_scan_in_tiny_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a real scan: the SQLite store's batches of 3 rows split every wide partition."""
+    monkeypatch.setattr(sqlite_module, "SCAN_BATCH", 3)
+    with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
+        store.write_folder_rows([("b", "w/", f"c{i:02d}") for i in range(17)], 1)
+        store.write_folder_rows([("b", "v/", n) for n in "abcdefg"], 1)
+        store.write_folder_rows([("b", "", n) for n in ("v", "w")], 1)
+        batches = list(store.scan_folder_rows(Shard()))
+        assert max(map(len, batches)) == 3
+        rows = [r for batch in batches for r in batch]
+        filt = SetFilter(
+            [
+                dir_key("b", "v/"),
+                dir_key("b", "w/"),
+                *(dir_key("b", f"w/c{i:02d}/") for i in (0, 4, 5, 9, 16)),
+                *(dir_key("b", f"v/{n}/") for n in "bf"),
+            ]
+        )
+        result = sweep(store.scan_folder_rows(Shard()), filt)
+    assert result.facts == expected_facts(rows, filt)
+    by_parent = {f.key.parent: f for f in result.facts}
+    assert by_parent["w/"].ordinals == (1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15)
+    assert by_parent["v/"].ordinals == (0, 2, 3, 4, 6)
