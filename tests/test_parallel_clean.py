@@ -18,6 +18,7 @@ from dircleaner.paths import directories_of
 from dircleaner.store import open_store
 from dircleaner.store.base import Shard, Store, murmur_token
 from dircleaner.timeutil import now_us
+from tests.helpers import tombstones_per_partition
 
 OLD = now_us() - 10**10
 BUCKET = "default"
@@ -180,11 +181,7 @@ def test_only_a_generation_that_began_deleting_reads_the_audit_log(
     assert first.deleted is not None and first.plan.deferred > 0
     assert dry.plan == first.plan
     # The second clean of the generation charged the first one's deletes: no partition got more
-    # than its budget of row tombstones from the two together.
+    # than its budget of tombstones (rows 1, ranges 2) from the two together.
     assert second.plan.row_deletes < first.plan.deferred
-    per_partition: dict[str, int] = {}
-    for line in audit.read_text(encoding="utf-8").splitlines()[1:]:
-        entry = json.loads(line)
-        if entry["via"] == "row":
-            per_partition[entry["parent"]] = per_partition.get(entry["parent"], 0) + 1
-    assert max(per_partition.values()) == 3
+    entries = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()[1:]]
+    assert max(tombstones_per_partition(entries).values()) == 3
