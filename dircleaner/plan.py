@@ -34,6 +34,7 @@ as it already is for an object put under a candidate itself.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -232,6 +233,7 @@ def plan_deletions(
     max_row_tombstones: int,
     already_used: Mapping[tuple[str, str], int] | None = None,
     spread: bool = True,
+    ranges: bool = True,
 ) -> DeletionPlan:
     """Turn the sweep's partition facts into an ordered, budgeted deletion plan.
 
@@ -239,7 +241,8 @@ def plan_deletions(
     ``RANGE_TOMBSTONES``. ``already_used`` is what an interrupted attempt at the same generation
     already spent of each partition's budget (in the same units), so a resumed run never exceeds
     it. ``spread`` interleaves the live partitions' deletes across partitions; without it they go
-    partition by partition, in key order.
+    partition by partition, in key order. Without ``ranges``, every live delete is a row delete
+    (for a sweep that may not have seen every row between a run's bounds).
     """
     used = already_used or {}
     if max_row_tombstones < 0:
@@ -263,10 +266,11 @@ def plan_deletions(
     per_partition: list[list[DeleteAction]] = []
     deferred: list[FolderRow] = []
     budget_used: dict[tuple[str, str], int] = {}
+    min_range = MIN_RANGE_ROWS if ranges else sys.maxsize
     for fact in sorted(live, key=_partition_order):
         key = fact.key
         budget = max(0, max_row_tombstones - used.get((key.bucket, key.parent), 0))
-        planned, spent, held = _live_deletes(fact, budget)
+        planned, spent, held = _live_deletes(fact, budget, min_range)
         deferred.extend(held)
         if planned:
             per_partition.append(planned)
@@ -276,7 +280,7 @@ def plan_deletions(
 
 
 def _live_deletes(
-    fact: PartitionFacts, budget: int
+    fact: PartitionFacts, budget: int, min_range: int
 ) -> tuple[list[DeleteAction], int, tuple[FolderRow, ...]]:
     """One live partition's deletes within ``budget``: (actions, cost spent, rows held back).
 
@@ -290,7 +294,7 @@ def _live_deletes(
     out: list[DeleteAction] = []
     spent = done = 0
     for run in _runs(fact):
-        if len(run) >= MIN_RANGE_ROWS:
+        if len(run) >= min_range:
             if spent + RANGE_TOMBSTONES <= budget:
                 out.append(DeleteAction(range_kind, key, run))
                 spent += RANGE_TOMBSTONES

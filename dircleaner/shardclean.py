@@ -134,7 +134,11 @@ def plan_and_delete(
     if nonempty:
         facts = drop_nonempty(facts, nonempty)
     plan = plan_deletions(
-        facts, orders.max_row_tombstones, orders.already_used, spread=store.spread_deletes
+        facts,
+        orders.max_row_tombstones,
+        orders.already_used,
+        spread=store.spread_deletes,
+        ranges=store.sweep_sees_every_write,
     )
     del facts  # the plan holds what is still needed
     deleted = None

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
+from click.testing import CliRunner, Result
 
 from dircleaner.build import BuildConfig, build_filter, scope_of, swept_count_key
+from dircleaner.cli import cli
 from dircleaner.config import parse_cassandra_url
 from dircleaner.deleter import ThrottleConfig, execute_plan
 from dircleaner.filterstore import list_generations
@@ -37,6 +38,7 @@ from dircleaner.store.base import PartitionKey, Shard
 from dircleaner.store.cassandra import CassandraStore
 from dircleaner.timeutil import now_us
 from tests.helpers import (
+    EAGER,
     audit_entries,
     expected_dirs,
     invoke,
@@ -260,6 +262,26 @@ def test_a_run_of_adjacent_empty_children_costs_two_tombstones(
     # Cassandra 5.0 tracing: "Read 1 live rows and 3 tombstone cells" (wide/live/ is left).
     assert store.tombstones_in_partition(bucket, "wide/") == 3
     assert listed(ks_url, bucket) == {"wide/", "wide/live/"}
+
+
+def test_a_sweep_below_quorum_deletes_a_run_row_by_row(
+    ks_url: str, store: CassandraStore, bucket: str, tmp_path: Path
+) -> None:
+    """At sweep consistency ONE a replica may lack a row between a run's bounds, which a range
+    would take unseen: the plan falls back to row deletes (the test above gets one range)."""
+    children = [f"wide/c{i:03d}/obj" for i in range(300)]
+    store.put_objects(bucket, [*children, "wide/live/obj"], now_us())
+    store.delete_objects(bucket, children, now_us())
+    config = tmp_path / "one.toml"
+    config.write_text('[cassandra.consistency]\nsweep = "ONE"\n', encoding="utf-8")
+    audit = tmp_path / "a.jsonl"
+    args = ["--config", str(config), "--store", ks_url, "run", "--bucket", bucket, *EAGER]
+    args += ["--fpr", "0.000001", "--max-tombstones-per-partition", "100"]
+    result = CliRunner().invoke(cli, [*args, "--audit-log", str(audit), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)["clean"]["plan"]
+    assert (plan["range_deletes"], plan["row_deletes"], plan["deferred"]) == (0, 100, 200)
+    assert tombstones_per_partition(audit_entries(audit)) == {(bucket, "wide/"): 100}
 
 
 def test_an_empty_subtree_costs_its_live_parent_one_row_tombstone(

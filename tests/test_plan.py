@@ -432,6 +432,16 @@ def test_runs_of_one_and_two_stay_row_deletes() -> None:
     assert dict(plan.row_tombstones) == {(B, "a/"): 5}
 
 
+def test_without_ranges_a_run_goes_row_by_row() -> None:
+    """A sweep that may have missed rows (a Cassandra sweep below quorum) gets no ranges."""
+    fact = facts("a/", 10, names(5), ordinals=range(2, 7))
+    plan = plan_deletions([fact], 10, ranges=False)
+    assert [a.kind for a in plan.actions] == [ActionKind.ROW] * 5
+    assert [a.rows for a in plan.actions] == [(r,) for r in fact.candidates]
+    assert plan.row_tombstones == {(B, "a/"): 5} and plan.range_deletes == 0
+    assert plan_deletions([fact], 10).range_deletes == 1
+
+
 def test_without_ordinals_no_candidates_count_as_adjacent() -> None:
     plan = plan_deletions([facts("a/", 5, names(5))], 10)
     assert plan.actions == tuple(rowdel("a/", n) for n in names(5))

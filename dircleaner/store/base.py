@@ -121,6 +121,10 @@ class Store(abc.ABC):
     #: whether a deletion plan interleaves its row deletes across partitions (replicas share the
     #: load, no partition takes a burst); False runs them in key order instead
     spread_deletes: bool = True
+    #: whether the sweep's reads see every row written before they began: a range delete
+    #: removes any row between its bounds, seen or not, so the plan only uses ranges where this
+    #: holds (a row delete spares what the sweep did not see)
+    sweep_sees_every_write: bool = True
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None

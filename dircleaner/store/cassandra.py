@@ -523,6 +523,10 @@ class _Failed:
 _DONE = _Done()
 
 
+#: sweep consistency levels under which range deletes are used
+QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
+
+
 class CassandraStore(Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
@@ -530,6 +534,9 @@ class CassandraStore(Store):
 
     def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
         self.config = cfg
+        # Only a quorum read is sure to see every write acknowledged at a quorum; below that, a
+        # replica missing a row would let a range delete take it unseen.
+        self.sweep_sees_every_write = cfg.consistency.sweep in QUORUM_READS
         self._cluster = cluster
         self._session = session
         self._key_columns = (
