@@ -39,7 +39,7 @@ from typing import Any
 
 from dircleaner.bloom import new_filter
 from dircleaner.build import ancestor_keys
-from dircleaner.groundtruth import audited_by_via, audited_dirs, read_truth
+from dircleaner.synth.groundtruth import audited_by_via, audited_dirs, read_truth
 from dircleaner.job import SweepConfig, load_filter
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.store import open_store

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
@@ -263,3 +264,17 @@ class Store(abc.ABC):
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
             yield from batch
+
+
+@runtime_checkable
+class BulkLoader(Protocol):
+    """Optional capability: pre-tokenised index rows in bulk (the generator's fast path).
+
+    A store without it is loaded through ``write_folder_rows`` / ``write_object_rows``.
+    """
+
+    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
+        """Insert ``(token, bucket, parent, name, ts)`` rows into ``objects`` or ``folders``."""
+
+    def bulk_loading(self) -> AbstractContextManager[None]:
+        """A context in which bulk inserts may trade durability for speed."""
