@@ -60,7 +60,6 @@ from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
 
 from dircleaner.build import BuildConfig, size_filter  # noqa: E402
 from dircleaner.deleter import ThrottleConfig  # noqa: E402
-from dircleaner.synth.groundtruth import audited_dirs, read_truth, score  # noqa: E402
 from dircleaner.job import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
 from dircleaner.parallel import map_shards  # noqa: E402
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
@@ -69,6 +68,7 @@ from dircleaner.store import open_store  # noqa: E402
 from dircleaner.store.base import FolderRow, Shard, Store  # noqa: E402
 from dircleaner.store.cassandra import CassandraStore, stored_parent  # noqa: E402
 from dircleaner.synth import SynthSpec, generate  # noqa: E402
+from dircleaner.synth.groundtruth import audited_dirs, read_truth, score  # noqa: E402
 
 STATE_KEY = "bench:dataset"
 #: bump when the dataset a given (dirs, seed, ...) produces changes

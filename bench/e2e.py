@@ -39,12 +39,12 @@ from typing import Any
 
 from dircleaner.bloom import new_filter
 from dircleaner.build import ancestor_keys
-from dircleaner.synth.groundtruth import audited_by_via, audited_dirs, read_truth
 from dircleaner.job import SweepConfig, load_filter
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.store import open_store
 from dircleaner.store.base import Shard, Store
 from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
+from dircleaner.synth.groundtruth import audited_by_via, audited_dirs, read_truth
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000
