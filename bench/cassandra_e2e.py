@@ -142,23 +142,23 @@ class AuxSession:
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         )
         self.session = self.cluster.connect()
-        key_cols = [*([cfg.bucket_column] if cfg.bucket_column else []), cfg.parent_column]
+        key_cols = [*([cfg.columns.bucket] if cfg.columns.bucket else []), cfg.columns.parent]
         where = " AND ".join(f'"{c}" = ?' for c in key_cols)
         ks = f'"{cfg.keyspace}"'
         self.folder_probe = self.session.prepare(
-            f'SELECT "{cfg.name_column}" FROM {ks}."{cfg.folders_table}" WHERE {where} LIMIT 1'
+            f'SELECT "{cfg.columns.name}" FROM {ks}."{cfg.tables.folders}" WHERE {where} LIMIT 1'
         )
         self.object_probe = self.session.prepare(
-            f'SELECT "{cfg.name_column}" FROM {ks}."{cfg.objects_table}" WHERE {where} LIMIT 1'
+            f'SELECT "{cfg.columns.name}" FROM {ks}."{cfg.tables.objects}" WHERE {where} LIMIT 1'
         )
 
     def key(self, bucket: str, parent: str) -> tuple[str, ...]:
         stored = stored_parent(self.cfg, parent)
-        return (bucket, stored) if self.cfg.bucket_column else (stored,)
+        return (bucket, stored) if self.cfg.columns.bucket else (stored,)
 
     def truncate_all(self) -> None:
         cfg = self.cfg
-        for table in (cfg.objects_table, cfg.folders_table, cfg.filters_table, cfg.state_table):
+        for table in (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state):
             self.session.execute(
                 SimpleStatement(f'TRUNCATE "{cfg.keyspace}"."{table}"'), timeout=300.0
             )
@@ -209,7 +209,7 @@ def wait_for_size_estimates(aux: AuxSession, wait_s: float = 400.0) -> None:
         " WHERE keyspace_name = %s AND table_name = %s"
     )
     while time.monotonic() < deadline:
-        rows = aux.session.execute(query, (aux.cfg.keyspace, aux.cfg.folders_table))
+        rows = aux.session.execute(query, (aux.cfg.keyspace, aux.cfg.tables.folders))
         if sum(int(r[0] or 0) for r in rows) > 0:
             return
         time.sleep(10)

@@ -26,9 +26,10 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 from urllib.parse import parse_qsl, urlsplit
 
 from dircleaner.errors import StoreUrlError, UsageError
@@ -138,7 +139,7 @@ def parse_cassandra_url(url: str) -> CassandraUrl:
 
 @dataclass(frozen=True, slots=True)
 class PhaseConsistency:
-    """Consistency level per phase of the job (names as in ``cassandra.ConsistencyLevel``)."""
+    """``[cassandra.consistency]``: the level per phase (names as in ``ConsistencyLevel``)."""
 
     build: str = "LOCAL_QUORUM"
     sweep: str = "LOCAL_QUORUM"
@@ -150,32 +151,92 @@ class PhaseConsistency:
     meta: str = "LOCAL_QUORUM"
 
     def __post_init__(self) -> None:
-        for phase in ("build", "sweep", "verify", "delete", "write", "meta"):
-            level = getattr(self, phase)
+        for f in fields(self):
+            level = getattr(self, f.name).upper()
             if level not in CONSISTENCY_LEVELS:
                 known = ", ".join(sorted(CONSISTENCY_LEVELS))
-                raise UsageError(f"consistency.{phase} = {level!r} is not one of {known}")
+                raise UsageError(f"consistency.{f.name} = {level!r} is not one of {known}")
+            object.__setattr__(self, f.name, level)
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """``[cassandra.tables]``: the metastore's two index tables and our two."""
+
+    objects: str = "objects"
+    folders: str = "folders"
+    filters: str = "dircleaner_filters"
+    state: str = "dircleaner_state"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            validate_identifier(getattr(self, f.name), f"{f.name} table")
+        if len({self.objects, self.folders, self.filters, self.state}) < 4:
+            raise UsageError("the objects, folders, filters and state tables must be distinct")
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """``[cassandra.columns]``: the index tables' key columns (``bucket = false``: none)."""
+
+    #: None: the metastore has no bucket column and holds the single bucket ``bucket_name``
+    bucket: str | None = "bucket"
+    parent: str = "parent"
+    name: str = "name"
+
+    def __post_init__(self) -> None:
+        if self.bucket is not None:
+            validate_identifier(self.bucket, "bucket column")
+        validate_identifier(self.parent, "parent column")
+        validate_identifier(self.name, "name column")
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """``[cassandra.auth]`` (the environment wins): never on the command line, never shown."""
+
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if (self.username is None) != (self.password is None):
+            raise UsageError("Cassandra auth needs both a username and a password")
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """``[cassandra.tls]``: TLS is on when any file is given or ``verify = false``."""
+
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    verify: bool = True
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise UsageError("TLS client auth needs both cert_file and key_file")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether connections use TLS."""
+        return self.ca_file is not None or self.cert_file is not None or not self.verify
 
 
 @dataclass(frozen=True, slots=True)
 class CassandraConfig:
-    """Everything needed to connect to a Cassandra metastore and map its schema."""
+    """Everything needed to connect to a Cassandra metastore and map its schema.
+
+    Shaped like the TOML file: ``[cassandra]`` holds the scalars, its sub-tables the nested
+    dataclasses (``cfg.tables.folders`` is ``cassandra.tables.folders``).
+    """
 
     hosts: tuple[str, ...] = ("127.0.0.1",)
     port: int = DEFAULT_PORT
     keyspace: str = "dircleaner"
     local_dc: str | None = None
 
-    objects_table: str = "objects"
-    folders_table: str = "folders"
-    filters_table: str = "dircleaner_filters"
-    state_table: str = "dircleaner_state"
-
-    #: None: the metastore has no bucket column and holds the single bucket ``bucket_name``
-    bucket_column: str | None = "bucket"
+    #: the bucket a metastore without a bucket column holds
     bucket_name: str = DEFAULT_BUCKET
-    parent_column: str = "parent"
-    name_column: str = "name"
     #: how the root parent (``""`` in the model) is stored: partition keys cannot be empty.
     #: Other parents starting with this value are stored with it once more in front
     #: (``/`` → ``//``) unless ``parent_prefix`` is set, so the mapping stays one-to-one.
@@ -183,9 +244,9 @@ class CassandraConfig:
     #: prepended to every non-root stored parent (``"/"`` for stores that keep ``/a/b/``)
     parent_prefix: str = ""
 
-    consistency: PhaseConsistency = field(default_factory=PhaseConsistency)
     fetch_size: int = 5000
     splits_per_range: int = 8
+    #: requests in flight at once per process (scans, re-check reads, deletes)
     concurrency: int = 16
     #: partitions per ``IN`` read of the verify re-check (CassandraStore.nonempty_object_partitions)
     verify_batch: int = 100
@@ -197,24 +258,14 @@ class CassandraConfig:
     #: replication factor of a keyspace created by init-schema (SimpleStrategy)
     replication_factor: int = 1
 
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-
-    ssl_ca_file: Path | None = None
-    ssl_cert_file: Path | None = None
-    ssl_key_file: Path | None = None
-    ssl_verify: bool = True
+    tables: Tables = field(default_factory=Tables)
+    columns: Columns = field(default_factory=Columns)
+    consistency: PhaseConsistency = field(default_factory=PhaseConsistency)
+    auth: Auth = field(default_factory=Auth)
+    tls: Tls = field(default_factory=Tls)
 
     def __post_init__(self) -> None:
         validate_identifier(self.keyspace, "keyspace")
-        for attr in ("objects_table", "folders_table", "filters_table", "state_table"):
-            validate_identifier(getattr(self, attr), attr.replace("_", " "))
-        for attr in ("parent_column", "name_column"):
-            validate_identifier(getattr(self, attr), attr.replace("_", " "))
-        if self.bucket_column is not None:
-            validate_identifier(self.bucket_column, "bucket column")
-        if len({self.objects_table, self.folders_table, self.filters_table, self.state_table}) < 4:
-            raise UsageError("the objects, folders, filters and state tables must be distinct")
         if not self.hosts:
             raise UsageError("no Cassandra host given")
         if not self.root_parent:
@@ -237,15 +288,6 @@ class CassandraConfig:
                 raise UsageError(f"{attr} must be at least {low}")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise UsageError("timeouts must be positive")
-        if (self.username is None) != (self.password is None):
-            raise UsageError("Cassandra auth needs both a username and a password")
-        if (self.ssl_cert_file is None) != (self.ssl_key_file is None):
-            raise UsageError("TLS client auth needs both cert_file and key_file")
-
-    @property
-    def tls_enabled(self) -> bool:
-        """Whether connections use TLS (any TLS file configured, or verification turned off)."""
-        return self.ssl_ca_file is not None or self.ssl_cert_file is not None or not self.ssl_verify
 
     @property
     def contact(self) -> str:
@@ -255,59 +297,8 @@ class CassandraConfig:
 
 # -- loading ---------------------------------------------------------------------------------------
 
-_TOP_KEYS: Mapping[str, str] = {
-    "keyspace": "keyspace",
-    "local_dc": "local_dc",
-    "bucket_name": "bucket_name",
-    "root_parent": "root_parent",
-    "parent_prefix": "parent_prefix",
-    "fetch_size": "fetch_size",
-    "splits_per_range": "splits_per_range",
-    "concurrency": "concurrency",
-    "verify_batch": "verify_batch",
-    "request_timeout_s": "request_timeout_s",
-    "connect_timeout_s": "connect_timeout_s",
-    "connect_retries": "connect_retries",
-    "protocol_version": "protocol_version",
-    "replication_factor": "replication_factor",
-}
-_TABLE_KEYS: Mapping[str, str] = {
-    "objects": "objects_table",
-    "folders": "folders_table",
-    "filters": "filters_table",
-    "state": "state_table",
-}
-_COLUMN_KEYS: Mapping[str, str] = {
-    "bucket": "bucket_column",
-    "parent": "parent_column",
-    "name": "name_column",
-}
-_AUTH_KEYS: Mapping[str, str] = {"username": "username", "password": "password"}
-_TLS_KEYS: Mapping[str, str] = {
-    "ca_file": "ssl_ca_file",
-    "cert_file": "ssl_cert_file",
-    "key_file": "ssl_key_file",
-    "verify": "ssl_verify",
-}
-_SECTIONS: Mapping[str, Mapping[str, str]] = {
-    "tables": _TABLE_KEYS,
-    "columns": _COLUMN_KEYS,
-    "auth": _AUTH_KEYS,
-    "tls": _TLS_KEYS,
-}
-_TYPES: Mapping[str, tuple[type, ...]] = {
-    "fetch_size": (int,),
-    "splits_per_range": (int,),
-    "concurrency": (int,),
-    "verify_batch": (int,),
-    "connect_retries": (int,),
-    "protocol_version": (int,),
-    "replication_factor": (int,),
-    "request_timeout_s": (int, float),
-    "connect_timeout_s": (int, float),
-    "ssl_verify": (bool,),
-    "bucket_column": (str, bool),
-}
+#: keys of ``[cassandra]`` that the URL (or the environment) supplies instead of the file's tree
+_NOT_IN_FILE = frozenset({"hosts", "port"})
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -322,58 +313,58 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"config file {path} is not valid TOML: {exc}") from exc
 
 
-def _typed(attr: str, key: str, value: object) -> object:
-    """Check a TOML value's type for ``attr``; paths become Path, ``bucket = false`` None."""
-    expected = _TYPES.get(attr, (str,))
-    # bool is an int subclass: refuse ``fetch_size = true``.
-    if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-        names = " or ".join(t.__name__ for t in expected)
-        raise UsageError(f"config key {key} must be {names}, not {type(value).__name__}")
-    if attr == "bucket_column":
-        if value is True:
-            raise UsageError(f"config key {key} must be a column name or false")
-        return None if value in (False, "") else value
-    if attr.startswith("ssl_") and attr.endswith("_file"):
-        return Path(str(value)).expanduser()
-    if attr.endswith("_s"):
-        return float(value)  # type: ignore[arg-type]
-    return value
+def _typed(hint: Any, key: str, value: object) -> object:
+    """Check a TOML value against a field's type; paths become Path, ``bucket = false`` None."""
+    if key == "cassandra.columns.bucket":
+        if value is False or value == "":
+            return None
+        if isinstance(value, str):
+            return value
+        raise UsageError(f"config key {key} must be a column name or false, not {value!r}")
+    union = get_origin(hint) in (UnionType, Union)
+    options = [o for o in (get_args(hint) if union else (hint,)) if o is not type(None)]
+    for option in options:
+        if option is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if option is Path and isinstance(value, str):
+            return Path(value).expanduser()
+        # bool is an int subclass: refuse ``fetch_size = true``.
+        if isinstance(value, option) and (option is bool or not isinstance(value, bool)):
+            return value
+    names = " or ".join(o.__name__ for o in options)
+    raise UsageError(f"config key {key} must be {names}, not {type(value).__name__}")
+
+
+def _section(
+    cls: type[Any], data: Mapping[str, Any], prefix: str, source: Path
+) -> dict[str, object]:
+    """Keyword values for dataclass ``cls`` from TOML table ``data``; unknown keys refused."""
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)} - (_NOT_IN_FILE if cls is CassandraConfig else set())
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if key not in known:
+            raise UsageError(f"unknown config key {name!r} in {source}")
+        hint = hints[key]
+        if isinstance(hint, type) and is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise UsageError(f"config key {name} in {source} must be a table")
+            out[key] = hint(**_section(hint, value, name, source))
+        else:
+            out[key] = _typed(hint, name, value)
+    return out
 
 
 def _settings_from_toml(data: Mapping[str, Any], source: Path) -> dict[str, object]:
-    """Flatten the ``[cassandra]`` tree into CassandraConfig keyword values."""
+    """The ``[cassandra]`` tree as CassandraConfig keyword values."""
     unknown_top = sorted(set(data) - {"cassandra"})
     if unknown_top:
         raise UsageError(f"unknown config key {unknown_top[0]!r} in {source}")
     section = data.get("cassandra", {})
     if not isinstance(section, dict):
         raise UsageError(f"config key 'cassandra' in {source} must be a table")
-    out: dict[str, object] = {}
-    consistency: dict[str, str] = {}
-    for key, value in section.items():
-        if key in _TOP_KEYS:
-            out[_TOP_KEYS[key]] = _typed(_TOP_KEYS[key], f"cassandra.{key}", value)
-        elif key in _SECTIONS or key == "consistency":
-            if not isinstance(value, dict):
-                raise UsageError(f"config key cassandra.{key} in {source} must be a table")
-            for sub, sub_value in value.items():
-                name = f"cassandra.{key}.{sub}"
-                if key == "consistency":
-                    if sub not in PhaseConsistency.__dataclass_fields__:
-                        raise UsageError(f"unknown config key {name!r} in {source}")
-                    if not isinstance(sub_value, str):
-                        raise UsageError(f"config key {name} must be str")
-                    consistency[sub] = sub_value.upper()
-                    continue
-                mapping = _SECTIONS[key]
-                if sub not in mapping:
-                    raise UsageError(f"unknown config key {name!r} in {source}")
-                out[mapping[sub]] = _typed(mapping[sub], name, sub_value)
-        else:
-            raise UsageError(f"unknown config key 'cassandra.{key}' in {source}")
-    if consistency:
-        out["consistency"] = PhaseConsistency(**consistency)
-    return out
+    return _section(CassandraConfig, section, "cassandra", source)
 
 
 def load_cassandra_config(
@@ -384,7 +375,16 @@ def load_cassandra_config(
     """Merge the URL, the TOML file (if any) and the environment into one CassandraConfig."""
     env = os.environ if environ is None else environ
     source = config_path if config_path is not None else Path("<no config file>")
-    settings = _settings_from_toml(_read_toml(config_path), source) if config_path else {}
+    data = _read_toml(config_path) if config_path else {}
+    env_auth = {
+        attr: env[var]
+        for attr, var in (("username", ENV_USERNAME), ("password", ENV_PASSWORD))
+        if env.get(var)
+    }
+    section = data.setdefault("cassandra", {})
+    if env_auth and isinstance(section, dict) and isinstance(section.setdefault("auth", {}), dict):
+        section["auth"].update(env_auth)
+    settings = _settings_from_toml(data, source)
 
     file_keyspace = settings.pop("keyspace", None)
     if url_parts.keyspace and file_keyspace and url_parts.keyspace != file_keyspace:
@@ -398,10 +398,6 @@ def load_cassandra_config(
     file_dc = settings.pop("local_dc", None)
     if url_parts.dc and file_dc and url_parts.dc != file_dc:
         raise UsageError(f"the URL names dc {url_parts.dc!r} but {source} names {file_dc!r}")
-
-    for attr, var in (("username", ENV_USERNAME), ("password", ENV_PASSWORD)):
-        if env.get(var):
-            settings[attr] = env[var]
 
     return CassandraConfig(
         hosts=url_parts.hosts,

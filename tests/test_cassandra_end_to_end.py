@@ -107,9 +107,9 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
     """Delete a bucket's partitions (at now: later writes are not shadowed), filters and state."""
     cfg = store.config
     cutoff = now_us()
-    where = " AND ".join(f'"{c}" = ?' for c in (cfg.bucket_column, cfg.parent_column) if c)
+    where = " AND ".join(f'"{c}" = ?' for c in (cfg.columns.bucket, cfg.columns.parent) if c)
     delete_objects = store._session.prepare(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.objects_table}" USING TIMESTAMP ? WHERE {where}'
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.objects}" USING TIMESTAMP ? WHERE {where}'
     )
     objects = [k for batch in store.scan_object_partitions(Shard(), bucket) for k in batch]
     params = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in objects]
@@ -123,7 +123,7 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
         if info.header is not None and info.header.scope.endswith(f"|bucket={bucket}"):
             store.delete_filter_generation(info.generation)
     store._session.execute(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.state_table}" WHERE "key" = %s',
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.state}" WHERE "key" = %s',
         (swept_count_key(scope_of(store, bucket)),),
     )
 

@@ -302,15 +302,15 @@ class _TableSpec:
 
 def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
     """(role, spec) of every table the mapping names."""
-    key = (*((cfg.bucket_column,) if cfg.bucket_column else ()), cfg.parent_column)
-    index_types = tuple((col, "text") for col in (*key, cfg.name_column))
+    key = (*((cfg.columns.bucket,) if cfg.columns.bucket else ()), cfg.columns.parent)
+    index_types = tuple((col, "text") for col in (*key, cfg.columns.name))
     return [
-        ("objects", _TableSpec(cfg.objects_table, key, (cfg.name_column,), False, index_types)),
-        ("folders", _TableSpec(cfg.folders_table, key, (cfg.name_column,), True, index_types)),
+        ("objects", _TableSpec(cfg.tables.objects, key, (cfg.columns.name,), False, index_types)),
+        ("folders", _TableSpec(cfg.tables.folders, key, (cfg.columns.name,), True, index_types)),
         (
             "filters",
             _TableSpec(
-                cfg.filters_table,
+                cfg.tables.filters,
                 ("generation", "shard"),
                 ("seq",),
                 True,
@@ -319,7 +319,7 @@ def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
         ),
         (
             "state",
-            _TableSpec(cfg.state_table, ("key",), (), True, (("key", "text"), ("value", "text"))),
+            _TableSpec(cfg.tables.state, ("key",), (), True, (("key", "text"), ("value", "text"))),
         ),
     ]
 
@@ -398,20 +398,20 @@ _PHASES = ("build", "sweep", "verify", "delete", "write", "meta")
 
 
 def _ssl_context(cfg: CassandraConfig) -> ssl.SSLContext | None:
-    if not cfg.tls_enabled:
+    if not cfg.tls.enabled:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     try:
-        if cfg.ssl_verify:
-            if cfg.ssl_ca_file is not None:
-                ctx.load_verify_locations(cafile=str(cfg.ssl_ca_file))
+        if cfg.tls.verify:
+            if cfg.tls.ca_file is not None:
+                ctx.load_verify_locations(cafile=str(cfg.tls.ca_file))
             else:
                 ctx.load_default_certs()
         else:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        if cfg.ssl_cert_file is not None and cfg.ssl_key_file is not None:
-            ctx.load_cert_chain(str(cfg.ssl_cert_file), str(cfg.ssl_key_file))
+        if cfg.tls.cert_file is not None and cfg.tls.key_file is not None:
+            ctx.load_cert_chain(str(cfg.tls.cert_file), str(cfg.tls.key_file))
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(f"cannot load TLS files: {_one_line(exc)}") from exc
     return ctx
@@ -435,8 +435,8 @@ def _cluster(cfg: CassandraConfig) -> Any:
     if cfg.protocol_version is not None:
         options["protocol_version"] = cfg.protocol_version
     auth = (
-        PlainTextAuthProvider(username=cfg.username, password=cfg.password)
-        if cfg.username is not None
+        PlainTextAuthProvider(username=cfg.auth.username, password=cfg.auth.password)
+        if cfg.auth.username is not None
         else None
     )
     return Cluster(
@@ -540,8 +540,8 @@ class CassandraStore(Store):
         self._cluster = cluster
         self._session = session
         self._key_columns = (
-            *((cfg.bucket_column,) if cfg.bucket_column else ()),
-            cfg.parent_column,
+            *((cfg.columns.bucket,) if cfg.columns.bucket else ()),
+            cfg.columns.parent,
         )
         #: the verify re-check's IN reads by number of bind markers, prepared when first needed
         self._in_probes: dict[int, PreparedStatement] = {}
@@ -577,7 +577,7 @@ class CassandraStore(Store):
 
     def scope_id(self) -> str:
         cfg = self.config
-        return f"cassandra:{cfg.keyspace}.{cfg.objects_table},{cfg.folders_table}"
+        return f"cassandra:{cfg.keyspace}.{cfg.tables.objects},{cfg.tables.folders}"
 
     def close(self) -> None:
         self._cluster.shutdown()
@@ -586,12 +586,12 @@ class CassandraStore(Store):
     def _prepare_all(self) -> None:
         cfg = self.config
         ks = _q(cfg.keyspace)
-        objects = f"{ks}.{_q(cfg.objects_table)}"
-        folders = f"{ks}.{_q(cfg.folders_table)}"
-        filters = f"{ks}.{_q(cfg.filters_table)}"
-        state = f"{ks}.{_q(cfg.state_table)}"
+        objects = f"{ks}.{_q(cfg.tables.objects)}"
+        folders = f"{ks}.{_q(cfg.tables.folders)}"
+        filters = f"{ks}.{_q(cfg.tables.filters)}"
+        state = f"{ks}.{_q(cfg.tables.state)}"
         key = ", ".join(_q(c) for c in self._key_columns)
-        name = _q(cfg.name_column)
+        name = _q(cfg.columns.name)
         token = f"token({key})"
         in_range = f"{token} > ? AND {token} <= ?"
         key_eq = " AND ".join(f"{_q(c)} = ?" for c in self._key_columns)
@@ -640,7 +640,7 @@ class CassandraStore(Store):
     def _key_values(self, bucket: str, parent: str) -> Params:
         """Bind values of a partition key ``(bucket, parent)`` in the mapped columns' order."""
         stored = stored_parent(self.config, parent)
-        if self.config.bucket_column is None:
+        if self.config.columns.bucket is None:
             if bucket != self.config.bucket_name:
                 raise UsageError(
                     f"this metastore has no bucket column; its only bucket is"
@@ -651,7 +651,7 @@ class CassandraStore(Store):
 
     def _bucket_of(self, row: Sequence[Any]) -> tuple[str, str]:
         """(bucket, model parent) from a row whose columns after the token are the key."""
-        if self.config.bucket_column is None:
+        if self.config.columns.bucket is None:
             return self.config.bucket_name, model_parent(self.config, row[1])
         return row[1], model_parent(self.config, row[2])
 
@@ -659,7 +659,7 @@ class CassandraStore(Store):
         """False when a bucket filter cannot match anything in this metastore."""
         return (
             bucket is None
-            or self.config.bucket_column is not None
+            or self.config.columns.bucket is not None
             or bucket == self.config.bucket_name
         )
 
@@ -863,7 +863,7 @@ class CassandraStore(Store):
         # A fixed shuffle: the first splits counted are spread over the whole ring.
         random.Random(0).shuffle(splits)
 
-        by_bucket = bucket is not None and self.config.bucket_column is not None
+        by_bucket = bucket is not None and self.config.columns.bucket is not None
 
         def job(bounds: tuple[int, int], width: int) -> Callable[[], Iterator[tuple[int, int]]]:
             def count() -> Iterator[tuple[int, int]]:
@@ -901,7 +901,7 @@ class CassandraStore(Store):
                 continue
             try:
                 result = self._session.execute(
-                    self._size_estimates.bind((cfg.keyspace, cfg.folders_table)),
+                    self._size_estimates.bind((cfg.keyspace, cfg.tables.folders)),
                     execution_profile="trace",
                     host=host,
                 )
@@ -999,7 +999,7 @@ class CassandraStore(Store):
                     raise RuntimeError("an unpaged verify read returned a paged answer")
                 for row in result.current_rows:
                     bucket, stored = (
-                        (row[0], row[1]) if cfg.bucket_column else (cfg.bucket_name, row[0])
+                        (row[0], row[1]) if cfg.columns.bucket else (cfg.bucket_name, row[0])
                     )
                     key = (bucket, model_parent(cfg, stored))
                     if key not in asked:
@@ -1043,7 +1043,7 @@ class CassandraStore(Store):
         size = in_size(len(chunk), self.config.verify_batch)
         parents = [stored for _, stored in chunk]
         parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
-        values = (bucket, *parents) if self.config.bucket_column else tuple(parents)
+        values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
         bound = self._in_probe(size).bind(values)
         bound.routing_token = chunk[0][0]
         bound.fetch_size = None  # at most one row per key: one unpaged response
@@ -1055,13 +1055,13 @@ class CassandraStore(Store):
             stmt = self._in_probes.get(size)
             if stmt is None:
                 cfg = self.config
-                objects = f"{_q(cfg.keyspace)}.{_q(cfg.objects_table)}"
+                objects = f"{_q(cfg.keyspace)}.{_q(cfg.tables.objects)}"
                 key = ", ".join(_q(c) for c in self._key_columns)
-                bucket_eq = f"{_q(cfg.bucket_column)} = ? AND " if cfg.bucket_column else ""
+                bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
                 marks = ", ".join("?" * size)
                 stmt = self._in_probes[size] = self._prepare(
                     f"SELECT {key} FROM {objects}"
-                    f" WHERE {bucket_eq}{_q(cfg.parent_column)} IN ({marks})"
+                    f" WHERE {bucket_eq}{_q(cfg.columns.parent)} IN ({marks})"
                     " PER PARTITION LIMIT 1"
                 )
             return stmt
