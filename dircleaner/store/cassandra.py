@@ -70,9 +70,11 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
     MAX_TOKEN,
     MIN_TOKEN,
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
@@ -605,6 +607,8 @@ class CassandraStore(Store):
         self._scan_folders = p(f"SELECT {token}, {key}, {name} FROM {folders} WHERE {in_range}")
         self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
         self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
+        self._folder_partition_rows = p(f"SELECT {token}, {name} FROM {folders} WHERE {key_eq}")
+        self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
@@ -934,6 +938,43 @@ class CassandraStore(Store):
                 count += 1
         mean_name = total / count if count else 0.0
         return mean_name + ROW_OVERHEAD_BYTES
+
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Paged by the driver (``fetch_size``), at the sweep consistency, routed to a replica."""
+        values = self._key_values(bucket, parent)
+        token = partition_token(cast(tuple[str, ...], values))
+        for page in self._pages(self._folder_partition_rows, values, "sweep", page_rows, token):
+            yield [FolderRow(int(row[0]), bucket, parent, row[1]) for row in page]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """``concurrency`` partitions read at once, each paged; yielded in ``keys`` order."""
+
+        def job(key: tuple[str, str]) -> Callable[[], Iterator[tuple[bool, list[FolderRow]]]]:
+            def pages() -> Iterator[tuple[bool, list[FolderRow]]]:
+                for page in self.folder_partition_pages(*key, page_rows=self.config.fetch_size):
+                    yield False, page
+                yield True, []  # this partition is done (an absent one has no page at all)
+
+            return pages
+
+        items = self._ordered([job(key) for key in keys])
+        for key in keys:
+            rows: list[FolderRow] = []
+            for done, page in items:
+                if done:
+                    break
+                rows.extend(page)
+            yield key, rows
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
+        return bool(result.current_rows)
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:

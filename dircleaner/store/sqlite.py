@@ -14,7 +14,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
@@ -182,6 +184,43 @@ class SqliteStore(Store):
         return DirCountEstimate(
             int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
         )
+
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Keyset paging: each page starts after the last name of the one before."""
+        if page_rows < 1:
+            raise ValueError("page_rows must be >= 1")
+        token = murmur_token(bucket, parent)
+        after: str | None = None
+        while True:
+            if after is None:
+                sql = "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                params: tuple[object, ...] = (token, bucket, parent, page_rows)
+            else:
+                sql = (
+                    "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                    " AND name > ?"
+                )
+                params = (token, bucket, parent, after, page_rows)
+            names = [
+                str(row[0]) for row in self._conn.execute(f"{sql} ORDER BY name LIMIT ?", params)
+            ]
+            if not names:
+                return
+            yield [FolderRow(token, bucket, parent, name) for name in names]
+            if len(names) < page_rows:
+                return
+            after = names[-1]
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        row = self._conn.execute(
+            "SELECT 1 FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+            (murmur_token(bucket, parent), bucket, parent, name),
+        ).fetchone()
+        return row is not None
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
