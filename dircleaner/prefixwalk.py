@@ -67,7 +67,7 @@ def normalise_prefix(text: str) -> str:
     """
     if not text:
         raise UsageError(
-            "empty --prefix: name a directory, e.g. logs/2025/ (cleaning a whole bucket is what 'run' does)"
+            "empty --prefix: name a directory, e.g. logs/2025/ (whole buckets are for 'run')"
         )
     directory = text if text.endswith(SEP) else text + SEP
     validate_key(directory)

@@ -35,6 +35,13 @@ _RECHECK_PROBE = (
     "  WHERE o.token = r.token AND o.bucket = r.bucket AND o.parent = r.parent)"
 )
 
+_WALK_READ = (
+    "SELECT f.token, f.bucket, f.parent, f.name FROM temp.dircleaner_walk AS w"
+    " CROSS JOIN folders AS f"
+    " ON f.token = w.token AND f.bucket = w.bucket AND f.parent = w.parent"
+    " ORDER BY w.rowid, f.name"
+)
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
     token  INTEGER NOT NULL,
@@ -213,6 +220,42 @@ class SqliteStore(Store):
             if len(names) < page_rows:
                 return
             after = names[-1]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """One set-based query per chunk of keys instead of a Python round trip per partition.
+
+        The keys go into a temporary table in token order, which drives the join (``CROSS JOIN``
+        keeps SQLite from scanning the folders table instead), so the reads walk the B-tree in
+        key order.
+        """
+        conn = self._conn
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_walk"
+            " (token INTEGER NOT NULL, bucket TEXT NOT NULL, parent TEXT NOT NULL)"
+        )
+        try:
+            for start in range(0, len(keys), RECHECK_CHUNK):
+                chunk = keys[start : start + RECHECK_CHUNK]
+                probe = sorted(
+                    (murmur_token(bucket, parent), bucket, parent) for bucket, parent in chunk
+                )
+                found: dict[tuple[str, str], list[FolderRow]] = {}
+                conn.execute("BEGIN")  # deferred: only the temp table is written
+                try:
+                    conn.execute("DELETE FROM temp.dircleaner_walk")
+                    conn.executemany("INSERT INTO temp.dircleaner_walk VALUES (?, ?, ?)", probe)
+                    for token, bucket, parent, name in conn.execute(_WALK_READ):
+                        found.setdefault((bucket, parent), []).append(
+                            FolderRow(token, bucket, parent, name)
+                        )
+                finally:
+                    conn.execute("COMMIT")
+                for key in chunk:
+                    yield key, found.pop(key, [])
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_walk")
 
     def has_folder_row(self, bucket: str, directory: str) -> bool:
         parent, name = folder_row_of(directory)
