@@ -127,7 +127,7 @@ def walk_prefix(
     order: list[str] = []
     seen = {prefix}
     level = [prefix]
-    depth = 0
+    depth = walked = 0
     while level:
         if depth > max_depth:
             raise FolderIndexLooksCyclic(
@@ -156,7 +156,8 @@ def walk_prefix(
                         " (--max-deletes); nothing was deleted: raise --max-deletes or leave it"
                         " to the nightly 'run'"
                     )
-            progress("walk", len(order) + len(wave), None)
+            walked += len(wave)
+            progress("walk", walked, None)
             if after_wave is not None:
                 after_wave(wave)
         order.extend(level)

@@ -125,7 +125,7 @@ def clean(
     PREFIX, check each directory's objects, and delete the empty ones (no filter is used).
 
     \b
-    Examples:
+    Example:
       dircleaner --store sqlite:///meta.db clean --dry-run
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
