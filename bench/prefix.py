@@ -107,10 +107,10 @@ def prefix_clean(url: str, work: Path, tag: str) -> dict[str, Any]:
     return run_cli(url, args, work, f"prefix-{tag}")
 
 
-def full_run(url: str, work: Path, workers: int) -> dict[str, Any]:
+def full_run(url: str, work: Path, workers: int, *extra: str) -> dict[str, Any]:
     audit = work / "run.jsonl"
     audit.unlink(missing_ok=True)
-    args = ["run", "--rate", "0", "--workers", str(workers), "--audit-log", str(audit)]
+    args = ["run", "--rate", "0", "--workers", str(workers), "--audit-log", str(audit), *extra]
     return run_cli(url, args, work, "run")
 
 
@@ -195,11 +195,14 @@ def cassandra_size(args: argparse.Namespace, dirs: int, keys: list[str]) -> dict
         "backend": "cassandra",
         "load_s": load_s,
     }
+    if args.cassandra_run:
+        # Before the prefix clean, so it faces the same mass delete; a dry run, so it leaves the
+        # subtree to the prefix clean (the ratio then leaves out the run's deletes: it errs
+        # against the prefix clean).
+        result["run"] = full_run(url, work, args.workers, "--dry-run")
     result["prefix"] = prefix_clean(url, work, f"cassandra-{dirs}")
     with open_store(url) as store:
         result["check"] = check(before, folder_dirs(store), kept)
-    if args.cassandra_run:
-        result["run"] = full_run(url, work, args.workers)
     return result
 
 
@@ -236,7 +239,9 @@ def main() -> None:
     ap.add_argument("--no-run", action="store_true", help="skip the full run")
     ap.add_argument("--repeat", type=int, default=3, help="prefix cleans per size (min kept)")
     ap.add_argument("--cassandra-url", help="also clean the first size loaded into this keyspace")
-    ap.add_argument("--cassandra-run", action="store_true", help="and a full run there")
+    ap.add_argument(
+        "--cassandra-run", action="store_true", help="and a full run there (--dry-run, before)"
+    )
     ap.add_argument("--keep-copy", action="store_true", help="keep the scratch copies")
     args = ap.parse_args()
     keys = subtree_keys(args.months, args.days, args.hours, args.leaves)
