@@ -208,9 +208,9 @@ def cassandra_size(args: argparse.Namespace, dirs: int, keys: list[str]) -> dict
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| backend | store dirs | subtree dirs | deleted | exact | prefix clean s | walk s"
-        " | delete s | full run s |",
-        "|---|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| backend | store dirs | subtree dirs | deleted | exact | prefix clean s (wall)"
+        " | walk s | plan s | delete s | full run s (wall) |",
+        "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         phases = r["prefix"]["summary"]["phase_seconds"]
@@ -219,7 +219,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['backend']} | {r['store_dirs']:,} | {r['check']['subtree_dirs']:,}"
             f" | {r['check']['deleted']:,} | {r['check']['exact']}"
             f" | {r['prefix']['seconds']:.2f} | {phases.get('walk', 0):.2f}"
-            f" | {phases.get('delete', 0):.2f} | {run} |"
+            f" | {phases.get('plan', 0):.2f} | {phases.get('delete', 0):.2f} | {run} |"
         )
     return "\n".join(lines)
 

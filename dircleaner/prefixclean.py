@@ -15,6 +15,7 @@ risk either way. Each run is its own audit-log generation (``prefix-<walk start>
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,8 +96,9 @@ def run_prefix_clean(
         dry_run=config.dry_run,
     )
     # The walk probed every directory it calls empty: nothing is left to re-check.
+    started = time.monotonic()
     cleaned = plan_and_delete(store, walk.facts, frozenset(), orders, progress)
-    phases = {"walk": walk.seconds}
+    phases = {"walk": walk.seconds, "plan": time.monotonic() - started - cleaned.delete_s}
     if cleaned.deleted is not None:
         phases["delete"] = cleaned.delete_s
     return PrefixCleanReport(
