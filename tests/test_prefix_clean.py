@@ -265,6 +265,47 @@ def test_a_budget_defers_and_running_again_converges(backend: Backend, tmp_path:
     assert {f"{PREFIX}c{i:02d}/" for i in range(1, 24, 2)} <= listed(backend)
 
 
+class Killed(BaseException):
+    """Stands for a kill -9 in the middle of the deletes (nothing below catches it)."""
+
+
+def test_a_clean_killed_mid_delete_is_finished_by_running_it_again(
+    backend: Backend, tmp_path: Path
+) -> None:
+    put, dead = mass_deleted_dataset()
+    load(backend, tmp_path, put, dead)
+    every, live = expected_dirs(put, dead)
+    uninterrupted = listed(backend) - {d for d in every - live if d.startswith(PREFIX)}
+    store = backend.store
+    real = store.delete_folder_rows
+    calls = []
+
+    def dies_on_the_third_batch(rows: Any, timestamp_us: int) -> Any:
+        calls.append(len(rows))
+        if len(calls) == 3:
+            raise Killed
+        return real(rows, timestamp_us)
+
+    config = PrefixCleanConfig(
+        prefix=PREFIX,
+        bucket=backend.bucket,
+        min_age_s=0,
+        throttle=ThrottleConfig(rate=0, concurrency=2),
+        audit_log=tmp_path / "audit.jsonl",
+    )
+    store.delete_folder_rows = dies_on_the_third_batch  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Killed):
+            run_prefix_clean(store, config)
+    finally:
+        del store.delete_folder_rows
+    halfway = listed(backend)
+    assert uninterrupted < halfway < every  # some deletes landed, not all
+    report = run_prefix_clean(store, config)
+    assert report.deleted is not None and report.deleted.directories > 0
+    assert listed(backend) == uninterrupted
+
+
 # -- the walk's own guards (library) --------------------------------------------------------------
 
 
