@@ -224,29 +224,10 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 4_000_000])
-    ap.add_argument("--out", type=Path, help="write the JSON result here")
-    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
-    ap.add_argument("--work-dir", type=Path, help="where the scratch copies go (default: cache)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="for the full run")
-    ap.add_argument("--months", type=int, default=12)
-    ap.add_argument("--days", type=int, default=28)
-    ap.add_argument("--hours", type=int, default=24)
-    ap.add_argument("--leaves", type=int, default=2)
-    ap.add_argument("--keep-every", type=int, default=1000, help="leaves that keep their object")
-    ap.add_argument("--no-run", action="store_true", help="skip the full run")
-    ap.add_argument("--repeat", type=int, default=3, help="prefix cleans per size (min kept)")
-    ap.add_argument("--cassandra-url", help="also clean the first size loaded into this keyspace")
-    ap.add_argument(
-        "--cassandra-run", action="store_true", help="and a full run there (--dry-run, before)"
-    )
-    ap.add_argument("--keep-copy", action="store_true", help="keep the scratch copies")
-    args = ap.parse_args()
-    keys = subtree_keys(args.months, args.days, args.hours, args.leaves)
-    # Sizes interleaved, repeat after repeat: the machine's load drifts, and each size should
-    # see the same drift. The fastest repeat of each size is kept (noise only ever adds).
+def sqlite_results(args: argparse.Namespace, keys: list[str]) -> list[dict[str, Any]]:
+    """Each size's fastest prefix clean (sizes interleaved, repeat after repeat: the machine's
+    load drifts, and each size should see the same drift; noise only ever adds), and the full
+    run at the smallest size."""
     tries: list[dict[str, Any]] = []
     for rep in range(args.repeat):
         for dirs in args.sizes:
@@ -265,20 +246,44 @@ def main() -> None:
     if not args.no_run:
         print(f"full run at {args.sizes[0]:,} ...", file=sys.stderr)
         results[0]["run"] = sqlite_run(args, args.sizes[0], keys)
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1_000_000, 4_000_000])
+    ap.add_argument("--out", type=Path, help="write the JSON result here")
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
+    ap.add_argument("--work-dir", type=Path, help="where the scratch copies go (default: cache)")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="for the full run")
+    ap.add_argument("--months", type=int, default=12)
+    ap.add_argument("--days", type=int, default=28)
+    ap.add_argument("--hours", type=int, default=24)
+    ap.add_argument("--leaves", type=int, default=2)
+    ap.add_argument("--keep-every", type=int, default=1000, help="leaves that keep their object")
+    ap.add_argument("--no-run", action="store_true", help="skip the full run")
+    ap.add_argument("--no-sqlite", action="store_true", help="only the Cassandra part")
+    ap.add_argument("--repeat", type=int, default=3, help="prefix cleans per size (min kept)")
+    ap.add_argument("--cassandra-url", help="also clean the first size loaded into this keyspace")
+    ap.add_argument(
+        "--cassandra-run", action="store_true", help="and a full run there (--dry-run, before)"
+    )
+    ap.add_argument("--keep-copy", action="store_true", help="keep the scratch copies")
+    args = ap.parse_args()
+    keys = subtree_keys(args.months, args.days, args.hours, args.leaves)
+    results = [] if args.no_sqlite else sqlite_results(args, keys)
     if args.cassandra_url:
         print(f"size {args.sizes[0]:,} (cassandra) ...", file=sys.stderr)
         results.append(cassandra_size(args, args.sizes[0], keys))
-    first, last = results[0], [r for r in results if r["backend"] == "sqlite"][-1]
-    ratios: dict[str, Any] = {
-        "growth_prefix_clean": last["prefix"]["seconds"] / first["prefix"]["seconds"] - 1,
-        "growth_walk": (
-            last["prefix"]["summary"]["phase_seconds"]["walk"]
-            / first["prefix"]["summary"]["phase_seconds"]["walk"]
-            - 1
-        ),
-    }
-    if "run" in first:
-        ratios["prefix_over_run"] = first["prefix"]["seconds"] / first["run"]["seconds"]
+    ratios: dict[str, Any] = {}
+    sqlite = [r for r in results if r["backend"] == "sqlite"]
+    if sqlite:
+        first, last = sqlite[0], sqlite[-1]
+        ratios["growth_prefix_clean"] = last["prefix"]["seconds"] / first["prefix"]["seconds"] - 1
+        walks = [r["prefix"]["summary"]["phase_seconds"]["walk"] for r in (first, last)]
+        ratios["growth_walk"] = walks[1] / walks[0] - 1
+        if "run" in first:
+            ratios["prefix_over_run"] = first["prefix"]["seconds"] / first["run"]["seconds"]
     cass = [r for r in results if r["backend"] == "cassandra"]
     if cass and "run" in cass[0]:
         prefix_s, run_s = cass[0]["prefix"]["seconds"], cass[0]["run"]["seconds"]
