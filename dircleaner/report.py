@@ -7,6 +7,7 @@ from typing import Any
 from dircleaner.build import BuildResult
 from dircleaner.job import CleanReport, CleanSweep, RunReport, SweepReport
 from dircleaner.plan import PlanSummary
+from dircleaner.prefixclean import PrefixCleanReport
 
 Summary = dict[str, Any]
 
@@ -175,4 +176,62 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
         )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")
+    return lines
+
+
+def prefix_summary(report: PrefixCleanReport) -> Summary:
+    walk, deleted = report.walk, report.deleted
+    return {
+        "prefix": walk.prefix,
+        "bucket": walk.bucket,
+        "generation": report.generation,
+        "walk": {
+            "directories": walk.directories,
+            "empty_directories": walk.empty_directories,
+            "with_objects": walk.with_objects,
+            "partitions": walk.partitions,
+            "folder_rows": walk.folder_rows,
+            "depth": walk.depth,
+            "prefix_empty": walk.prefix_empty,
+            "seconds": round(walk.seconds, 3),
+        },
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "plan": plan_summary(report.plan),
+        "dry_run": report.dry_run,
+        "deleted_dirs": deleted.directories if deleted else 0,
+        "partition_tombstones": deleted.partition_deletes if deleted else 0,
+        "row_tombstones": deleted.row_deletes if deleted else 0,
+        "range_tombstones": deleted.range_deletes if deleted else 0,
+        "retries": deleted.retries if deleted else 0,
+        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+    }
+
+
+def prefix_lines(report: PrefixCleanReport, audit_log: str | None) -> list[str]:
+    walk, plan = report.walk, report.plan
+    lines = [
+        f"walk    {walk.prefix} in bucket {walk.bucket}: {_n(walk.directories)} directories,"
+        f" {walk.depth} levels deep, {_n(walk.with_objects)} holding objects,"
+        f" {_n(walk.empty_directories)} empty ({walk.seconds:.1f}s)",
+        f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
+        f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
+        f" tombstones, {_n(plan.deferred)} deferred by the per-partition budget",
+    ]
+    if report.dry_run:
+        lines.append("clean   dry run: nothing deleted")
+    elif report.deleted is None:
+        lines.append("clean   nothing to delete")
+    else:
+        d = report.deleted
+        lines.append(
+            f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f" at timestamp {report.delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
+            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes;"
+            f" {_n(d.retries)} retries)"
+        )
+        if audit_log:
+            lines.append(f"        audit log: {audit_log}")
+    if plan.deferred:
+        lines.append("        run the same command again to delete what the budget deferred")
     return lines

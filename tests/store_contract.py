@@ -263,6 +263,57 @@ class StoreContract:
         store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
         assert list(store.iter_folder_rows()) == folder_rows(store)
 
+    # -- one folders partition (the prefix walk) --------------------------------------------------
+    def test_folder_partition_pages_are_the_scan_of_that_partition_in_pages(
+        self, store: Store
+    ) -> None:
+        names = [f"n{i:03d}" for i in range(23)] + ["ä", "日", ""]
+        store.write_folder_rows([(self.BUCKET, "wide/", n) for n in names], self.t0)
+        store.write_folder_rows([(self.BUCKET, "wide/x/", "y"), (self.BUCKET, "", "z")], self.t0)
+        scanned = [r for r in folder_rows(store) if r.parent == "wide/"]
+        pages = list(store.folder_partition_pages(self.BUCKET, "wide/", page_rows=5))
+        assert all(0 < len(page) <= 5 for page in pages)
+        assert len(pages) >= 6  # 26 rows, 5 a page: paged, not read at once
+        assert [row for page in pages for row in page] == scanned
+        assert len(scanned) == len(names)
+        root = [row for page in store.folder_partition_pages(self.BUCKET, "") for row in page]
+        assert [(r.parent, r.name) for r in root] == [("", "z")]
+
+    def test_folder_partition_pages_of_an_absent_or_emptied_partition(self, store: Store) -> None:
+        store.write_folder_rows([(self.BUCKET, "p/", "a"), (self.BUCKET, "p/", "b")], self.t0)
+        assert list(store.folder_partition_pages(self.BUCKET, "nothing/")) == []
+        (key,) = {PartitionKey(r.token, r.bucket, r.parent) for r in folder_rows(store)}
+        assert store.delete_folder_partitions([key], self.t0 + 1) == [None]
+        assert list(store.folder_partition_pages(self.BUCKET, "p/")) == []
+
+    def test_folder_partition_pages_stay_in_their_bucket(self, store: Store) -> None:
+        other = self.need_two_buckets()
+        store.write_folder_rows([(self.BUCKET, "p/", "mine"), (other, "p/", "theirs")], self.t0)
+        rows = [row for page in store.folder_partition_pages(other, "p/") for row in page]
+        assert [(r.bucket, r.parent, r.name) for r in rows] == [(other, "p/", "theirs")]
+
+    def test_folder_partitions_in_the_order_asked(self, store: Store) -> None:
+        keys = spread_keys(60)
+        store.put_objects(self.BUCKET, keys, self.t0)
+        by_partition: dict[tuple[str, str], list[FolderRow]] = {}
+        for row in folder_rows(store):
+            by_partition.setdefault((row.bucket, row.parent), []).append(row)
+        asked = [*sorted(by_partition, reverse=True), (self.BUCKET, "missing/")]
+        got = list(store.folder_partitions(asked))
+        assert [key for key, _ in got] == asked
+        assert {key: rows for key, rows in got} == {**by_partition, (self.BUCKET, "missing/"): []}
+
+    def test_has_folder_row(self, store: Store) -> None:
+        store.put_objects(self.BUCKET, ["a/b/c", "top/"], self.t0)
+        assert store.has_folder_row(self.BUCKET, "a/")
+        assert store.has_folder_row(self.BUCKET, "a/b/")
+        assert store.has_folder_row(self.BUCKET, "top/")
+        assert not store.has_folder_row(self.BUCKET, "a/b/c/")
+        assert not store.has_folder_row(self.BUCKET, "b/")
+        assert not store.has_folder_row(self.BUCKET, "a/x/")
+        if self.OTHER_BUCKET is not None:
+            assert not store.has_folder_row(self.OTHER_BUCKET, "a/")
+
     # -- the emptiness re-check -------------------------------------------------------------------
     def test_nonempty_object_partitions(self, store: Store) -> None:
         store.put_objects(self.BUCKET, ["a/b/c", "top", "m/"], self.t0)

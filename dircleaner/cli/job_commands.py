@@ -21,6 +21,8 @@ from dircleaner.cli.options import (
     json_option,
     metrics_option,
     parse_shard,
+    prefix_clean_config,
+    prefix_options,
     shard_option,
     sweep_config,
     sweep_options,
@@ -30,11 +32,14 @@ from dircleaner.errors import DircleanerError
 from dircleaner.job import run_clean, run_job, run_sweep
 from dircleaner.metrics import render, write_atomically
 from dircleaner.paths import dir_of_row
+from dircleaner.prefixclean import run_prefix_clean
 from dircleaner.report import (
     build_lines,
     build_summary,
     clean_lines,
     clean_summary,
+    prefix_lines,
+    prefix_summary,
     run_build_lines,
     run_summary,
     sweep_lines,
@@ -104,6 +109,7 @@ def sweep_cmd(
 @click.command()
 @sweep_options
 @clean_options
+@prefix_options
 @bucket_option
 @workers_option
 @shard_option
@@ -115,11 +121,24 @@ def clean(
 ) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
+    With --prefix, clean one subtree now (after a mass delete): walk the folder index under
+    PREFIX, check each directory's objects, and delete the empty ones (no filter is used).
+
     \b
     Example:
       dircleaner --store sqlite:///meta.db clean --dry-run
+      dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
     progress = TerminalProgress()
+    if params["prefix"] is not None:
+        prefix_config = prefix_clean_config(params, shard)
+        with metrics_on_failure(metrics_file), obj(ctx).open() as store:
+            prefix_report = run_prefix_clean(store, prefix_config, progress)
+        progress.close()
+        prefix = prefix_summary(prefix_report)
+        write_metrics(metrics_file, {"clean": prefix}, success=True)
+        emit(prefix, prefix_lines(prefix_report, _audit(prefix_config.audit_log)), as_json)
+        return
     config = clean_config(params, parse_shard(shard))
     with metrics_on_failure(metrics_file), obj(ctx).open() as store:
         report = run_clean(store, config, progress)

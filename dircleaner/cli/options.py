@@ -14,6 +14,9 @@ from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
 from dircleaner.guards import GuardConfig
 from dircleaner.job import CleanConfig, SweepConfig
+from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.prefixclean import DEFAULT_MAX_DELETES, PrefixCleanConfig
+from dircleaner.prefixwalk import normalise_prefix
 from dircleaner.store.base import Shard
 from dircleaner.timeutil import parse_duration
 
@@ -152,6 +155,42 @@ clean_options = _apply(
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
     ]
 )
+
+prefix_options = _apply(
+    [
+        click.option(
+            "--prefix",
+            help=(
+                "Clean only this directory and what is under it, now, by an exact walk (after a"
+                " mass delete); 'logs/2025' means 'logs/2025/'. Uses --bucket (default"
+                f" {DEFAULT_BUCKET!r}); no filter is read."
+            ),
+        ),
+        click.option(
+            "--max-deletes",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_DELETES,
+            show_default=True,
+            help="With --prefix: refuse (nothing deleted) a subtree of more directories.",
+        ),
+    ]
+)
+
+
+def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixCleanConfig:
+    """The --prefix clean's config; the nightly clean's filter and slicing options are refused."""
+    if shard is not None or params.get("generation") is not None:
+        raise UsageError("--prefix walks its subtree: --shard and --generation do not apply")
+    return PrefixCleanConfig(
+        prefix=normalise_prefix(params["prefix"]),
+        bucket=params["bucket"] or DEFAULT_BUCKET,
+        min_age_s=parse_duration(params["min_age"]),
+        max_tombstones_per_partition=params["max_tombstones_per_partition"],
+        max_deletes=params["max_deletes"],
+        dry_run=params["dry_run"],
+        throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
+        audit_log=Path(params["audit_log"]),
+    )
 
 
 def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:

@@ -16,6 +16,9 @@ import mmh3
 
 from dircleaner.paths import directories_of, folder_row_of, split_key
 
+#: rows per page when a store reads one folders partition (a wide one takes several pages)
+PARTITION_PAGE_ROWS = 5_000
+
 MIN_TOKEN = -(2**63)
 MAX_TOKEN = 2**63 - 1
 
@@ -171,6 +174,35 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         """An upper bound on the number of directories, for sizing the filter."""
+
+    # -- one folders partition (the prefix walk) ------------------------------------------------
+    @abc.abstractmethod
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """The folder rows of partition ``(bucket, parent)``, in clustering order, a page of at
+        most ``page_rows`` at a time (non-empty pages; none for an absent partition)."""
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """Each partition of ``keys`` (distinct) whole, as ``(key, rows)``, in ``keys`` order.
+
+        Read one after the other here; a backend that can overlaps the reads.
+        """
+        for bucket, parent in keys:
+            rows = [row for page in self.folder_partition_pages(bucket, parent) for row in page]
+            yield (bucket, parent), rows
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        """Whether the folder index lists ``directory`` (a row in its parent's partition).
+
+        Reads the parent's partition here; backends override it with a point read.
+        """
+        parent, name = folder_row_of(directory)
+        return any(
+            row.name == name for page in self.folder_partition_pages(bucket, parent) for row in page
+        )
 
     # -- emptiness re-check --------------------------------------------------------------------
     @abc.abstractmethod

@@ -70,9 +70,11 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
     MAX_TOKEN,
     MIN_TOKEN,
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
@@ -545,6 +547,8 @@ class CassandraStore(Store):
         )
         #: the verify re-check's IN reads by number of bind markers, prepared when first needed
         self._in_probes: dict[int, PreparedStatement] = {}
+        #: the prefix walk's IN reads of folders partitions, likewise
+        self._in_folder_reads: dict[int, PreparedStatement] = {}
         self._in_probes_lock = threading.Lock()
         self._prepare_all()
 
@@ -605,6 +609,8 @@ class CassandraStore(Store):
         self._scan_folders = p(f"SELECT {token}, {key}, {name} FROM {folders} WHERE {in_range}")
         self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
         self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
+        self._folder_partition_rows = p(f"SELECT {token}, {name} FROM {folders} WHERE {key_eq}")
+        self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
@@ -934,6 +940,78 @@ class CassandraStore(Store):
                 count += 1
         mean_name = total / count if count else 0.0
         return mean_name + ROW_OVERHEAD_BYTES
+
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Paged by the driver (``fetch_size``), at the sweep consistency, routed to a replica."""
+        values = self._key_values(bucket, parent)
+        token = partition_token(cast(tuple[str, ...], values))
+        for page in self._pages(self._folder_partition_rows, values, "sweep", page_rows, token):
+            yield [FolderRow(int(row[0]), bucket, parent, row[1]) for row in page]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """The partitions read ``verify_batch`` at a time, ``concurrency`` reads in flight::
+
+            SELECT token(bucket, parent), bucket, parent, name FROM folders
+            WHERE bucket = ? AND parent IN (?, …)
+
+        chunked, routed and padded exactly as the re-check's reads are (see
+        ``nonempty_object_partitions``), at the sweep consistency, and paged by ``fetch_size``:
+        a wide partition takes as many pages as it needs. Cassandra returns each partition's rows
+        together and in clustering order. Yielded in ``keys`` order once all are read.
+        """
+        unique = list(dict.fromkeys(keys))
+        if not unique:
+            return
+        asked = set(unique)
+
+        def job(bucket: str, chunk: list[tuple[int, str]]) -> Callable[[], Iterator[Any]]:
+            size = in_size(len(chunk), self.config.verify_batch)
+            parents = [stored for _, stored in chunk]
+            parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
+            values = (bucket, *parents) if self.config.bucket_column else tuple(parents)
+            stmt = self._in_folder_read(size)
+            fetch = self.config.fetch_size
+            return lambda: self._pages(stmt, values, "sweep", fetch, chunk[0][0])
+
+        found: dict[tuple[str, str], list[FolderRow]] = {}
+        jobs = [job(bucket, chunk) for bucket, chunk in self._verify_chunks(unique)]
+        for page in self._ordered(jobs):
+            for row in page:
+                key = self._bucket_of(row)
+                if key not in asked:
+                    raise SchemaError(
+                        f"the walk's read returned partition {key!r}, a key it did not ask for;"
+                        " check the [cassandra] mapping"
+                    )
+                found.setdefault(key, []).append(FolderRow(int(row[0]), *key, row[-1]))
+        for key in keys:
+            yield key, found.get(key, [])
+
+    def _in_folder_read(self, size: int) -> PreparedStatement:
+        """``SELECT token, key, name FROM folders WHERE … parent IN (size markers)``."""
+        with self._in_probes_lock:
+            stmt = self._in_folder_reads.get(size)
+            if stmt is None:
+                cfg = self.config
+                folders = f"{_q(cfg.keyspace)}.{_q(cfg.folders_table)}"
+                key = ", ".join(_q(c) for c in self._key_columns)
+                bucket_eq = f"{_q(cfg.bucket_column)} = ? AND " if cfg.bucket_column else ""
+                marks = ", ".join("?" * size)
+                stmt = self._in_folder_reads[size] = self._prepare(
+                    f"SELECT token({key}), {key}, {_q(cfg.name_column)} FROM {folders}"
+                    f" WHERE {bucket_eq}{_q(cfg.parent_column)} IN ({marks})"
+                )
+            return stmt
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
+        return bool(result.current_rows)
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:

@@ -14,7 +14,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
@@ -31,6 +33,13 @@ _RECHECK_PROBE = (
     "SELECT bucket, parent FROM temp.dircleaner_recheck AS r WHERE EXISTS"
     " (SELECT 1 FROM objects AS o"
     "  WHERE o.token = r.token AND o.bucket = r.bucket AND o.parent = r.parent)"
+)
+
+_WALK_READ = (
+    "SELECT f.token, f.bucket, f.parent, f.name FROM temp.dircleaner_walk AS w"
+    " CROSS JOIN folders AS f"
+    " ON f.token = w.token AND f.bucket = w.bucket AND f.parent = w.parent"
+    " ORDER BY w.rowid, f.name"
 )
 
 SCHEMA = """
@@ -182,6 +191,79 @@ class SqliteStore(Store):
         return DirCountEstimate(
             int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
         )
+
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Keyset paging: each page starts after the last name of the one before."""
+        if page_rows < 1:
+            raise ValueError("page_rows must be >= 1")
+        token = murmur_token(bucket, parent)
+        after: str | None = None
+        while True:
+            if after is None:
+                sql = "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                params: tuple[object, ...] = (token, bucket, parent, page_rows)
+            else:
+                sql = (
+                    "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                    " AND name > ?"
+                )
+                params = (token, bucket, parent, after, page_rows)
+            names = [
+                str(row[0]) for row in self._conn.execute(f"{sql} ORDER BY name LIMIT ?", params)
+            ]
+            if not names:
+                return
+            yield [FolderRow(token, bucket, parent, name) for name in names]
+            if len(names) < page_rows:
+                return
+            after = names[-1]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """One set-based query per chunk of keys instead of a Python round trip per partition.
+
+        The keys go into a temporary table in token order, which drives the join (``CROSS JOIN``
+        keeps SQLite from scanning the folders table instead), so the reads walk the B-tree in
+        key order.
+        """
+        conn = self._conn
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_walk"
+            " (token INTEGER NOT NULL, bucket TEXT NOT NULL, parent TEXT NOT NULL)"
+        )
+        try:
+            for start in range(0, len(keys), RECHECK_CHUNK):
+                chunk = keys[start : start + RECHECK_CHUNK]
+                probe = sorted(
+                    (murmur_token(bucket, parent), bucket, parent) for bucket, parent in chunk
+                )
+                found: dict[tuple[str, str], list[FolderRow]] = {}
+                conn.execute("BEGIN")  # deferred: only the temp table is written
+                try:
+                    conn.execute("DELETE FROM temp.dircleaner_walk")
+                    conn.executemany("INSERT INTO temp.dircleaner_walk VALUES (?, ?, ?)", probe)
+                    for token, bucket, parent, name in conn.execute(_WALK_READ):
+                        found.setdefault((bucket, parent), []).append(
+                            FolderRow(token, bucket, parent, name)
+                        )
+                finally:
+                    conn.execute("COMMIT")
+                for key in chunk:
+                    yield key, found.pop(key, [])
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_walk")
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        row = self._conn.execute(
+            "SELECT 1 FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+            (murmur_token(bucket, parent), bucket, parent, name),
+        ).fetchone()
+        return row is not None
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
