@@ -153,7 +153,7 @@ def restore_cmd(ctx: click.Context, audit_log: IO[str]) -> None:
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db restore dircleaner-audit.jsonl
+      dircleaner --store sqlite:///meta.db restore ~/.local/state/dircleaner/audit.jsonl
     """
     rows = read_audit_entries(audit_log)
     with obj(ctx).open() as store:

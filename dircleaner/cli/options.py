@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,7 +20,15 @@ from dircleaner.timeutil import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_AUDIT_LOG = "dircleaner-audit.jsonl"
+#: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
+AUDIT_LOG_DISPLAY = "$XDG_STATE_HOME/dircleaner/audit.jsonl (~/.local/state/dircleaner/...)"
+
+
+def default_audit_log() -> str:
+    """``$XDG_STATE_HOME/dircleaner/audit.jsonl``, else ``~/.local/state/dircleaner/audit.jsonl``:
+    a nightly job's state belongs in one place, not in whatever directory cron started it in."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "dircleaner" / "audit.jsonl")
 
 
 def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
@@ -145,9 +154,9 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            default=DEFAULT_AUDIT_LOG,
-            show_default=True,
-            help="Append every deleted directory here (JSON lines).",
+            default=default_audit_log,
+            show_default=AUDIT_LOG_DISPLAY,
+            help="Append every deleted directory here (JSON lines; kept across runs).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
     ]
