@@ -126,6 +126,12 @@ def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
             click.echo(line)
 
 
+def warn_if_bucket_empty(bucket: str | None, what: str, found: int) -> None:
+    """A --bucket that matched nothing is most likely a typo: say so on stderr."""
+    if bucket is not None and found == 0:
+        click.echo(f"warning: bucket {bucket!r} has no {what}; is --bucket right?", err=True)
+
+
 def obj(ctx: click.Context) -> AppContext:
     app = ctx.find_object(AppContext)
     if app is None:  # pragma: no cover - click always sets it through the group

@@ -58,12 +58,36 @@ metrics_option = click.option(
     help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
 )
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+#: worker processes allowed per core: more only contend for the same cores and connections
+WORKERS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_workers(_ctx: click.Context, _param: click.Parameter, value: int) -> int:
+    cores = usable_cores()
+    if value > WORKERS_PER_CORE * cores:
+        raise UsageError(
+            f"--workers {value} is more than {WORKERS_PER_CORE} per core"
+            f" ({WORKERS_PER_CORE * cores} on {cores} cores): extra processes only contend;"
+            f" try --workers {cores}"
+        )
+    return value
+
+
 workers_option = click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes that scan slices of the ring in parallel (e.g. one per core).",
+    callback=_check_workers,
+    help=f"Processes that scan slices of the ring in parallel (e.g. one per core; at most"
+    f" {WORKERS_PER_CORE} per core).",
 )
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
