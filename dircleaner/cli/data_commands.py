@@ -10,7 +10,7 @@ from typing import IO, BinaryIO
 import click
 
 from dircleaner.cli.context import TerminalProgress, obj
-from dircleaner.keyfile import read_key_lines
+from dircleaner.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.restore import read_audit_entries, restore
 from dircleaner.store import Store, backend_class
@@ -40,7 +40,8 @@ def _apply_keys(
         hit = write(keys)
         found = None if hit is None or found is None else found + hit
 
-    for line in read_key_lines(stream):
+    endings = LineEndings()
+    for line in read_key_lines(stream, endings):
         if line.key is None:
             rejected += 1
             click.echo(f"line {line.number}: {line.error}; skipped", err=True)
@@ -53,6 +54,12 @@ def _apply_keys(
     if batch:
         flush(batch)
         done += len(batch)
+    if endings.crlf:
+        click.echo(
+            f"CRLF line endings (a Windows file): stripped the carriage return of"
+            f" {endings.stripped:,} lines",
+            err=True,
+        )
     missing = "" if found is None else f" ({done - found:,} did not exist)"
     count = done if found is None else found
     click.echo(f"{verb} {count:,} keys in bucket {bucket!r}{missing}; rejected {rejected:,} lines")
