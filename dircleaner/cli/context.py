@@ -37,16 +37,46 @@ class CliRefused(CliError):
 _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
+#: ``ctx.meta`` key set when the command was asked for ``--json``
+JSON_REQUESTED = "dircleaner.json"
+
+
+def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """Option callback of ``--json``: an error is then reported as JSON on stdout too."""
+    if value:
+        ctx.meta[JSON_REQUESTED] = True
+    return value
+
+
 class DircleanerGroup(click.Group):
-    """Turns library errors into one-line messages and their exit codes."""
+    """Turns library errors into one-line messages and their exit codes (the one mapping)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DircleanerError as exc:
-            kind = "refused" if exc.exit_code == 3 else "failed"
-            log.info("%s %s: %s", ctx.invoked_subcommand or "command", kind, exc)
-            raise _BY_EXIT_CODE.get(exc.exit_code, CliError)(str(exc)) from exc
+            raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
+
+
+def fail(
+    ctx: click.Context,
+    message: str,
+    exit_code: int,
+    kind: str,
+    details: dict[str, object] | None = None,
+) -> CliError:
+    """Log the failure, print it as JSON if ``--json`` was asked for, and return the one-line
+    error to raise (click prints it on stderr and exits with its code)."""
+    verdict = "refused" if exit_code == 3 else "failed"
+    log.info("%s %s: %s", ctx.invoked_subcommand or "command", verdict, message)
+    if ctx.meta.get(JSON_REQUESTED):
+        report = {"ok": False, "error": message, "error_type": kind, "exit_code": exit_code}
+        if details:
+            report["details"] = details
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    error = _BY_EXIT_CODE.get(exit_code, CliError)(message)
+    error.exit_code = exit_code
+    return error
 
 
 @dataclass(frozen=True)
@@ -120,7 +150,7 @@ class TerminalProgress:
 def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
     """Print a summary: JSON for machines, aligned lines for people."""
     if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        click.echo(json.dumps({"ok": True, **summary}, indent=2, sort_keys=True))
     else:
         for line in lines:
             click.echo(line)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from dircleaner.bloom import ENGINES
+from dircleaner.cli.context import note_json
 from dircleaner.build import BuildConfig
 from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
@@ -51,7 +52,13 @@ def parse_shard(text: str | None) -> Shard:
         raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=note_json,
+    help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …, "exit_code": …}).',
+)
 metrics_option = click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
