@@ -74,9 +74,16 @@ def fail(
         if details:
             report["details"] = details
         click.echo(json.dumps(report, indent=2, sort_keys=True))
-    error = _BY_EXIT_CODE.get(exit_code, CliError)(message)
-    error.exit_code = exit_code
-    return error
+    return _error_class(exit_code)(message)
+
+
+def _error_class(exit_code: int) -> type[CliError]:
+    """The one-line error class of an exit code (a new code gets its class on first use)."""
+    if exit_code not in _BY_EXIT_CODE:
+        _BY_EXIT_CODE[exit_code] = type(
+            f"CliError{exit_code}", (CliError,), {"exit_code": exit_code}
+        )
+    return _BY_EXIT_CODE[exit_code]
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 import click
 
 from dircleaner.bloom import ENGINES
-from dircleaner.cli.context import note_json
 from dircleaner.build import BuildConfig
+from dircleaner.cli.context import note_json
 from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
 from dircleaner.guards import GuardConfig
@@ -57,7 +57,7 @@ json_option = click.option(
     "as_json",
     is_flag=True,
     callback=note_json,
-    help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …, "exit_code": …}).',
+    help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …}).',
 )
 metrics_option = click.option(
     "--metrics-file",
