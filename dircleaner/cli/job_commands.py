@@ -26,7 +26,6 @@ from dircleaner.cli.options import (
     sweep_options,
     workers_option,
 )
-from dircleaner.errors import DircleanerError
 from dircleaner.job import run_clean, run_job, run_sweep
 from dircleaner.metrics import render, write_atomically
 from dircleaner.paths import dir_of_row
@@ -168,11 +167,13 @@ def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -
 
 @contextlib.contextmanager
 def metrics_on_failure(path: str | None) -> Iterator[None]:
-    """On an error or refusal, still tell monitoring that the run failed."""
+    """On every way out but success (an error, a refusal, Ctrl-C, SIGTERM, a bug), still tell
+    monitoring that the run failed: an old ``last_run_success 1`` must not survive it."""
     try:
         yield
-    except DircleanerError:
-        write_metrics(path, {}, success=False)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            write_metrics(path, {}, success=False)
         raise
 
 
