@@ -6,6 +6,11 @@ class DircleanerError(Exception):
 
     exit_code: int = 1
 
+    def __init__(self, *args: object, details: dict[str, object] | None = None) -> None:
+        super().__init__(*args)
+        #: what is known when it was raised (counts, generation), for ``--json``
+        self.details: dict[str, object] = dict(details or {})
+
 
 class UsageError(DircleanerError):
     """An argument or input value is malformed."""

@@ -20,7 +20,7 @@ from dircleaner.build import (
     swept_count_key,
 )
 from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.errors import FilterNotFound, UsageError
+from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -370,7 +370,11 @@ def run_job(
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
     checkpoint = CleanCheckpoint(previous, save)
-    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
+    try:
+        cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
+    except DircleanerError as exc:
+        exc.details.setdefault("generation", generation)
+        raise
     if not clean.dry_run:
         save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -95,9 +95,16 @@ def render(summary: Mapping[str, Any], *, success: bool, finished_at: float) -> 
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so the collector never reads half a file."""
+    """Write via a temporary file and rename, so the collector never reads half a file.
+
+    The file is created 0666 less the umask (0644 under the usual 022), as any file a program
+    writes: node_exporter runs as another user and must be able to read it. (``mkstemp``
+    would create it 0600, and the rename would carry that over an existing 0644 file.)
+    ``prometheus_client.write_to_textfile`` does the same temporary-file-and-rename; our own
+    renderer keeps the metric names in one table and needs no extra dependency."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             stream.write(text)

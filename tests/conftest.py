@@ -36,4 +36,15 @@ def cassandra_url() -> str:
     pytest.skip(why)
 
 
+# -- no test writes into the work tree ------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _state_home_in_tmp(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default audit log (under ``$XDG_STATE_HOME``) lands in a temporary directory."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 # -- more shared fixtures below -------------------------------------------------------------------

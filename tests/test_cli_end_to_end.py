@@ -67,7 +67,7 @@ def dataset(tmp_path: Path) -> tuple[str, set[str], set[str], Path]:
 
 
 def listed(url: str) -> set[str]:
-    result = invoke(url, "list-dirs")
+    result = invoke(url, "list-dirs", "--bucket", "default")
     assert result.exit_code == 0, result.output
     return set(result.output.splitlines())
 

@@ -37,16 +37,53 @@ class CliRefused(CliError):
 _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
+#: ``ctx.meta`` key set when the command was asked for ``--json``
+JSON_REQUESTED = "dircleaner.json"
+
+
+def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """Option callback of ``--json``: an error is then reported as JSON on stdout too."""
+    if value:
+        ctx.meta[JSON_REQUESTED] = True
+    return value
+
+
 class DircleanerGroup(click.Group):
-    """Turns library errors into one-line messages and their exit codes."""
+    """Turns library errors into one-line messages and their exit codes (the one mapping)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except DircleanerError as exc:
-            kind = "refused" if exc.exit_code == 3 else "failed"
-            log.info("%s %s: %s", ctx.invoked_subcommand or "command", kind, exc)
-            raise _BY_EXIT_CODE.get(exc.exit_code, CliError)(str(exc)) from exc
+            raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
+
+
+def fail(
+    ctx: click.Context,
+    message: str,
+    exit_code: int,
+    kind: str,
+    details: dict[str, object] | None = None,
+) -> CliError:
+    """Log the failure, print it as JSON if ``--json`` was asked for, and return the one-line
+    error to raise (click prints it on stderr and exits with its code)."""
+    verdict = "refused" if exit_code == 3 else "failed"
+    log.info("%s %s: %s", ctx.invoked_subcommand or "command", verdict, message)
+    if ctx.meta.get(JSON_REQUESTED):
+        report = {"ok": False, "error": message, "error_type": kind, "exit_code": exit_code}
+        if details:
+            report["details"] = details
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    return _error_class(exit_code)(message)
+
+
+def _error_class(exit_code: int) -> type[CliError]:
+    """The one-line error class of an exit code (a new code gets its class on first use)."""
+    if exit_code not in _BY_EXIT_CODE:
+        _BY_EXIT_CODE[exit_code] = type(
+            f"CliError{exit_code}", (CliError,), {"exit_code": exit_code}
+        )
+    return _BY_EXIT_CODE[exit_code]
 
 
 @dataclass(frozen=True)
@@ -120,10 +157,16 @@ class TerminalProgress:
 def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
     """Print a summary: JSON for machines, aligned lines for people."""
     if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        click.echo(json.dumps({"ok": True, **summary}, indent=2, sort_keys=True))
     else:
         for line in lines:
             click.echo(line)
+
+
+def warn_if_bucket_empty(bucket: str | None, what: str, found: int) -> None:
+    """A --bucket that matched nothing is most likely a typo: say so on stderr."""
+    if bucket is not None and found == 0:
+        click.echo(f"warning: bucket {bucket!r} has no {what}; is --bucket right?", err=True)
 
 
 def obj(ctx: click.Context) -> AppContext:

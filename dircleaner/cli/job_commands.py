@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from dircleaner.build import build_filter
-from dircleaner.cli.context import TerminalProgress, emit, obj
+from dircleaner.cli.context import TerminalProgress, emit, obj, warn_if_bucket_empty
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -28,7 +28,6 @@ from dircleaner.cli.options import (
     sweep_options,
     workers_option,
 )
-from dircleaner.errors import DircleanerError
 from dircleaner.job import run_clean, run_job, run_sweep
 from dircleaner.metrics import render, write_atomically
 from dircleaner.paths import dir_of_row
@@ -70,6 +69,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     with obj(ctx).open() as store:
         result = build_filter(store, build_config(params, parse_shard(shard)), progress)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
     emit(build_summary(result), build_lines(result), as_json)
 
 
@@ -98,6 +98,7 @@ def sweep_cmd(
     with obj(ctx).open() as store:
         report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.result.swept_rows)
     if out is not None:
         with click.open_file(out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
@@ -143,6 +144,7 @@ def clean(
     with metrics_on_failure(metrics_file), obj(ctx).open() as store:
         report = run_clean(store, config, progress)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
     write_metrics(metrics_file, {"clean": summary}, success=True)
     emit(summary, clean_lines(report, _audit(config.audit_log)), as_json)
@@ -169,6 +171,7 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     with metrics_on_failure(metrics_file), obj(ctx).open() as store:
         report = run_job(store, build_config(params, whole), config, progress)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
     write_metrics(metrics_file, summary, success=True)
     lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
@@ -183,11 +186,13 @@ def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -
 
 @contextlib.contextmanager
 def metrics_on_failure(path: str | None) -> Iterator[None]:
-    """On an error or refusal, still tell monitoring that the run failed."""
+    """On every way out but success (an error, a refusal, Ctrl-C, SIGTERM, a bug), still tell
+    monitoring that the run failed: an old ``last_run_success 1`` must not survive it."""
     try:
         yield
-    except DircleanerError:
-        write_metrics(path, {}, success=False)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            write_metrics(path, {}, success=False)
         raise
 
 

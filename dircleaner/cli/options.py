@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,6 +11,7 @@ import click
 
 from dircleaner.bloom import ENGINES
 from dircleaner.build import BuildConfig
+from dircleaner.cli.context import note_json
 from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
 from dircleaner.guards import GuardConfig
@@ -22,7 +24,15 @@ from dircleaner.timeutil import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_AUDIT_LOG = "dircleaner-audit.jsonl"
+#: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
+AUDIT_LOG_DISPLAY = "$XDG_STATE_HOME/dircleaner/audit.jsonl (~/.local/state/dircleaner/...)"
+
+
+def default_audit_log() -> str:
+    """``$XDG_STATE_HOME/dircleaner/audit.jsonl``, else ``~/.local/state/dircleaner/audit.jsonl``:
+    a nightly job's state belongs in one place, not in whatever directory cron started it in."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "dircleaner" / "audit.jsonl")
 
 
 def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
@@ -45,19 +55,49 @@ def parse_shard(text: str | None) -> Shard:
         raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=note_json,
+    help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …}).',
+)
 metrics_option = click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
     help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
 )
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+#: worker processes allowed per core: more only contend for the same cores and connections
+WORKERS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_workers(_ctx: click.Context, _param: click.Parameter, value: int) -> int:
+    cores = usable_cores()
+    if value > WORKERS_PER_CORE * cores:
+        raise UsageError(
+            f"--workers {value} is more than {WORKERS_PER_CORE} per core"
+            f" ({WORKERS_PER_CORE * cores} on {cores} cores): extra processes only contend;"
+            f" try --workers {cores}"
+        )
+    return value
+
+
 workers_option = click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes that scan slices of the ring in parallel (e.g. one per core).",
+    callback=_check_workers,
+    help=f"Processes that scan slices of the ring in parallel (e.g. one per core; at most"
+    f" {WORKERS_PER_CORE} per core).",
 )
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
@@ -148,9 +188,9 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            default=DEFAULT_AUDIT_LOG,
-            show_default=True,
-            help="Append every deleted directory here (JSON lines).",
+            default=default_audit_log,
+            show_default=AUDIT_LOG_DISPLAY,
+            help="Append every deleted directory here (JSON lines; kept across runs).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
     ]

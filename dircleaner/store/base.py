@@ -274,8 +274,13 @@ class Store(abc.ABC):
         """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
 
     @abc.abstractmethod
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched)."""
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
+        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched).
+
+        Returns how many rows existed and were removed, or None where the store cannot tell
+        (Cassandra deletes blindly)."""
 
     def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
         """An S3 put: upsert each object row and a folder row for every ancestor directory."""
@@ -287,9 +292,11 @@ class Store(abc.ABC):
         self.write_folder_rows(sorted(folders), timestamp_us)
         self.write_object_rows(objects, timestamp_us)
 
-    def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
-        """An S3 delete: remove only the object rows (lazy; directories are left behind)."""
-        self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
+    def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> int | None:
+        """An S3 delete: remove only the object rows (lazy; directories are left behind).
+
+        Returns how many of the keys existed, or None where the store cannot tell."""
+        return self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
 
     def iter_folder_rows(self, bucket: str | None = None) -> Iterator[FolderRow]:
         """Every folder row of the whole ring, one at a time."""

@@ -1268,9 +1268,12 @@ class CassandraStore(Store):
     def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
         self._write("folders", [(b, p, n, timestamp_us) for b, p, n in rows])
 
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
         params = [(timestamp_us, *self._key_values(b, p), n) for b, p, n in rows]
         self._raise_first(self._run_many(self._delete_object_row, params, "write", retries=3))
+        return None  # a blind delete: Cassandra does not say whether the row existed
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert ``(token_ignored, bucket, parent, name, ts)`` rows (generator fast path)."""

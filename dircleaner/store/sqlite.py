@@ -413,13 +413,16 @@ class SqliteStore(Store):
         with self._transaction() as conn:
             conn.executemany(sql, [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows])
 
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
         with self._transaction() as conn:
-            conn.executemany(
+            cursor = conn.executemany(
                 "DELETE FROM objects WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
                 [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows],
             )
+            return max(cursor.rowcount, 0)
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert pre-tokenised ``(token, bucket, parent, name, ts)`` rows (generator fast path)."""
