@@ -40,7 +40,7 @@ from dircleaner.timeutil import now_us
 #: directory is more than 512 levels deep ("a/" is two bytes)
 MAX_DEPTH = 512
 #: directories read and probed per wave (bounds the requests and results held at once)
-WAVE_DIRS = 2_000
+WAVE_DIRS = 10_000
 
 #: called after each wave with the directories it read (tests use it to race the walk)
 WaveHook = Callable[[Sequence[str]], None]
