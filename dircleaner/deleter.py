@@ -162,8 +162,13 @@ def execute_plan(
     progress: Progress = no_progress,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    keep_going: Callable[[], None] = lambda: None,
 ) -> DeleteStats:
-    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff."""
+    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff.
+
+    ``keep_going`` runs before each batch and stops the deletes by raising (the run lease's
+    check: a run that lost its lease deletes nothing more).
+    """
     started = time.monotonic()
     stats = DeleteStats()
     rate = AdaptiveRate(throttle, sleep=sleep)
@@ -171,6 +176,7 @@ def execute_plan(
     done = 0
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
+        keep_going()
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).

@@ -31,6 +31,7 @@ from dircleaner.filterstore import (
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.parallel import map_shards, run_two_phases
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
@@ -90,6 +91,8 @@ class CleanConfig:
     dry_run: bool = False
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
 
 
 @dataclass(frozen=True)
@@ -190,14 +193,20 @@ def run_clean(
     config: CleanConfig,
     progress: Progress = no_progress,
     checkpoint: CleanCheckpoint | None = None,
+    lease_owner: str | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
     With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
-    reports each slice as it finishes.
+    reports each slice as it finishes. A clean that deletes holds the store's lease: the
+    caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
+    when another run has it).
     """
     with cyclic_gc_paused():
-        return _run_clean(store, config, progress, checkpoint)
+        if config.dry_run or lease_owner is not None:
+            return _run_clean(store, config, progress, checkpoint, lease_owner)
+        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
+            return _run_clean(store, config, progress, checkpoint, lease.owner)
 
 
 @dataclass(frozen=True)
@@ -209,7 +218,11 @@ class CleanCheckpoint:
 
 
 def _run_clean(
-    store: Store, config: CleanConfig, progress: Progress, checkpoint: CleanCheckpoint | None
+    store: Store,
+    config: CleanConfig,
+    progress: Progress,
+    checkpoint: CleanCheckpoint | None,
+    lease_owner: str | None,
 ) -> CleanReport:
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
@@ -245,6 +258,7 @@ def _run_clean(
         audit_log=config.audit_log,
         dry_run=config.dry_run,
         keep_plan=len(todo) == 1,
+        lease_owner=lease_owner,
     )
     progress_now = previous
 
@@ -348,6 +362,20 @@ def run_job(
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
     """
+    if clean.dry_run:
+        return _run_job(store, build, clean, progress, None)
+    # One run at a time, from before the build: a second run refuses before it scans anything.
+    with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
+        return _run_job(store, build, clean, progress, lease.owner)
+
+
+def _run_job(
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress,
+    lease_owner: str | None,
+) -> RunReport:
     scope = scope_of(store, build.bucket)
     # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
     record = not clean.dry_run
@@ -370,7 +398,9 @@ def run_job(
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
     checkpoint = CleanCheckpoint(previous, save)
-    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
+    cleaned = run_clean(
+        store, replace(clean, sweep=sweep_config), progress, checkpoint, lease_owner
+    )
     if not clean.dry_run:
         save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])

@@ -150,6 +150,12 @@ clean_options = _apply(
             help="Append every deleted directory here (JSON lines).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
+        click.option(
+            "--lease-ttl",
+            default="60s",
+            hidden=True,
+            help="How long the run lease outlives its last heartbeat (tests shorten it).",
+        ),
     ]
 )
 
@@ -190,4 +196,5 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=Path(params["audit_log"]),
+        lease_ttl_s=parse_duration(params["lease_ttl"]),
     )
