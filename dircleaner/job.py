@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.bloom import Filter
+from dircleaner.budget import TombstoneBudget, resolve_budget
 from dircleaner.build import (
     BuildConfig,
     BuildResult,
@@ -42,10 +42,7 @@ from dircleaner.resume import (
     PHASE_DONE,
     CleanProgress,
     RunState,
-    deletes_began,
     load_run_state,
-    note_deletes_begin,
-    row_deletes_already_made,
     save_run_state,
 )
 from dircleaner.shardclean import (
@@ -61,6 +58,8 @@ from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
 
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
 
@@ -86,13 +85,18 @@ class CleanConfig:
 
     sweep: SweepConfig = field(default_factory=SweepConfig)
     min_age_s: float = 600.0
-    max_tombstones_per_partition: int = 500
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
     verify: bool = True
     dry_run: bool = False
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     audit_log: Path | None = None
     #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
+    grace_period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,8 @@ class CleanReport:
     deletion_plan: DeletionPlan | None = None
     #: slices of the ring an interrupted attempt had finished, not swept again
     slices_already_clean: tuple[int, ...] = ()
+    #: the per-partition tombstone budget over the grace period, and where it came from
+    budget: TombstoneBudget | None = None
 
 
 @dataclass
@@ -240,16 +246,11 @@ def _run_clean(
     if len(todo) > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     scope = scope_of(store, sweep_config.bucket)
-    # One generation, one budget: an earlier attempt's row deletes count against it. Only a
-    # generation that began deleting before reads the audit log (it grows every night).
-    already_used = (
-        row_deletes_already_made(config.audit_log, loaded.generation)
-        if deletes_began(store, scope, loaded.generation)
-        else Counter()
-    )
+    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
     orders = DeleteOrders(
-        max_row_tombstones=config.max_tombstones_per_partition,
-        already_used=already_used,
+        max_row_tombstones=budget.per_partition,
+        ledger_ttl_s=budget.grace_s,
+        max_rewrite_rows=config.max_rewrite_rows,
         # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
         # after the build started (minus the clock-skew margin) survives whatever happens here.
         delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
@@ -280,8 +281,6 @@ def _run_clean(
         nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
         progress_now = replace(previous, nonempty=nonempty)
         save_progress()  # before any delete
-        if not config.dry_run:
-            note_deletes_begin(store, scope, loaded.generation)
         return nonempty
 
     def second(
@@ -340,6 +339,7 @@ def _run_clean(
         phase_seconds=phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
+        budget=budget,
     )
 
 

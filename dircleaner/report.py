@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from dircleaner.budget import TombstoneBudget
 from dircleaner.build import BuildResult
 from dircleaner.job import CleanReport, CleanSweep, RunReport, SweepReport
 from dircleaner.plan import PlanSummary
+from dircleaner.timeutil import format_duration
 
 Summary = dict[str, Any]
 
@@ -51,6 +53,8 @@ def plan_summary(plan: PlanSummary) -> Summary:
         "partition_deletes": plan.partition_deletes,
         "row_deletes": plan.row_deletes,
         "range_deletes": plan.range_deletes,
+        "rewrites": plan.rewrites,
+        "rewrite_rows": plan.rewrite_rows,
         "deferred": plan.deferred,
         "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
     }
@@ -69,10 +73,24 @@ def clean_summary(report: CleanReport) -> Summary:
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
         "range_tombstones": deleted.range_deletes if deleted else 0,
+        "partitions_rewritten": deleted.rewrites if deleted else 0,
+        "rows_rewritten": deleted.rows_rewritten if deleted else 0,
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
+        "budget": budget_summary(report.budget),
+    }
+
+
+def budget_summary(budget: TombstoneBudget | None) -> Summary | None:
+    if budget is None:
+        return None
+    return {
+        "max_tombstones_per_partition": budget.per_partition,
+        "source": budget.source,
+        "grace_seconds": budget.grace_s,
+        "grace_source": budget.grace_source,
     }
 
 
@@ -87,6 +105,10 @@ def run_summary(report: RunReport) -> Summary:
         "clean": clean_summary(report.clean),
         "garbage_collected": report.garbage_collected,
     }
+
+
+def _grace(seconds: float) -> str:
+    return f"{seconds / 86400:g} days" if seconds >= 86400 else format_duration(seconds)
 
 
 def _n(value: int) -> str:
@@ -159,8 +181,15 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
     lines.append(
         f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
         f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
-        f" tombstones, {_n(plan.deferred)} deferred by the per-partition budget"
+        f" tombstones, {_n(plan.rewrites)} partitions rewritten ({_n(plan.rewrite_rows)} rows"
+        f" copied), {_n(plan.deferred)} deferred by the per-partition budget"
     )
+    if report.budget is not None:
+        b = report.budget
+        lines.append(
+            f"budget  {_n(b.per_partition)} tombstones per live partition within"
+            f" {_grace(b.grace_s)} ({b.grace_source}); N is {b.source}"
+        )
     if report.dry_run:
         lines.append("clean   dry run: nothing deleted")
     elif report.deleted is None:
@@ -170,8 +199,8 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
         lines.append(
             f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
             f" at timestamp {report.delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
-            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes;"
-            f" {_n(d.retries)} retries)"
+            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes,"
+            f" {_n(d.rewrites)} rewrites of {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries)"
         )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")

@@ -526,21 +526,3 @@ def test_a_dry_run_leaves_nothing_for_the_next_run_to_resume(tmp_path: Path) -> 
     assert real.build is not None and real.resumed_generation is None
     assert real.build.generation != dry.build.generation
     assert listed(url) >= BUILD_LIVE_DIRS
-
-
-def test_the_store_remembers_the_last_generations_that_began_deleting(tmp_path: Path) -> None:
-    from dircleaner.resume import REMEMBERED_DELETING, deletes_began, note_deletes_begin
-
-    with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
-        assert not deletes_began(store, "s", "g0")
-        for i in range(REMEMBERED_DELETING + 1):
-            note_deletes_begin(store, "s", f"g{i}")
-        note_deletes_begin(store, "s", "g5")  # already known: no change
-        assert not deletes_began(store, "s", "g0")  # the oldest was forgotten
-        assert all(deletes_began(store, "s", f"g{i}") for i in range(1, REMEMBERED_DELETING + 1))
-        assert not deletes_began(store, "other-scope", "g5")
-        # An unreadable record: any generation may have deleted, so the audit log decides.
-        store.put_state("deleting|s", "{not json")
-        assert deletes_began(store, "s", "anything")
-        note_deletes_begin(store, "s", "g9")
-        assert deletes_began(store, "s", "g9") and not deletes_began(store, "s", "g8")

@@ -107,12 +107,28 @@ clean_options = _apply(
         click.option(
             "--max-tombstones-per-partition",
             type=click.IntRange(min=0),
-            default=500,
+            default=None,
+            help=(
+                "Our tombstones one live partition may hold within the folders table's grace"
+                " period, over all runs (a row delete counts 1, a range delete 2); the rest is"
+                " deferred. Default: half the cluster's tombstone_warn_threshold (500)."
+            ),
+        ),
+        click.option(
+            "--max-rewrite-rows",
+            type=click.IntRange(min=0),
+            default=100_000,
             show_default=True,
             help=(
-                "Tombstones into one live partition per run (a row delete counts 1, a range"
-                " delete of adjacent empty siblings 2); the rest is deferred."
+                "Rewrite a live partition whose deletes exceed its budget when it has at most"
+                " this many live rows to copy (0: never; the rest is deferred)."
             ),
+        ),
+        click.option(
+            "--grace-period",
+            default=None,
+            hidden=True,
+            help="How long a tombstone counts (default: the table's gc_grace_seconds; 10d).",
         ),
         click.option(
             "--max-delete-fraction",
@@ -196,5 +212,16 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=Path(params["audit_log"]),
-        lease_ttl_s=parse_duration(params["lease_ttl"]),
+        max_rewrite_rows=params["max_rewrite_rows"],
+        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
+        grace_period_s=(
+            parse_duration(params["grace_period"]) if params["grace_period"] is not None else None
+        ),
     )
+
+
+def _positive_duration(text: str, option: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise UsageError(f"{option} must be more than 0")
+    return seconds
