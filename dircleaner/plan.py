@@ -67,6 +67,10 @@ class PartitionFacts:
     #: each candidate's position (0-based) among all the partition's rows in clustering order,
     #: parallel to ``candidates``; empty when unknown (then no two candidates count as adjacent)
     ordinals: tuple[int, ...] = ()
+    #: the partition's parent directory was absent from the filter, so the partition's own
+    #: directory is empty even if it is a false positive (its row in the parent's partition, a
+    #: candidate, may sit in another worker's slice: this keeps the decision local)
+    parent_dir_absent: bool = False
 
     def __post_init__(self) -> None:
         if len(self.candidates) > self.total_rows:
@@ -83,7 +87,14 @@ class PartitionFacts:
         # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
         return (
             PartitionFacts,
-            (self.key, self.total_rows, self.candidates, self.dir_absent, self.ordinals),
+            (
+                self.key,
+                self.total_rows,
+                self.candidates,
+                self.dir_absent,
+                self.ordinals,
+                self.parent_dir_absent,
+            ),
         )
 
 
@@ -239,13 +250,21 @@ def drop_nonempty(
             for i, row in enumerate(fact.candidates)
             if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
         ]
-        absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
-        if len(keep) == len(fact.candidates) and absent == fact.dir_absent:
+        own_alive = (fact.key.bucket, fact.key.parent) in alive
+        absent = fact.dir_absent and not own_alive
+        parent_absent = fact.parent_dir_absent and not own_alive
+        if (
+            len(keep) == len(fact.candidates)
+            and absent == fact.dir_absent
+            and parent_absent == fact.parent_dir_absent
+        ):
             out.append(fact)
         elif keep or absent:
             kept = tuple(fact.candidates[i] for i in keep)
             ordinals = tuple(fact.ordinals[i] for i in keep) if fact.ordinals else ()
-            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals))
+            out.append(
+                PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals, parent_absent)
+            )
     return out
 
 
@@ -405,7 +424,12 @@ def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:
     }
     if not whole:
         return whole
-    empty = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent} & whole
+    # Known empty from the partition's own facts: its directory or its parent's is absent from
+    # the filter. (The same as finding its row among the parent partition's candidates, which
+    # may be in another slice, so every slicing of the ring plans the same.)
+    empty = {
+        (f.key.bucket, f.key.parent) for f in facts if f.dir_absent or f.parent_dir_absent
+    } & whole
     for fact in facts:
         for row in fact.candidates:
             directory = (row.bucket, row.parent + row.name + "/")
