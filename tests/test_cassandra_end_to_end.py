@@ -552,3 +552,46 @@ def test_dry_run_deletes_nothing(
     assert not audit.exists()
     # And Cassandra agrees: not a single tombstone where the plan would have put 312.
     assert store.tombstones_in_partition(bucket, "wide/2026-04-11/") == 0
+
+
+# -- 5. the budget over a (short) grace period -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grace_url(cassandra_url: str) -> str:
+    """A keyspace whose folders table keeps tombstones 60 s (gc_grace_seconds)."""
+    url = _init_keyspace(cassandra_url, "grace")
+    with CassandraStore.open(url) as opened:
+        cfg = opened.config
+        opened._session.execute(
+            f'ALTER TABLE "{cfg.keyspace}"."{cfg.folders_table}" WITH gc_grace_seconds = 60'
+        )
+    return url
+
+
+def test_runs_inside_the_grace_period_never_exceed_the_budget_and_spend_again_after(
+    grace_url: str, tmp_path: Path
+) -> None:
+    bucket = f"grace-{SESSION}"
+    children = [f"wide/c{i:03d}/obj" for i in range(300)]
+    between = [f"wide/c{i:03d}k/obj" for i in range(1, 300, 2)]
+    with CassandraStore.open(grace_url) as store:
+        store.put_objects(bucket, [*children, *between, "wide/live/obj"], now_us())
+        store.delete_objects(bucket, children, now_us())
+        budget = ("--fpr", "0.0001", "--max-tombstones-per-partition", "100")
+        budget += ("--max-rewrite-rows", "0")
+        spent: list[int] = []
+        for attempt in range(3):
+            summary = run(grace_url, bucket, tmp_path / f"a{attempt}.jsonl", *budget)
+            assert summary["clean"]["budget"]["grace_seconds"] == 60
+            spent.append(summary["clean"]["row_tombstones"])
+            # Cassandra's tracing: never more than N of our tombstones in the live partition.
+            assert store.tombstones_in_partition(bucket, "wide/") <= 100
+        assert spent == [100, 0, 0]
+        # After the grace period the charges have expired: the next run may spend again.
+        deadline = time.monotonic() + 180
+        while store.tombstones_charged([(bucket, "wide/")]):
+            assert time.monotonic() < deadline, "the ledger's charges never expired"
+            time.sleep(1)
+        after = run(grace_url, bucket, tmp_path / "after.jsonl", *budget)
+        assert after["clean"]["row_tombstones"] == 100
