@@ -247,6 +247,8 @@ def _run_clean(
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     scope = scope_of(store, sweep_config.bucket)
     budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
+    if not config.dry_run:
+        store.purge_expired(budget.grace_s)
     orders = DeleteOrders(
         max_row_tombstones=budget.per_partition,
         ledger_ttl_s=budget.grace_s,

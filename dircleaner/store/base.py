@@ -287,6 +287,11 @@ class Store(abc.ABC):
     ) -> dict[tuple[str, str], int]:
         """The unexpired charges of each ``(bucket, parent)``, summed (absent: none)."""
 
+    def purge_expired(self, grace_s: float) -> None:
+        """Drop ledger entries and tombstone records past the grace period, where the store
+        does not expire them itself (Cassandra's TTL and compaction do)."""
+        return None
+
     def folders_grace_seconds(self) -> tuple[float, str]:
         """How long the store keeps a folders tombstone, and where that figure came from."""
         return DEFAULT_GRACE_S, "default"

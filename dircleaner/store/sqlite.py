@@ -406,16 +406,20 @@ class SqliteStore(Store):
             conn.close()
 
     # -- the tombstone ledger ---------------------------------------------------------------------
-    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
-        """Also purges what expired: ledger entries past their TTL, and tombstones older than
-        the grace period from the tombstones table (compaction's job on Cassandra)."""
+    def purge_expired(self, grace_s: float) -> None:
+        """Ledger entries past their TTL, and tombstones older than the grace period from the
+        tombstones table (what compaction purges on Cassandra). Once per clean: both are full
+        scans."""
         now = now_us()
-        expires = now + int(ttl_s * 1_000_000)
         with self._transaction() as conn:
             conn.execute("DELETE FROM ledger WHERE expires_us <= ?", (now,))
-            # A tombstone lives as long as a charge: the grace period (the TTL passed here).
-            purge_before = now - int(ttl_s * 1_000_000)
-            conn.execute("DELETE FROM tombstones WHERE written_us < ?", (purge_before,))
+            conn.execute(
+                "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
+            )
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        expires = now_us() + int(ttl_s * 1_000_000)
+        with self._transaction() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO ledger"
                 " (bucket, parent, generation, charge, cost, expires_us)"
