@@ -10,9 +10,13 @@ known to be empty) and where each candidate sat among the partition's rows. From
   ``MIN_RANGE_ROWS`` candidates that the sweep saw next to each other (consecutive ordinals, no
   other row between them) goes with one *range* tombstone, which costs ``RANGE_TOMBSTONES`` (its
   two bound markers); shorter runs go row by row, one *row* tombstone each. At most
-  ``max_row_tombstones`` of that cost goes into one partition per run (more would push range
+  ``max_row_tombstones`` of that cost (less what the ledger says the grace period's earlier runs
+  spent) goes into one partition (more would push range
   reads of that partition towards ``tombstone_warn_threshold``), spent greedily in clustering
   order; the rest is deferred to the next run;
+* rewrites instead a live partition whose deletes would cost more than it may still take, when
+  it has at most ``max_rewrite_rows`` other rows to copy (``choose_rewrite``): its other rows
+  are copied at T+1 and the partition deleted at T, which costs no tombstone cell;
 * orders the live partitions' deletes round-robin across partitions by token, so consecutive
   deletes hit different partitions and replicas (or, for a store without replicas, partition by
   partition in key order, so consecutive deletes hit the same pages).
