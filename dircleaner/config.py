@@ -4,7 +4,7 @@ A real metastore's schema differs from our reference one: keyspace, table and co
 bucket column (optional) and the stored form of the root parent all come from a TOML file::
 
     [cassandra]                   # connection and job tuning
-    [cassandra.tables]            # objects / folders / filters / state
+    [cassandra.tables]            # objects / folders / filters / state / ledger
     [cassandra.columns]           # bucket (or false) / parent / name
     [cassandra.consistency]       # build / sweep / verify / delete / write / meta
     [cassandra.auth]              # username / password
@@ -170,6 +170,7 @@ class CassandraConfig:
     folders_table: str = "folders"
     filters_table: str = "dircleaner_filters"
     state_table: str = "dircleaner_state"
+    ledger_table: str = "dircleaner_ledger"
 
     #: None: the metastore has no bucket column and holds the single bucket ``bucket_name``
     bucket_column: str | None = "bucket"
@@ -207,14 +208,29 @@ class CassandraConfig:
 
     def __post_init__(self) -> None:
         validate_identifier(self.keyspace, "keyspace")
-        for attr in ("objects_table", "folders_table", "filters_table", "state_table"):
+        for attr in (
+            "objects_table",
+            "folders_table",
+            "filters_table",
+            "state_table",
+            "ledger_table",
+        ):
             validate_identifier(getattr(self, attr), attr.replace("_", " "))
         for attr in ("parent_column", "name_column"):
             validate_identifier(getattr(self, attr), attr.replace("_", " "))
         if self.bucket_column is not None:
             validate_identifier(self.bucket_column, "bucket column")
-        if len({self.objects_table, self.folders_table, self.filters_table, self.state_table}) < 4:
-            raise UsageError("the objects, folders, filters and state tables must be distinct")
+        tables = {
+            self.objects_table,
+            self.folders_table,
+            self.filters_table,
+            self.state_table,
+            self.ledger_table,
+        }
+        if len(tables) < 5:
+            raise UsageError(
+                "the objects, folders, filters, state and ledger tables must be distinct"
+            )
         if not self.hosts:
             raise UsageError("no Cassandra host given")
         if not self.root_parent:
@@ -276,6 +292,7 @@ _TABLE_KEYS: Mapping[str, str] = {
     "folders": "folders_table",
     "filters": "filters_table",
     "state": "state_table",
+    "ledger": "ledger_table",
 }
 _COLUMN_KEYS: Mapping[str, str] = {
     "bucket": "bucket_column",

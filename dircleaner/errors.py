@@ -78,3 +78,21 @@ class FilterSuspiciouslyEmpty(GuardRefused):
 
 class TooManyCandidates(GuardRefused):
     """Candidates exceed --max-delete-fraction of the swept directories."""
+
+
+class LeaseHeld(DircleanerError):
+    """Another run holds the store's lease; nothing was deleted."""
+
+    exit_code = 3
+
+
+class LeaseLost(DircleanerError):
+    """This run no longer holds the store's lease; it stopped deleting."""
+
+    exit_code = 3
+
+
+class RewriteUnsupported(DircleanerError):
+    """The folders table has a column a partition rewrite cannot copy faithfully."""
+
+    exit_code = 3

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.bloom import Filter
+from dircleaner.budget import TombstoneBudget, resolve_budget
 from dircleaner.build import (
     BuildConfig,
     BuildResult,
@@ -31,6 +31,7 @@ from dircleaner.filterstore import (
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.parallel import map_shards, run_two_phases
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
@@ -41,10 +42,7 @@ from dircleaner.resume import (
     PHASE_DONE,
     CleanProgress,
     RunState,
-    deletes_began,
     load_run_state,
-    note_deletes_begin,
-    row_deletes_already_made,
     save_run_state,
 )
 from dircleaner.shardclean import (
@@ -60,6 +58,8 @@ from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
 
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
 
@@ -85,11 +85,18 @@ class CleanConfig:
 
     sweep: SweepConfig = field(default_factory=SweepConfig)
     min_age_s: float = 600.0
-    max_tombstones_per_partition: int = 500
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
     verify: bool = True
     dry_run: bool = False
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
+    grace_period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,8 @@ class CleanReport:
     deletion_plan: DeletionPlan | None = None
     #: slices of the ring an interrupted attempt had finished, not swept again
     slices_already_clean: tuple[int, ...] = ()
+    #: the per-partition tombstone budget over the grace period, and where it came from
+    budget: TombstoneBudget | None = None
 
 
 @dataclass
@@ -190,14 +199,20 @@ def run_clean(
     config: CleanConfig,
     progress: Progress = no_progress,
     checkpoint: CleanCheckpoint | None = None,
+    lease_owner: str | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
     With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
-    reports each slice as it finishes.
+    reports each slice as it finishes. A clean that deletes holds the store's lease: the
+    caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
+    when another run has it).
     """
     with cyclic_gc_paused():
-        return _run_clean(store, config, progress, checkpoint)
+        if config.dry_run or lease_owner is not None:
+            return _run_clean(store, config, progress, checkpoint, lease_owner)
+        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
+            return _run_clean(store, config, progress, checkpoint, lease.owner)
 
 
 @dataclass(frozen=True)
@@ -209,7 +224,11 @@ class CleanCheckpoint:
 
 
 def _run_clean(
-    store: Store, config: CleanConfig, progress: Progress, checkpoint: CleanCheckpoint | None
+    store: Store,
+    config: CleanConfig,
+    progress: Progress,
+    checkpoint: CleanCheckpoint | None,
+    lease_owner: str | None,
 ) -> CleanReport:
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
@@ -227,16 +246,13 @@ def _run_clean(
     if len(todo) > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     scope = scope_of(store, sweep_config.bucket)
-    # One generation, one budget: an earlier attempt's row deletes count against it. Only a
-    # generation that began deleting before reads the audit log (it grows every night).
-    already_used = (
-        row_deletes_already_made(config.audit_log, loaded.generation)
-        if deletes_began(store, scope, loaded.generation)
-        else Counter()
-    )
+    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
+    if not config.dry_run:
+        store.purge_expired(budget.grace_s)
     orders = DeleteOrders(
-        max_row_tombstones=config.max_tombstones_per_partition,
-        already_used=already_used,
+        max_row_tombstones=budget.per_partition,
+        ledger_ttl_s=budget.grace_s,
+        max_rewrite_rows=config.max_rewrite_rows,
         # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
         # after the build started (minus the clock-skew margin) survives whatever happens here.
         delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
@@ -245,6 +261,7 @@ def _run_clean(
         audit_log=config.audit_log,
         dry_run=config.dry_run,
         keep_plan=len(todo) == 1,
+        lease_owner=lease_owner,
     )
     progress_now = previous
 
@@ -266,8 +283,6 @@ def _run_clean(
         nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
         progress_now = replace(previous, nonempty=nonempty)
         save_progress()  # before any delete
-        if not config.dry_run:
-            note_deletes_begin(store, scope, loaded.generation)
         return nonempty
 
     def second(
@@ -326,6 +341,7 @@ def _run_clean(
         phase_seconds=phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
+        budget=budget,
     )
 
 
@@ -348,6 +364,20 @@ def run_job(
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
     """
+    if clean.dry_run:
+        return _run_job(store, build, clean, progress, None)
+    # One run at a time, from before the build: a second run refuses before it scans anything.
+    with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
+        return _run_job(store, build, clean, progress, lease.owner)
+
+
+def _run_job(
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress,
+    lease_owner: str | None,
+) -> RunReport:
     scope = scope_of(store, build.bucket)
     # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
     record = not clean.dry_run
@@ -371,7 +401,9 @@ def run_job(
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
     checkpoint = CleanCheckpoint(previous, save)
     try:
-        cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
+        cleaned = run_clean(
+            store, replace(clean, sweep=sweep_config), progress, checkpoint, lease_owner
+        )
     except DircleanerError as exc:
         exc.details.setdefault("generation", generation)
         raise

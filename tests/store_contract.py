@@ -10,6 +10,8 @@ bucket; the tests that need two buckets then skip.
 from __future__ import annotations
 
 import itertools
+import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -24,6 +26,7 @@ from dircleaner.store.base import (
     PartitionKey,
     Shard,
     Store,
+    TombstoneCharge,
 )
 
 T0 = 1_000_000
@@ -568,6 +571,95 @@ class StoreContract:
         store.put_state("other|key with spaces", "ü")
         assert store.get_state("swept") == "42"
         assert store.get_state("other|key with spaces") == "ü"
+
+    # -- the run lease ----------------------------------------------------------------------------
+    def test_lease_is_held_by_one_owner_at_a_time(self, store: Store) -> None:
+        name = f"t|{uuid.uuid4().hex}"
+        assert store.lease_holder(name) is None
+        assert store.try_acquire_lease(name, "one", 30) is None
+        assert store.try_acquire_lease(name, "two", 30) == "one"
+        assert store.lease_holder(name) == "one"
+        assert store.renew_lease(name, "one", 30)
+        assert not store.renew_lease(name, "two", 30)
+        store.release_lease(name, "two")  # not the holder: nothing happens
+        assert store.lease_holder(name) == "one"
+        store.release_lease(name, "one")
+        assert store.lease_holder(name) is None
+        assert store.try_acquire_lease(name, "two", 30) is None
+        assert store.lease_holder(name) == "two"
+        store.release_lease(name, "two")
+
+    def test_a_lease_not_renewed_expires_by_itself(self, store: Store) -> None:
+        name = f"t|{uuid.uuid4().hex}"
+        assert store.try_acquire_lease(name, "killed", 1) is None
+        deadline = time.monotonic() + 30
+        while store.lease_holder(name) is not None:
+            assert time.monotonic() < deadline, "the lease never expired"
+            time.sleep(0.2)
+        assert not store.renew_lease(name, "killed", 1)
+        assert store.try_acquire_lease(name, "next", 30) is None
+        assert store.lease_holder(name) == "next"
+        store.release_lease(name, "next")
+
+    # -- the tombstone ledger ---------------------------------------------------------------------
+    def test_ledger_sums_charges_per_partition(self, store: Store) -> None:
+        b, run = self.BUCKET, uuid.uuid4().hex
+        p, q = f"p{run}/", f"q{run}/"
+        assert store.tombstones_charged([(b, p), (b, q)]) == {}
+        store.charge_tombstones(
+            [
+                TombstoneCharge(b, p, "g1", f"{run}.0", 3),
+                TombstoneCharge(b, p, "g1", f"{run}.1", 2),
+                TombstoneCharge(b, p, "g2", f"{run}.0", 5),
+                TombstoneCharge(b, q, "g2", f"{run}.0", 1),
+            ],
+            3600,
+        )
+        # The same charge written twice (a retried write) counts once.
+        store.charge_tombstones([TombstoneCharge(b, q, "g2", f"{run}.0", 1)], 3600)
+        assert store.tombstones_charged([(b, p), (b, q), (b, "never/")]) == {(b, p): 10, (b, q): 1}
+        keys = [(b, f"many{run}/{i}/") for i in range(1200)]
+        store.charge_tombstones([TombstoneCharge(b, k[1], "g", run, 1) for k in keys[::3]], 3600)
+        assert store.tombstones_charged(keys) == {k: 1 for k in keys[::3]}
+
+    def test_ledger_charges_expire(self, store: Store) -> None:
+        b, run = self.BUCKET, uuid.uuid4().hex
+        store.charge_tombstones([TombstoneCharge(b, f"e{run}/", "g", run, 4)], 1)
+        store.charge_tombstones([TombstoneCharge(b, f"e{run}/", "g", run + "x", 2)], 3600)
+        deadline = time.monotonic() + 30
+        while store.tombstones_charged([(b, f"e{run}/")]) != {(b, f"e{run}/"): 2}:
+            assert time.monotonic() < deadline, "the charge never expired"
+            time.sleep(0.2)
+
+    def test_grace_period_is_known(self, store: Store) -> None:
+        grace, source = store.folders_grace_seconds()
+        assert grace >= 0 and source
+        threshold = store.tombstone_warn_threshold()
+        assert threshold is None or threshold[0] > 0
+
+    # -- the partition rewrite --------------------------------------------------------------------
+    def test_rewrite_then_partition_delete_removes_exactly_the_left_out_rows(
+        self, store: Store
+    ) -> None:
+        b = self.BUCKET
+        names = [f"d{i:02d}" for i in range(20)]
+        store.write_folder_rows([(b, "w/", n) for n in names], self.t0)
+        store.write_folder_rows([(b, "w/", "late")], self.t0 + 500)  # after T: survives anyway
+        drop = set(names[::3])
+        (key,) = [k for k in self._folder_partitions(store) if k.parent == "w/"]
+        t = self.t0 + 100
+        assert store.rewrite_folder_partition(key, drop, t + 1) == len(names) - len(drop) + 1
+        # Between the two steps (a crash here), nothing is lost; repeating the copy is harmless.
+        assert store.rewrite_folder_partition(key, drop, t + 1) == len(names) - len(drop) + 1
+        assert {r.name for r in folder_rows(store)} == {*names, "late"}
+        assert store.delete_folder_partitions([key], t) == [None]
+        assert {r.name for r in folder_rows(store)} == ({*names} - drop) | {"late"}
+        count = getattr(store, "tombstones_in_partition", None)
+        if count is not None:
+            assert count(b, "w/") == 0  # a partition-level deletion is no tombstone cell
+        # A second delete at T finds only rows written after it: the kept ones stay.
+        assert store.delete_folder_partitions([key], t) == [None]
+        assert {r.name for r in folder_rows(store)} == ({*names} - drop) | {"late"}
 
     # -- bigger picture ----------------------------------------------------------------------------
     def test_every_partition_appears_in_exactly_one_page_run(self, store: Store) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,20 +248,45 @@ def test_dry_run_plans_and_deletes_nothing(backend: Backend, tmp_path: Path) -> 
     assert summary["deleted_dirs"] == 0 and listed(backend) == before
 
 
-def test_a_budget_defers_and_running_again_converges(backend: Backend, tmp_path: Path) -> None:
-    """What resume means for a prefix clean: the same command again finishes the job."""
+def test_a_wide_live_partition_over_budget_is_rewritten_in_one_run(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The prefix clean shares the nightly planner: over its budget, a live partition is
+    rewritten (no tombstone cell) rather than deferred."""
     # A live directory with 12 empty children, none adjacent to another (ranges cannot help).
     put = [f"{PREFIX}c{i:02d}/x" for i in range(24)] + [f"{PREFIX}own.txt"]
     dead = [f"{PREFIX}c{i:02d}/x" for i in range(0, 24, 2)]
     load(backend, tmp_path, put, dead)
+    run = summary_of(
+        clean_prefix(backend, PREFIX, tmp_path / "a.jsonl", "--max-tombstones-per-partition", "5",
+                     "--json")
+    )  # fmt: skip
+    assert (run["deleted_dirs"], run["plan"]["deferred"], run["plan"]["rewrites"]) == (12, 0, 1)
+    assert not {f"{PREFIX}c{i:02d}/" for i in range(0, 24, 2)} & listed(backend)
+    assert {f"{PREFIX}c{i:02d}/" for i in range(1, 24, 2)} <= listed(backend)
+
+
+def test_the_budget_holds_across_runs_and_spends_again_after_the_grace_period(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """What resume means for a prefix clean under a binding budget: the same command again
+    deletes what the ledger still allows, and nothing more until the grace period has passed."""
+    put = [f"{PREFIX}c{i:02d}/x" for i in range(24)] + [f"{PREFIX}own.txt"]
+    dead = [f"{PREFIX}c{i:02d}/x" for i in range(0, 24, 2)]
+    load(backend, tmp_path, put, dead)
     audit = tmp_path / "audit.jsonl"
-    runs = []
-    for _ in range(4):
-        extra = ("--max-tombstones-per-partition", "5", "--json")
-        runs.append(summary_of(clean_prefix(backend, PREFIX, audit, *extra)))
-        if runs[-1]["plan"]["deferred"] == 0:
-            break
-    assert [r["deleted_dirs"] for r in runs] == [5, 5, 2]
+    # A short grace period (the charges' TTL): two runs inside it, then one after each expiry.
+    grace_s = 8.0
+    budget = ("--max-tombstones-per-partition", "5", "--max-rewrite-rows", "0", "--json",
+              "--grace-period", f"{grace_s:g}s")  # fmt: skip
+    within = [summary_of(clean_prefix(backend, PREFIX, audit, *budget)) for _ in range(2)]
+    assert [r["deleted_dirs"] for r in within] == [5, 0]
+    assert [r["plan"]["deferred"] for r in within] == [7, 7]
+    after = []
+    for _ in range(2):
+        time.sleep(grace_s + 0.5)  # every charge so far has expired
+        after.append(summary_of(clean_prefix(backend, PREFIX, audit, *budget)))
+    assert [r["deleted_dirs"] for r in after] == [5, 2]
     assert not {f"{PREFIX}c{i:02d}/" for i in range(0, 24, 2)} & listed(backend)
     assert {f"{PREFIX}c{i:02d}/" for i in range(1, 24, 2)} <= listed(backend)
 

@@ -150,12 +150,28 @@ clean_options = _apply(
         click.option(
             "--max-tombstones-per-partition",
             type=click.IntRange(min=0),
-            default=500,
+            default=None,
+            help=(
+                "Our tombstones one live partition may hold within the folders table's grace"
+                " period, over all runs (a row delete counts 1, a range delete 2); the rest is"
+                " deferred. Default: half the cluster's tombstone_warn_threshold (500)."
+            ),
+        ),
+        click.option(
+            "--max-rewrite-rows",
+            type=click.IntRange(min=0),
+            default=100_000,
             show_default=True,
             help=(
-                "Tombstones into one live partition per run (a row delete counts 1, a range"
-                " delete of adjacent empty siblings 2); the rest is deferred."
+                "Rewrite a live partition whose deletes exceed its budget when it has at most"
+                " this many live rows to copy (0: never; the rest is deferred)."
             ),
+        ),
+        click.option(
+            "--grace-period",
+            default=None,
+            hidden=True,
+            help="How long a tombstone counts (default: the table's gc_grace_seconds; 10d).",
         ),
         click.option(
             "--max-delete-fraction",
@@ -193,6 +209,12 @@ clean_options = _apply(
             help="Append every deleted directory here (JSON lines; kept across runs).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
+        click.option(
+            "--lease-ttl",
+            default="60s",
+            hidden=True,
+            help="How long the run lease outlives its last heartbeat (tests shorten it).",
+        ),
     ]
 )
 
@@ -226,6 +248,9 @@ def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixClea
         bucket=params["bucket"] or DEFAULT_BUCKET,
         min_age_s=parse_duration(params["min_age"]),
         max_tombstones_per_partition=params["max_tombstones_per_partition"],
+        max_rewrite_rows=params["max_rewrite_rows"],
+        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
+        grace_period_s=_grace_period(params),
         max_deletes=params["max_deletes"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
@@ -269,4 +294,19 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=Path(params["audit_log"]),
+        max_rewrite_rows=params["max_rewrite_rows"],
+        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
+        grace_period_s=_grace_period(params),
     )
+
+
+def _grace_period(params: dict[str, Any]) -> float | None:
+    text = params["grace_period"]
+    return parse_duration(text) if text is not None else None
+
+
+def _positive_duration(text: str, option: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise UsageError(f"{option} must be more than 0")
+    return seconds

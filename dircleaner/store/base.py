@@ -7,7 +7,7 @@ Everything else (filter storage, sizing, the job itself) is built on these, as f
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -20,6 +20,8 @@ from dircleaner.paths import directories_of, folder_row_of, split_key
 PARTITION_PAGE_ROWS = 5_000
 
 MIN_TOKEN = -(2**63)
+#: gc_grace_seconds' default: how long a tombstone is kept when the store cannot tell
+DEFAULT_GRACE_S = 864_000.0
 MAX_TOKEN = 2**63 - 1
 
 # Filter cells are addressed (generation, shard, seq): chunks are seq 0..n-1, the header and the
@@ -95,6 +97,23 @@ class Shard:
     def split(self, parts: int) -> list[Shard]:
         """This slice cut into ``parts`` nested sub-slices (slice i of n → (i·p + j) of n·p)."""
         return [Shard(self.index * parts + j, self.count * parts) for j in range(parts)]
+
+
+class TombstoneCharge(NamedTuple):
+    """One entry of the tombstone ledger: what a run charged one live folders partition.
+
+    Written before the deletes it pays for and kept for the folders table's grace period (the
+    time Cassandra keeps a tombstone), so every run of that window, resumed or on another host,
+    sees what the partition already holds.
+    """
+
+    bucket: str
+    parent: str
+    generation: str
+    #: unique per write (run, slice, window): two charges never overwrite each other
+    charge_id: str
+    #: tombstones charged: 1 per row delete, 2 per range delete
+    cost: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +255,19 @@ class Store(abc.ABC):
     ) -> list[BaseException | None]:
         """Delete whole folders partitions as of ``timestamp_us``. One result per partition."""
 
+    @abc.abstractmethod
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        """Write every row of ``partition`` whose name is not in ``keep_out`` back at
+        ``timestamp_us`` (all its columns, as read at the sweep's consistency); how many.
+
+        The first half of a partition rewrite: once it returns, a partition delete at any time
+        before ``timestamp_us`` removes exactly the ``keep_out`` rows written by then. A row
+        already newer than ``timestamp_us`` keeps its newer write. Raises RewriteUnsupported
+        when a column cannot be copied faithfully.
+        """
+
     # -- filters table ----------------------------------------------------------------------------
     @abc.abstractmethod
     def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
@@ -254,6 +286,51 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_filter_generation(self, generation: str) -> None:
         """Remove every cell of a generation."""
+
+    # -- the run lease (one run at a time) -------------------------------------------------------
+    @abc.abstractmethod
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        """Take lease ``name`` for ``owner`` for ``ttl_s`` if nobody holds it (atomically).
+
+        None when taken, else the current holder's owner string. A lease not renewed within its
+        TTL expires by itself.
+        """
+
+    @abc.abstractmethod
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s hold on ``name`` by ``ttl_s``; False if it no longer holds it."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give ``name`` up if ``owner`` holds it (a lease held by someone else is left alone)."""
+
+    @abc.abstractmethod
+    def lease_holder(self, name: str) -> str | None:
+        """The owner string holding ``name`` now (a linearizable read), or None."""
+
+    # -- the tombstone ledger ------------------------------------------------------------------
+    @abc.abstractmethod
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        """Record charges that expire after ``ttl_s`` (call before issuing the deletes)."""
+
+    @abc.abstractmethod
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        """The unexpired charges of each ``(bucket, parent)``, summed (absent: none)."""
+
+    def purge_expired(self, grace_s: float) -> None:
+        """Drop ledger entries and tombstone records past the grace period, where the store
+        does not expire them itself (Cassandra's TTL and compaction do)."""
+        return None
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        """How long the store keeps a folders tombstone, and where that figure came from."""
+        return DEFAULT_GRACE_S, "default"
+
+    def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        """The cluster's ``tombstone_warn_threshold`` and where it came from, if it can say."""
+        return None
 
     # -- small state (previous run's counts, checkpoints) ----------------------------------------
     @abc.abstractmethod

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
+    DEFAULT_GRACE_S,
     PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
@@ -23,8 +24,10 @@ from dircleaner.store.base import (
     PartitionKey,
     Shard,
     Store,
+    TombstoneCharge,
     murmur_token,
 )
+from dircleaner.timeutil import now_us
 
 SCAN_BATCH = 10_000
 #: candidate directories re-checked per SQLite statement (bounds the temporary table)
@@ -64,7 +67,8 @@ CREATE TABLE IF NOT EXISTS tombstones (
     bucket TEXT    NOT NULL,
     parent TEXT    NOT NULL,
     name   TEXT,              -- NULL for a partition tombstone
-    ts     INTEGER NOT NULL
+    ts     INTEGER NOT NULL,
+    written_us INTEGER        -- when it was written (its grace period runs from then)
 );
 CREATE INDEX IF NOT EXISTS tombstones_by_partition ON tombstones (token, bucket, parent);
 CREATE TABLE IF NOT EXISTS filters (
@@ -80,7 +84,27 @@ CREATE TABLE IF NOT EXISTS state (
 ) WITHOUT ROWID;
 """
 
+#: tables added after the first release: created on open, so older files keep working
+LATER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    expires_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger (
+    bucket     TEXT    NOT NULL,
+    parent     TEXT    NOT NULL,
+    generation TEXT    NOT NULL,
+    charge     TEXT    NOT NULL,
+    cost       INTEGER NOT NULL,
+    expires_us INTEGER NOT NULL,
+    PRIMARY KEY (bucket, parent, generation, charge)
+) WITHOUT ROWID;
+"""
+
 REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
+#: ledger lookups per statement
+LEDGER_CHUNK = 500
 
 
 def path_from_url(url: str) -> Path:
@@ -106,6 +130,8 @@ class SqliteStore(Store):
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        #: how long a tombstone counts against its partition (no gc_grace_seconds to read here)
+        self.grace_s = DEFAULT_GRACE_S
 
     @classmethod
     def open(
@@ -130,6 +156,13 @@ class SqliteStore(Store):
             conn.execute("PRAGMA temp_store=MEMORY")
             if create:
                 conn.executescript(SCHEMA)
+            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "state" in have and not {"leases", "ledger"} <= have:
+                conn.executescript(LATER_SCHEMA)
+            if "tombstones" in have:
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
+                if "written_us" not in columns:
+                    conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
         except sqlite3.DatabaseError as exc:
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -315,8 +348,9 @@ class SqliteStore(Store):
                 [(*row, timestamp_us) for row in rows],
             )
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
-                [(*row, timestamp_us) for row in rows],
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*row, timestamp_us, now_us()) for row in rows],
             )
         return [None] * len(rows)
 
@@ -332,9 +366,10 @@ class SqliteStore(Store):
                 [(r.token, r.bucket, r.parent, r.low, r.high, timestamp_us) for r in ranges],
             )
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (r.token, r.bucket, r.parent, bound, timestamp_us)
+                    (r.token, r.bucket, r.parent, bound, timestamp_us, now_us())
                     for r in ranges
                     for bound in (r.low, r.high)
                 ],
@@ -350,20 +385,149 @@ class SqliteStore(Store):
                 [(*key, timestamp_us) for key in partitions],
             )
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts)"
-                " VALUES (?, ?, ?, NULL, ?)",
-                [(*key, timestamp_us) for key in partitions],
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, NULL, ?, ?)",
+                [(*key, timestamp_us, now_us()) for key in partitions],
             )
         return [None] * len(partitions)
 
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        """Moves each kept row's write time up to ``timestamp_us`` (a newer one stays): the
+        embedded store's rows have no other columns to copy."""
+        token, bucket, parent = partition
+        with self._transaction() as conn:
+            names = [
+                str(name)
+                for (name,) in conn.execute(
+                    "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?",
+                    (token, bucket, parent),
+                )
+            ]
+            drop = set(keep_out)
+            kept = [(timestamp_us, token, bucket, parent, n) for n in names if n not in drop]
+            conn.executemany(
+                "UPDATE folders SET ts = max(ts, ?)"
+                " WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+                kept,
+            )
+        return len(kept)
+
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
-        """How many tombstones were written into one folders partition: one per row or partition
-        delete, two per range delete (its bounds)."""
+        """How many tombstone cells a read of one folders partition meets, as Cassandra counts
+        them: one per row delete, two per range delete (its bounds), none for a partition
+        delete (a partition-level deletion is no cell). Tombstones older than the grace period
+        are purged, as compaction would."""
         (count,) = self._conn.execute(
-            "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?",
-            (murmur_token(bucket, parent), bucket, parent),
+            "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?"
+            " AND name IS NOT NULL AND (written_us IS NULL OR written_us >= ?)",
+            (murmur_token(bucket, parent), bucket, parent, self._grace_cutoff_us()),
         ).fetchone()
         return int(count)
+
+    def _grace_cutoff_us(self) -> int:
+        return now_us() - int(self.grace_s * 1_000_000)
+
+    # -- the run lease ----------------------------------------------------------------------------
+    def _lease_conn(self) -> sqlite3.Connection:
+        # Its own connection per call: the heartbeat thread must never meet the job's open
+        # transaction on the shared one.
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+        conn.execute("PRAGMA busy_timeout=60000")
+        return conn
+
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                now = now_us()
+                row = conn.execute(
+                    "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now)
+                ).fetchone()
+                if row is not None:
+                    return str(row[0])
+                conn.execute(
+                    "INSERT OR REPLACE INTO leases (name, owner, expires_us) VALUES (?, ?, ?)",
+                    (name, owner, now + int(ttl_s * 1_000_000)),
+                )
+                return None
+        finally:
+            conn.close()
+
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                now = now_us()
+                cursor = conn.execute(
+                    "UPDATE leases SET expires_us = ?"
+                    " WHERE name = ? AND owner = ? AND expires_us > ?",
+                    (now + int(ttl_s * 1_000_000), name, owner, now),
+                )
+                return cursor.rowcount == 1
+        finally:
+            conn.close()
+
+    def release_lease(self, name: str, owner: str) -> None:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+        finally:
+            conn.close()
+
+    def lease_holder(self, name: str) -> str | None:
+        conn = self._lease_conn()
+        try:
+            row = conn.execute(
+                "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now_us())
+            ).fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            conn.close()
+
+    # -- the tombstone ledger ---------------------------------------------------------------------
+    def purge_expired(self, grace_s: float) -> None:
+        """Ledger entries past their TTL, and tombstones older than the grace period from the
+        tombstones table (what compaction purges on Cassandra). Once per clean: both are full
+        scans."""
+        now = now_us()
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM ledger WHERE expires_us <= ?", (now,))
+            conn.execute(
+                "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
+            )
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        expires = now_us() + int(ttl_s * 1_000_000)
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO ledger"
+                " (bucket, parent, generation, charge, cost, expires_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*charge, expires) for charge in charges],
+            )
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        now = now_us()
+        for start in range(0, len(partitions), LEDGER_CHUNK):
+            chunk = partitions[start : start + LEDGER_CHUNK]
+            where = " OR ".join("(bucket = ? AND parent = ?)" for _ in chunk)
+            params: list[object] = [v for key in chunk for v in key]
+            rows = self._conn.execute(
+                f"SELECT bucket, parent, sum(cost) FROM ledger WHERE ({where})"
+                " AND expires_us > ? GROUP BY bucket, parent",
+                [*params, now],
+            )
+            out.update(((str(b), str(p)), int(c)) for b, p, c in rows)
+        return out
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        return self.grace_s, "default" if self.grace_s == DEFAULT_GRACE_S else "configured"
 
     # -- filters table ----------------------------------------------------------------------------
     def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
