@@ -13,6 +13,8 @@ from typing import IO, Any
 import click
 
 from dircleaner.errors import DircleanerError
+from dircleaner.interrupt import check as check_interrupted
+from dircleaner.interrupt import stop_on_signals
 from dircleaner.store import Store, open_store
 
 log = logging.getLogger("dircleaner")
@@ -53,7 +55,8 @@ class DircleanerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with stop_on_signals():
+                return super().invoke(ctx)
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
 
@@ -131,6 +134,7 @@ class TerminalProgress:
         self._last_draw = 0.0
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
+        check_interrupted()  # between batches: where a signal stops the run
         now = time.monotonic()
         if phase != self._phase:
             log.info("%s: started", phase)
