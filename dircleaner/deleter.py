@@ -27,6 +27,10 @@ class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
 
 
+class AuditLogFailed(DircleanerError):
+    """The audit log could not be written; nothing more was deleted."""
+
+
 @dataclass(frozen=True)
 class ThrottleConfig:
     """How fast and how wide deletes go."""
@@ -152,6 +156,19 @@ class AuditLog:
     def flush(self) -> None:
         self._stream.flush()
 
+    def write_ahead(self, actions: Sequence[DeleteAction]) -> None:
+        """Record a batch before it is deleted; a failed write stops the run before it."""
+        try:
+            self.record_many(actions)
+            self.flush()
+        except OSError as exc:
+            name = getattr(self._stream, "name", "the audit log")
+            raise AuditLogFailed(
+                f"cannot write the audit log {name}: {exc.strerror or exc}; nothing of this"
+                " batch was deleted; free space (or give another --audit-log) and rerun: the"
+                " next run resumes"
+            ) from exc
+
 
 def execute_plan(
     store: Store,
@@ -174,8 +191,7 @@ def execute_plan(
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            audit.record_many(chunk)
-            audit.flush()
+            audit.write_ahead(chunk)
         pending = list(chunk)
         attempt = 0
         while pending:

@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
 from dircleaner import interrupt
+from dircleaner.errors import DircleanerError
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.store.base import Shard
@@ -39,7 +40,7 @@ _SECOND_PHASE_GRACE_S = 300.0
 _PR_SET_PDEATHSIG = 1
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(DircleanerError):
     """A worker process exited without sending its result."""
 
 
@@ -245,7 +246,11 @@ def _gather(
                 kind, value = conn.recv()
             except EOFError:
                 kind = "error"
-                value = WorkerDied(f"the {phase} worker of shard {shards[index]} died")
+                value = WorkerDied(
+                    f"the {phase} worker of slice {shards[index].index}/{shards[index].count}"
+                    " died (killed, or out of memory?); what it deleted is in the audit log:"
+                    " rerun, the next run resumes"
+                )
             if kind == "error":
                 failure = value if isinstance(value, BaseException) else RuntimeError(str(value))
                 if on_done is None:

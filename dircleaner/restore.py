@@ -79,6 +79,18 @@ def _within_range(name: str, bounds: object) -> bool:
     return min(first, last) <= name <= max(first, last)
 
 
+def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """The UTF-8 lines of an audit log read as bytes; BadAuditLog names a line that is not."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadAuditLog(
+                f"{name} line {number}: invalid UTF-8 at byte {exc.start}; an audit log is"
+                " UTF-8 JSON lines written by dircleaner: is this the right file?"
+            ) from exc
+
+
 def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
     """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
     return [(e["bucket"], e["parent"], e["name"]) for e in iter_audit_entries(lines)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -59,6 +60,18 @@ class DircleanerGroup(click.Group):
                 return super().invoke(ctx)
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
+        except sqlite3.Error as exc:
+            app = ctx.find_object(AppContext)
+            where = app.store_url if app else "the SQLite metastore"
+            message = (
+                f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and rerun:"
+                " nothing is lost, the next run resumes"
+            )
+            raise fail(ctx, message, 1, type(exc).__name__) from exc
+        except OSError as exc:
+            what = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+            message = f"{what}; fix that and rerun: nothing is lost, the next run resumes"
+            raise fail(ctx, message, 1, type(exc).__name__) from exc
 
 
 def fail(

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import click
 
 from dircleaner.cli.context import TerminalProgress, obj
 from dircleaner.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
-from dircleaner.restore import read_audit_entries, restore
+from dircleaner.restore import decoded_lines, read_audit_entries, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.timeutil import now_us
 
@@ -178,16 +178,16 @@ def gen(
 
 
 @click.command("restore")
-@click.argument("audit_log", type=click.File("r", encoding="utf-8"))
+@click.argument("audit_log", type=click.File("rb"))
 @click.pass_context
-def restore_cmd(ctx: click.Context, audit_log: IO[str]) -> None:
+def restore_cmd(ctx: click.Context, audit_log: BinaryIO) -> None:
     """Put back every directory entry an audit log says was deleted.
 
     \b
     Example:
       dircleaner --store sqlite:///meta.db restore ~/.local/state/dircleaner/audit.jsonl
     """
-    rows = read_audit_entries(audit_log)
+    rows = read_audit_entries(decoded_lines(audit_log, audit_log.name))
     with obj(ctx).open() as store:
         result = restore(store, rows, now_us())
     click.echo(f"restored {result.restored:,} directory entries")
