@@ -20,7 +20,7 @@ from dircleaner.build import (
     swept_count_key,
 )
 from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
+from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -135,6 +135,8 @@ class CleanReport:
     deletion_plan: DeletionPlan | None = None
     #: slices of the ring an interrupted attempt had finished, not swept again
     slices_already_clean: tuple[int, ...] = ()
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    would_be_refused: str | None = None
 
 
 @dataclass
@@ -247,6 +249,7 @@ def _run_clean(
         keep_plan=len(todo) == 1,
     )
     progress_now = previous
+    verdict: str | None = None
 
     def first(
         part_store: Store, shard: Shard, report: Progress
@@ -256,10 +259,16 @@ def _run_clean(
         )
 
     def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
-        nonlocal progress_now
+        nonlocal progress_now, verdict
         totals = _add_totals([t.totals for t in tallies])
-        # Nothing is deleted anywhere unless the whole sweep passes the guards.
-        check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run
+        # deletes nothing anyway: it plans on, and reports what a real run would meet.
+        try:
+            check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        except GuardRefused as exc:
+            if not config.dry_run:
+                raise
+            verdict = str(exc)
         # A directory with an object keeps its ancestors, whichever slice lists them: every
         # slice drops every slice's finds (and their ancestors) from its candidates, and so do
         # the slices an interrupted attempt left for this one.
@@ -326,6 +335,7 @@ def _run_clean(
         phase_seconds=phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
+        would_be_refused=verdict,
     )
 
 

@@ -73,6 +73,7 @@ def clean_summary(report: CleanReport) -> Summary:
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
+        "would_be_refused": report.would_be_refused,
     }
 
 

@@ -74,6 +74,11 @@ class DircleanerGroup(click.Group):
             raise fail(ctx, message, 1, type(exc).__name__) from exc
 
 
+def refused_without_json(message: str) -> CliError:
+    """The one line (exit 3) of a dry run a real run would refuse; its JSON summary says so."""
+    return _error_class(3)(f"a real run would be refused: {message}")
+
+
 def fail(
     ctx: click.Context,
     message: str,
@@ -171,10 +176,10 @@ class TerminalProgress:
             self._stream.flush()
 
 
-def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
+def emit(summary: dict[str, Any], lines: list[str], as_json: bool, *, ok: bool = True) -> None:
     """Print a summary: JSON for machines, aligned lines for people."""
     if as_json:
-        click.echo(json.dumps({"ok": True, **summary}, indent=2, sort_keys=True))
+        click.echo(json.dumps({"ok": ok, **summary}, indent=2, sort_keys=True))
     else:
         for line in lines:
             click.echo(line)

@@ -11,7 +11,13 @@ from typing import Any
 import click
 
 from dircleaner.build import build_filter
-from dircleaner.cli.context import TerminalProgress, emit, obj, warn_if_bucket_empty
+from dircleaner.cli.context import (
+    TerminalProgress,
+    emit,
+    obj,
+    refused_without_json,
+    warn_if_bucket_empty,
+)
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -127,8 +133,11 @@ def clean(
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
-    write_metrics(metrics_file, {"clean": summary}, success=True)
-    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json)
+    verdict = report.would_be_refused
+    write_metrics(metrics_file, {"clean": summary}, success=verdict is None)
+    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json, ok=verdict is None)
+    if verdict is not None:
+        raise refused_without_json(verdict)
 
 
 @click.command()
@@ -154,9 +163,12 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
-    write_metrics(metrics_file, summary, success=True)
+    verdict = report.clean.would_be_refused
+    write_metrics(metrics_file, summary, success=verdict is None)
     lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
-    emit(summary, lines, as_json)
+    emit(summary, lines, as_json, ok=verdict is None)
+    if verdict is not None:
+        raise refused_without_json(verdict)
 
 
 def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
