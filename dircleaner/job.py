@@ -158,7 +158,7 @@ def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     if config.generation is not None:
         info = find_generation(store, config.generation)
     else:
-        info = latest_complete(store, scope)
+        info = latest_complete(store, scope, force=config.guards.force)
     header, filt = load_generation(store, info, scope)
     return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
