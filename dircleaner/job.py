@@ -181,7 +181,7 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
         partitions=sum(p.partitions for p in parts),
         seconds=max(p.seconds for p in parts),
     )
-    if config.shard.count == 1:
+    if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     return SweepReport(loaded, result)

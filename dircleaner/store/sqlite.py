@@ -8,10 +8,12 @@ a ledger so tests can count tombstones per partition the way Cassandra's tracing
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.store.base import (
@@ -23,6 +25,22 @@ from dircleaner.store.base import (
     Store,
     murmur_token,
 )
+
+log = logging.getLogger(__name__)
+
+
+def _readable_read_only(path: Path) -> bool:
+    """Whether ``path`` is a database file this process can read but not write to."""
+    return path.is_file() and (
+        not os.access(path, os.W_OK)
+        or not os.access(path.parent, os.W_OK)
+        or _on_read_only_mount(path)
+    )
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
 
 SCAN_BATCH = 10_000
 #: candidate directories re-checked per SQLite statement (bounds the temporary table)
@@ -121,6 +139,15 @@ class SqliteStore(Store):
             conn.execute("PRAGMA temp_store=MEMORY")
             if create:
                 conn.executescript(SCHEMA)
+        except sqlite3.OperationalError as exc:
+            with contextlib.suppress(NameError):
+                conn.close()
+            # Opening for writing failed: on a read-only mount, reading still works.
+            if not _readable_read_only(path):
+                raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+            if create:
+                raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
+            return cls._open_read_only(path)
         except sqlite3.DatabaseError as exc:
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -131,6 +158,33 @@ class SqliteStore(Store):
                 f"{path} is not a dircleaner metastore (missing table {missing[0]})"
             )
         return cls(path, conn)
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> SqliteStore:
+        """A database this process cannot write (a read-only mount): open it for reading, so
+        that it can still be listed, inspected and swept. ``immutable`` lets SQLite read a WAL
+        database without creating its shared-memory file, which a read-only directory forbids;
+        nobody can write through a read-only mount meanwhile."""
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(
+                uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in REQUIRED_TABLES if t not in have]
+        if missing:
+            conn.close()
+            raise StoreNotFound(
+                f"{path} is not a dircleaner metastore (missing table {missing[0]})"
+            )
+        log.info("%s is not writable: opened read-only", path)
+        store = cls(path, conn)
+        store.read_only = True
+        return store
 
     def scope_id(self) -> str:
         return "sqlite:objects,folders"
