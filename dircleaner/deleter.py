@@ -186,6 +186,7 @@ def execute_plan(
     rate = AdaptiveRate(throttle, sleep=sleep)
     jitter = rng or random.Random()
     done = 0
+    total_dirs = sum(len(action.rows) for action in plan.actions)
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
         if audit is not None:
@@ -218,8 +219,9 @@ def execute_plan(
             backoff = min(throttle.max_backoff_s, throttle.base_backoff_s * 2**attempt)
             sleep(jitter.uniform(0, backoff))  # full jitter
             pending = failed
-        done += len(chunk)
-        progress("clean", done, len(plan.actions))
+        # Directories, as the summary counts them (a partition or range delete takes several).
+        done += sum(len(action.rows) for action in chunk)
+        progress("clean", done, total_dirs)
     stats.final_rate = rate.rate
     stats.seconds = time.monotonic() - started
     return stats

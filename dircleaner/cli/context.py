@@ -6,17 +6,18 @@ import json
 import logging
 import sqlite3
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
+from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
-from dircleaner.interrupt import check as check_interrupted
 from dircleaner.interrupt import stop_on_signals
 from dircleaner.store import Store, open_store
+
+__all__ = ["TerminalProgress"]
 
 log = logging.getLogger("dircleaner")
 
@@ -139,41 +140,6 @@ def configure_logging(level: str) -> None:
             # connection; an operator sees its errors, and everything with --log-level info.
             logger.setLevel(logging.ERROR)
     _handler = handler
-
-
-class TerminalProgress:
-    """Rows per second and ETA on stderr, redrawn at most twice a second; silent if not a TTY."""
-
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream = stream or sys.stderr
-        self._enabled = self._stream.isatty()
-        self._phase = ""
-        self._phase_started = 0.0
-        self._last_draw = 0.0
-
-    def __call__(self, phase: str, done: int, total: int | None) -> None:
-        check_interrupted()  # between batches: where a signal stops the run
-        now = time.monotonic()
-        if phase != self._phase:
-            log.info("%s: started", phase)
-            self._phase, self._phase_started = phase, now
-        if not self._enabled:
-            return
-        if now - self._last_draw < 0.5 and done != total:
-            return
-        self._last_draw = now
-        elapsed = max(now - self._phase_started, 1e-6)
-        rate = done / elapsed
-        text = f"{phase}: {done:,}" + (f"/{total:,}" if total else "") + f" ({rate:,.0f}/s"
-        if total and rate > 0:
-            text += f", ETA {max(total - done, 0) / rate:.0f}s"
-        self._stream.write("\r\033[K" + text + ")")
-        self._stream.flush()
-
-    def close(self) -> None:
-        if self._enabled and self._phase:
-            self._stream.write("\r\033[K")
-            self._stream.flush()
 
 
 def emit(summary: dict[str, Any], lines: list[str], as_json: bool, *, ok: bool = True) -> None:

@@ -42,6 +42,7 @@ def _apply_keys(
         found = None if hit is None or found is None else found + hit
 
     endings = LineEndings()
+    progress = TerminalProgress()
     for line in read_key_lines(stream, endings):
         if line.key is None:
             rejected += 1
@@ -52,9 +53,12 @@ def _apply_keys(
             flush(batch)
             done += len(batch)
             batch = []
+            progress(verb, done, None)
     if batch:
         flush(batch)
         done += len(batch)
+    progress(verb, done, None)
+    progress.close()
     if endings.crlf:
         click.echo(
             f"CRLF line endings (a Windows file): stripped the carriage return of"
