@@ -105,6 +105,9 @@ class DeleteStats:
     final_rate: float = 0.0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
+    #: rest of ``directories`` were written after the delete timestamp and kept
+    rows_removed: int | None = None
 
 
 class AuditLog:
@@ -187,6 +190,7 @@ def execute_plan(
     jitter = rng or random.Random()
     done = 0
     total_dirs = sum(len(action.rows) for action in plan.actions)
+    removed_before = store.rows_removed
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
         if audit is not None:
@@ -222,6 +226,8 @@ def execute_plan(
         # Directories, as the summary counts them (a partition or range delete takes several).
         done += sum(len(action.rows) for action in chunk)
         progress("clean", done, total_dirs)
+    if removed_before is not None and store.rows_removed is not None:
+        stats.rows_removed = store.rows_removed - removed_before
     stats.final_rate = rate.rate
     stats.seconds = time.monotonic() - started
     return stats

@@ -66,6 +66,12 @@ def clean_summary(report: CleanReport) -> Summary:
         "plan": plan_summary(report.plan),
         "dry_run": report.dry_run,
         "deleted_dirs": deleted.directories if deleted else 0,
+        "rows_removed": (deleted.rows_removed if deleted else 0),
+        "kept_written_after_t": (
+            deleted.directories - deleted.rows_removed
+            if deleted and deleted.rows_removed is not None
+            else None
+        ),
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
         "range_tombstones": deleted.range_deletes if deleted else 0,
@@ -142,7 +148,7 @@ def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
     ]
 
 
-def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
+def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") -> list[str]:
     plan = report.plan
     lines = []
     if report.slices_already_clean:
@@ -169,11 +175,17 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
     else:
         d = report.deleted
         lines.append(
-            f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f"clean   deletes issued for {_n(d.directories)} directories in {d.seconds:.1f}s"
             f" at timestamp {report.delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
             f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes;"
             f" {_n(d.retries)} retries)"
         )
+        if d.rows_removed is not None:
+            lines.append(
+                f"        {_n(d.rows_removed)} rows removed;"
+                f" {_n(d.directories - d.rows_removed)} kept: written after the delete"
+                f" timestamp (build start - --min-age {min_age}), so they survive, as they must"
+            )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")
     return lines

@@ -135,7 +135,12 @@ def clean(
     summary = clean_summary(report)
     verdict = report.would_be_refused
     write_metrics(metrics_file, {"clean": summary}, success=verdict is None)
-    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json, ok=verdict is None)
+    emit(
+        summary,
+        clean_lines(report, _audit(config.audit_log), params["min_age"]),
+        as_json,
+        ok=verdict is None,
+    )
     if verdict is not None:
         raise refused_without_json(verdict)
 
@@ -165,7 +170,9 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     summary = run_summary(report)
     verdict = report.clean.would_be_refused
     write_metrics(metrics_file, summary, success=verdict is None)
-    lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
+    lines = run_build_lines(report) + clean_lines(
+        report.clean, _audit(config.audit_log), params["min_age"]
+    )
     emit(summary, lines, as_json, ok=verdict is None)
     if verdict is not None:
         raise refused_without_json(verdict)

@@ -115,6 +115,7 @@ class SqliteStore(Store):
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        self.rows_removed: int | None = 0
 
     @classmethod
     def open(
@@ -281,11 +282,12 @@ class SqliteStore(Store):
         self, rows: Sequence[FolderRow], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
                 [(*row, timestamp_us) for row in rows],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
                 [(*row, timestamp_us) for row in rows],
@@ -298,11 +300,12 @@ class SqliteStore(Store):
         """Each range removes its rows written at or before the timestamp; the ledger gets one
         tombstone per bound, as Cassandra counts a range tombstone's two markers."""
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
                 " AND name >= ? AND name <= ? AND ts <= ?",
                 [(r.token, r.bucket, r.parent, r.low, r.high, timestamp_us) for r in ranges],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
                 [
@@ -317,16 +320,21 @@ class SqliteStore(Store):
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND ts <= ?",
                 [(*key, timestamp_us) for key in partitions],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts)"
                 " VALUES (?, ?, ?, NULL, ?)",
                 [(*key, timestamp_us) for key in partitions],
             )
         return [None] * len(partitions)
+
+    def _count_removed(self, rowcount: int) -> None:
+        if self.rows_removed is not None:
+            self.rows_removed += max(rowcount, 0)
 
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
         """How many tombstones were written into one folders partition: one per row or partition
