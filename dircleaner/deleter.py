@@ -33,6 +33,10 @@ class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
 
 
+class AuditLogFailed(DircleanerError):
+    """The audit log could not be written; nothing more was deleted."""
+
+
 @dataclass(frozen=True)
 class ThrottleConfig:
     """How fast and how wide deletes go."""
@@ -110,6 +114,9 @@ class DeleteStats:
     final_rate: float = 0.0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
+    #: rest of ``directories`` were written after the delete timestamp and kept
+    rows_removed: int | None = None
 
 
 class AuditLog:
@@ -162,6 +169,19 @@ class AuditLog:
     def flush(self) -> None:
         self._stream.flush()
 
+    def write_ahead(self, actions: Sequence[DeleteAction]) -> None:
+        """Record a batch before it is deleted; a failed write stops the run before it."""
+        try:
+            self.record_many(actions)
+            self.flush()
+        except OSError as exc:
+            name = getattr(self._stream, "name", "the audit log")
+            raise AuditLogFailed(
+                f"cannot write the audit log {name}: {exc.strerror or exc}; nothing of this"
+                " batch was deleted; free space (or give another --audit-log) and rerun: the"
+                " next run resumes"
+            ) from exc
+
 
 def execute_plan(
     store: Store,
@@ -189,6 +209,8 @@ def execute_plan(
     rate = AdaptiveRate(throttle, sleep=sleep)
     jitter = rng or random.Random()
     done = 0
+    total_dirs = sum(len(action.rows) for action in plan.actions)
+    removed_before = store.rows_removed
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
         keep_going()
@@ -197,8 +219,7 @@ def execute_plan(
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            audit.record_many(chunk)
-            audit.flush()
+            audit.write_ahead(chunk)
         pending = list(chunk)
         attempt = 0
         while pending:
@@ -229,8 +250,11 @@ def execute_plan(
             backoff = min(throttle.max_backoff_s, throttle.base_backoff_s * 2**attempt)
             sleep(jitter.uniform(0, backoff))  # full jitter
             pending = failed
-        done += len(chunk)
-        progress("clean", done, len(plan.actions))
+        # Directories, as the summary counts them (a partition or range delete takes several).
+        done += sum(len(action.rows) for action in chunk)
+        progress("clean", done, total_dirs)
+    if removed_before is not None and store.rows_removed is not None:
+        stats.rows_removed = store.rows_removed - removed_before
     stats.final_rate = rate.rate
     stats.seconds = time.monotonic() - started
     return stats

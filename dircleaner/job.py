@@ -20,7 +20,7 @@ from dircleaner.build import (
     swept_count_key,
 )
 from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
+from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -144,6 +144,8 @@ class CleanReport:
     slices_already_clean: tuple[int, ...] = ()
     #: the per-partition tombstone budget over the grace period, and where it came from
     budget: TombstoneBudget | None = None
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    would_be_refused: str | None = None
 
 
 @dataclass
@@ -165,7 +167,7 @@ def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     if config.generation is not None:
         info = find_generation(store, config.generation)
     else:
-        info = latest_complete(store, scope)
+        info = latest_complete(store, scope, force=config.guards.force)
     header, filt = load_generation(store, info, scope)
     return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
@@ -188,7 +190,7 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
         partitions=sum(p.partitions for p in parts),
         seconds=max(p.seconds for p in parts),
     )
-    if config.shard.count == 1:
+    if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     return SweepReport(loaded, result)
@@ -264,6 +266,7 @@ def _run_clean(
         lease_owner=lease_owner,
     )
     progress_now = previous
+    verdict: str | None = None
 
     def first(
         part_store: Store, shard: Shard, report: Progress
@@ -273,10 +276,16 @@ def _run_clean(
         )
 
     def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
-        nonlocal progress_now
+        nonlocal progress_now, verdict
         totals = _add_totals([t.totals for t in tallies])
-        # Nothing is deleted anywhere unless the whole sweep passes the guards.
-        check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run
+        # deletes nothing anyway: it plans on, and reports what a real run would meet.
+        try:
+            check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        except GuardRefused as exc:
+            if not config.dry_run:
+                raise
+            verdict = str(exc)
         # A directory with an object keeps its ancestors, whichever slice lists them: every
         # slice drops every slice's finds (and their ancestors) from its candidates, and so do
         # the slices an interrupted attempt left for this one.
@@ -342,6 +351,7 @@ def _run_clean(
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
         budget=budget,
+        would_be_refused=verdict,
     )
 
 

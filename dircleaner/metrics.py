@@ -33,7 +33,21 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Candidates found non-empty on re-check and kept.",
         ("clean", "dropped_nonempty"),
     ),
-    ("deleted_directories", "Directory entries deleted.", ("clean", "deleted_dirs")),
+    (
+        "deleted_directories",
+        "Directory entries deletes were issued for (at the delete timestamp).",
+        ("clean", "deleted_dirs"),
+    ),
+    (
+        "rows_removed",
+        "Folder rows the deletes removed (embedded store only).",
+        ("clean", "rows_removed"),
+    ),
+    (
+        "kept_written_after_delete_timestamp",
+        "Candidates kept: written after the delete timestamp (embedded store only).",
+        ("clean", "kept_written_after_t"),
+    ),
     ("partition_tombstones", "Partition deletes issued.", ("clean", "partition_tombstones")),
     ("row_tombstones", "Row deletes issued.", ("clean", "row_tombstones")),
     (

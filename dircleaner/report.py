@@ -72,6 +72,12 @@ def clean_summary(report: CleanReport) -> Summary:
         "plan": plan_summary(report.plan),
         "dry_run": report.dry_run,
         "deleted_dirs": deleted.directories if deleted else 0,
+        "rows_removed": (deleted.rows_removed if deleted else 0),
+        "kept_written_after_t": (
+            deleted.directories - deleted.rows_removed
+            if deleted and deleted.rows_removed is not None
+            else None
+        ),
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
         "range_tombstones": deleted.range_deletes if deleted else 0,
@@ -81,6 +87,7 @@ def clean_summary(report: CleanReport) -> Summary:
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
+        "would_be_refused": report.would_be_refused,
         "budget": budget_summary(report.budget),
     }
 
@@ -165,7 +172,7 @@ def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
     ]
 
 
-def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
+def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") -> list[str]:
     plan = report.plan
     lines = []
     if report.slices_already_clean:
@@ -181,7 +188,13 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
             f" {_n(report.dropped_nonempty)} found non-empty and kept (with their ancestors)"
         )
     lines += plan_and_delete_lines(
-        plan, report.budget, report.dry_run, report.deleted, report.delete_timestamp_us, audit_log
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"build start - --min-age {min_age}",
     )
     return lines
 
@@ -193,8 +206,10 @@ def plan_and_delete_lines(
     deleted: DeleteStats | None,
     delete_timestamp_us: int,
     audit_log: str | None,
+    timestamp_origin: str,
 ) -> list[str]:
-    """The plan, budget and clean lines, the same for the nightly and the prefix clean."""
+    """The plan, budget and clean lines, the same for the nightly and the prefix clean;
+    ``timestamp_origin`` says how the delete timestamp was chosen."""
     lines = [
         f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
         f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
@@ -213,11 +228,17 @@ def plan_and_delete_lines(
     else:
         d = deleted
         lines.append(
-            f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f"clean   deletes issued for {_n(d.directories)} directories in {d.seconds:.1f}s"
             f" at timestamp {delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
             f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes,"
             f" {_n(d.rewrites)} rewrites of {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries)"
         )
+        if d.rows_removed is not None:
+            lines.append(
+                f"        {_n(d.rows_removed)} rows removed;"
+                f" {_n(d.directories - d.rows_removed)} kept: written after the delete"
+                f" timestamp ({timestamp_origin}), so they survive, as they must"
+            )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")
     return lines
@@ -253,7 +274,7 @@ def prefix_summary(report: PrefixCleanReport) -> Summary:
     }
 
 
-def prefix_lines(report: PrefixCleanReport, audit_log: str | None) -> list[str]:
+def prefix_lines(report: PrefixCleanReport, audit_log: str | None, min_age: str) -> list[str]:
     walk, plan = report.walk, report.plan
     lines = [
         f"walk    {walk.prefix} in bucket {walk.bucket}: {_n(walk.directories)} directories,"
@@ -261,7 +282,13 @@ def prefix_lines(report: PrefixCleanReport, audit_log: str | None) -> list[str]:
         f" {_n(walk.empty_directories)} empty ({walk.seconds:.1f}s)",
     ]
     lines += plan_and_delete_lines(
-        plan, report.budget, report.dry_run, report.deleted, report.delete_timestamp_us, audit_log
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"walk start - --min-age {min_age}",
     )
     if plan.deferred:
         lines.append("        run the same command again to delete what the budget deferred")

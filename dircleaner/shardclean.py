@@ -201,4 +201,9 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
         final_rate=sum(p.final_rate for p in present),
         seconds=max(p.seconds for p in present),
         failures=[f for p in present for f in p.failures],
+        rows_removed=(
+            None
+            if any(p.rows_removed is None for p in present)
+            else sum(p.rows_removed or 0 for p in present)
+        ),
     )

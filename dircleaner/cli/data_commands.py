@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import click
 
 from dircleaner.cli.context import TerminalProgress, obj
 from dircleaner.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
-from dircleaner.restore import read_audit_entries, restore
+from dircleaner.restore import AuditSelection, decoded_lines, plan_restore, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.timeutil import now_us
 
@@ -41,6 +42,7 @@ def _apply_keys(
         found = None if hit is None or found is None else found + hit
 
     endings = LineEndings()
+    progress = TerminalProgress()
     for line in read_key_lines(stream, endings):
         if line.key is None:
             rejected += 1
@@ -51,9 +53,12 @@ def _apply_keys(
             flush(batch)
             done += len(batch)
             batch = []
+            progress(verb, done, None)
     if batch:
         flush(batch)
         done += len(batch)
+    progress(verb, done, None)
+    progress.close()
     if endings.crlf:
         click.echo(
             f"CRLF line endings (a Windows file): stripped the carriage return of"
@@ -178,19 +183,48 @@ def gen(
 
 
 @click.command("restore")
-@click.argument("audit_log", type=click.File("r", encoding="utf-8"))
+@click.argument("audit_log", type=click.File("rb"))
+@click.option("--generation", help="Only the entries of this filter generation (one night).")
+@click.option(
+    "--since", type=click.DateTime(), help="Only entries deleted at or after this time (UTC)."
+)
+@click.option("--until", type=click.DateTime(), help="Only entries deleted before this time (UTC).")
+@click.option(
+    "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
+)
 @click.pass_context
-def restore_cmd(ctx: click.Context, audit_log: IO[str]) -> None:
-    """Put back every directory entry an audit log says was deleted.
+def restore_cmd(
+    ctx: click.Context,
+    audit_log: BinaryIO,
+    generation: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    dry_run: bool,
+) -> None:
+    """Put back the directory entries an audit log says were deleted (all, or one night's).
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db restore ~/.local/state/dircleaner/audit.jsonl
+      dircleaner restore ~/.local/state/dircleaner/audit.jsonl --generation G --dry-run
     """
-    rows = read_audit_entries(audit_log)
+    selection = AuditSelection(generation, _utc_us(since), _utc_us(until))
+    plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
+    vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
+    of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
+    if dry_run:
+        click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
+        return
     with obj(ctx).open() as store:
-        result = restore(store, rows, now_us())
-    click.echo(f"restored {result.restored:,} directory entries")
+        result = restore(store, plan.rows, now_us())
+    click.echo(f"restored {result.restored:,} directory entries{of}")
+
+
+def _utc_us(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1_000_000)
 
 
 @click.command("init-schema")

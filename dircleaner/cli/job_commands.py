@@ -11,7 +11,13 @@ from typing import Any
 import click
 
 from dircleaner.build import build_filter
-from dircleaner.cli.context import TerminalProgress, emit, obj, warn_if_bucket_empty
+from dircleaner.cli.context import (
+    TerminalProgress,
+    emit,
+    obj,
+    refused_without_json,
+    warn_if_bucket_empty,
+)
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -132,13 +138,7 @@ def clean(
     """
     progress = TerminalProgress()
     if params["prefix"] is not None:
-        prefix_config = prefix_clean_config(params, shard)
-        with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-            prefix_report = run_prefix_clean(store, prefix_config, progress)
-        progress.close()
-        prefix = prefix_summary(prefix_report)
-        write_metrics(metrics_file, {"clean": prefix}, success=True)
-        emit(prefix, prefix_lines(prefix_report, _audit(prefix_config.audit_log)), as_json)
+        _clean_prefix(ctx, progress, as_json, shard, metrics_file, params)
         return
     config = clean_config(params, parse_shard(shard))
     with metrics_on_failure(metrics_file), obj(ctx).open() as store:
@@ -146,8 +146,16 @@ def clean(
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
-    write_metrics(metrics_file, {"clean": summary}, success=True)
-    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json)
+    verdict = report.would_be_refused
+    write_metrics(metrics_file, {"clean": summary}, success=verdict is None)
+    emit(
+        summary,
+        clean_lines(report, _audit(config.audit_log), params["min_age"]),
+        as_json,
+        ok=verdict is None,
+    )
+    if verdict is not None:
+        raise refused_without_json(verdict)
 
 
 @click.command()
@@ -173,9 +181,14 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
-    write_metrics(metrics_file, summary, success=True)
-    lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
-    emit(summary, lines, as_json)
+    verdict = report.clean.would_be_refused
+    write_metrics(metrics_file, summary, success=verdict is None)
+    lines = run_build_lines(report) + clean_lines(
+        report.clean, _audit(config.audit_log), params["min_age"]
+    )
+    emit(summary, lines, as_json, ok=verdict is None)
+    if verdict is not None:
+        raise refused_without_json(verdict)
 
 
 def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
@@ -198,3 +211,21 @@ def metrics_on_failure(path: str | None) -> Iterator[None]:
 
 def _audit(path: Path | None) -> str | None:
     return str(path) if path is not None else None
+
+
+def _clean_prefix(
+    ctx: click.Context,
+    progress: TerminalProgress,
+    as_json: bool,
+    shard: str | None,
+    metrics_file: str | None,
+    params: dict[str, Any],
+) -> None:
+    """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
+    config = prefix_clean_config(params, shard)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
+        report = run_prefix_clean(store, config, progress)
+    progress.close()
+    summary = prefix_summary(report)
+    write_metrics(metrics_file, {"clean": summary}, success=True)
+    emit(summary, prefix_lines(report, _audit(config.audit_log), params["min_age"]), as_json)

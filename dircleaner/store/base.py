@@ -150,6 +150,12 @@ class Store(abc.ABC):
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
+    #: folder rows this connection's deletes actually removed, where the store can tell (the
+    #: embedded store); None where a delete is a blind tombstone (Cassandra)
+    rows_removed: int | None = None
+    #: opened read-only (an embedded store on a read-only mount): it can be inspected and
+    #: swept, and every write fails
+    read_only: bool = False
 
     @classmethod
     @abc.abstractmethod

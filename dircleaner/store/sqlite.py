@@ -8,10 +8,12 @@ a ledger so tests can count tombstones per partition the way Cassandra's tracing
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.paths import folder_row_of
@@ -28,6 +30,22 @@ from dircleaner.store.base import (
     murmur_token,
 )
 from dircleaner.timeutil import now_us
+
+log = logging.getLogger(__name__)
+
+
+def _readable_read_only(path: Path) -> bool:
+    """Whether ``path`` is a database file this process can read but not write to."""
+    return path.is_file() and (
+        not os.access(path, os.W_OK)
+        or not os.access(path.parent, os.W_OK)
+        or _on_read_only_mount(path)
+    )
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
 
 SCAN_BATCH = 10_000
 #: candidate directories re-checked per SQLite statement (bounds the temporary table)
@@ -132,6 +150,7 @@ class SqliteStore(Store):
         self._conn = conn
         #: how long a tombstone counts against its partition (no gc_grace_seconds to read here)
         self.grace_s = DEFAULT_GRACE_S
+        self.rows_removed: int | None = 0
 
     @classmethod
     def open(
@@ -163,6 +182,15 @@ class SqliteStore(Store):
                 columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
                 if "written_us" not in columns:
                     conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
+        except sqlite3.OperationalError as exc:
+            with contextlib.suppress(NameError):
+                conn.close()
+            # Opening for writing failed: on a read-only mount, reading still works.
+            if not _readable_read_only(path):
+                raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+            if create:
+                raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
+            return cls._open_read_only(path)
         except sqlite3.DatabaseError as exc:
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -173,6 +201,33 @@ class SqliteStore(Store):
                 f"{path} is not a dircleaner metastore (missing table {missing[0]})"
             )
         return cls(path, conn)
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> SqliteStore:
+        """A database this process cannot write (a read-only mount): open it for reading, so
+        that it can still be listed, inspected and swept. ``immutable`` lets SQLite read a WAL
+        database without creating its shared-memory file, which a read-only directory forbids;
+        nobody can write through a read-only mount meanwhile."""
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(
+                uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in REQUIRED_TABLES if t not in have]
+        if missing:
+            conn.close()
+            raise StoreNotFound(
+                f"{path} is not a dircleaner metastore (missing table {missing[0]})"
+            )
+        log.info("%s is not writable: opened read-only", path)
+        store = cls(path, conn)
+        store.read_only = True
+        return store
 
     def scope_id(self) -> str:
         return "sqlite:objects,folders"
@@ -342,11 +397,12 @@ class SqliteStore(Store):
         self, rows: Sequence[FolderRow], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
                 [(*row, timestamp_us) for row in rows],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -360,11 +416,12 @@ class SqliteStore(Store):
         """Each range removes its rows written at or before the timestamp; the ledger gets one
         tombstone per bound, as Cassandra counts a range tombstone's two markers."""
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
                 " AND name >= ? AND name <= ? AND ts <= ?",
                 [(r.token, r.bucket, r.parent, r.low, r.high, timestamp_us) for r in ranges],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
@@ -380,10 +437,11 @@ class SqliteStore(Store):
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND ts <= ?",
                 [(*key, timestamp_us) for key in partitions],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
                 "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
                 " VALUES (?, ?, ?, NULL, ?, ?)",
@@ -413,6 +471,10 @@ class SqliteStore(Store):
                 kept,
             )
         return len(kept)
+
+    def _count_removed(self, rowcount: int) -> None:
+        if self.rows_removed is not None:
+            self.rows_removed += max(rowcount, 0)
 
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
         """How many tombstone cells a read of one folders partition meets, as Cassandra counts
