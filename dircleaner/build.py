@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from dircleaner.bloom import new_filter
+from dircleaner.bloom import new_filter, start_loading_kernels
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
 from dircleaner.filterformat import (
     FilterHeader,
@@ -365,6 +365,7 @@ def build_filter(
     With ``resume``, only its missing shards are scanned, with the generation's own parameters,
     so they OR-merge with the parts already stored (which are reused as they are).
     """
+    start_loading_kernels()
     with cyclic_gc_paused():
         return _build_filter(store, config, progress, resume)
 

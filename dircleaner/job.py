@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.bloom import Filter
+from dircleaner.bloom import Filter, start_loading_kernels
 from dircleaner.build import (
     BuildConfig,
     BuildResult,
@@ -152,6 +152,7 @@ class RunReport:
 
 def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     """Find, verify and merge the filter generation this sweep should use."""
+    start_loading_kernels()  # while the filter is read: the sweep's tests use them
     scope = scope_of(store, config.bucket)
     if config.generation is not None:
         info = find_generation(store, config.generation)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
+from dircleaner.bloom import finish_loading_kernels
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.store.base import Shard
@@ -129,6 +130,7 @@ class _Workers:
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
     ) -> None:
+        finish_loading_kernels()  # fork only once the filter kernels are loaded, or not loading
         context = multiprocessing.get_context("fork")
         self.counters = (context.Value("q", 0), context.Value("q", 0))
         self.conns: list[Connection] = []
