@@ -22,7 +22,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import islice, pairwise, repeat
+from itertools import islice, repeat
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
 
@@ -134,11 +134,12 @@ def _as_bytes(key: Key) -> bytes:
     return key.encode("utf-8") if isinstance(key, str) else key
 
 
-def _unpack(buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> list[bytes]:
-    """The keys of a packed batch, as bytes."""
+def slices(
+    buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> list[bytes]:
+    """The keys ``buf[starts[i]:ends[i]]`` of a packed batch, as bytes."""
     raw = buf.tobytes()
-    bounds = offsets.tolist()
-    return [raw[lo:hi] for lo, hi in pairwise(bounds)]
+    return [raw[lo:hi] for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def _check_salt(salt: int) -> None:
@@ -321,10 +322,16 @@ class BloomFilter:
 
     def add_packed(self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> None:
         """Insert the keys ``buf[offsets[i]:offsets[i + 1]]`` (UTF-8 bytes of each key)."""
+        self.add_ranges(buf, offsets[:-1], offsets[1:])
+
+    def add_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> None:
+        """Insert the keys ``buf[starts[i]:ends[i]]`` (they may overlap)."""
         if _kernels is None:
-            self._add_many_mmh3(_unpack(buf, offsets))
+            self._add_many_mmh3(slices(buf, starts, ends))
             return
-        _kernels.add_many(self._bytes, self.m, self.k, self.salt, buf, offsets)
+        _kernels.add_many(self._bytes, self.m, self.k, self.salt, buf, starts, ends)
 
     def update(self, keys: Iterable[Key]) -> None:
         """Insert keys from any iterable, in ``CHUNK``-sized batches."""
@@ -355,9 +362,9 @@ class BloomFilter:
     ) -> BoolArray:
         """Membership of the keys ``buf[offsets[i]:offsets[i + 1]]``."""
         if _kernels is None:
-            return self._contains_many_mmh3(_unpack(buf, offsets))
+            return self._contains_many_mmh3(slices(buf, offsets[:-1], offsets[1:]))
         found: BoolArray = _kernels.contains_many(
-            self._bytes, self.m, self.k, self.salt, buf, offsets
+            self._bytes, self.m, self.k, self.salt, buf, offsets[:-1], offsets[1:]
         )
         return found
 
@@ -527,6 +534,12 @@ class PyBloomLiveFilter:
             for h in make_hashes(key):
                 bits[offset + h] = True
                 offset += per_slice
+
+    def add_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> None:
+        """Insert the keys ``buf[starts[i]:ends[i]]``."""
+        self.add_many(slices(buf, starts, ends))
 
     def update(self, keys: Iterable[Key]) -> None:
         """Insert keys from any iterable."""

@@ -1,16 +1,17 @@
 """Compiled batch kernels of the mmh3 Bloom engine: MurmurHash3 x64 128 and bit placement.
 
-The keys of a batch come as one byte buffer and an offsets array (key ``i`` is
-``buf[offsets[i]:offsets[i + 1]]``); one call hashes every key and sets or tests its ``k`` bits,
-with no Python work per key. The hash is MurmurHash3 x64 128 (Austin Appleby's public-domain
-algorithm), written here from its description, and must equal ``mmh3.hash_bytes(key, seed)``
-bit for bit: the bit positions are ``(h1 + i*h2) mod 2**64 mod m`` of its two little-endian
-64-bit halves, exactly as ``dircleaner.bloom`` computed them with the ``mmh3`` package, so filters
-stored before these kernels load and answer the same (``tests/test_bloomkernel.py`` checks both).
+The keys of a batch come as one byte buffer and two index arrays (key ``i`` is
+``buf[starts[i]:ends[i]]``, so keys may overlap: the build passes every ancestor of a partition
+key as a prefix of that key's bytes, without copying); one call hashes every key and sets or
+tests its ``k`` bits, with no Python work per key. The hash is MurmurHash3 x64 128 (Austin
+Appleby's public-domain algorithm), written here from its description, and must equal
+``mmh3.hash_bytes(key, seed)`` bit for bit: the bit positions are ``(h1 + i*h2) mod 2**64 mod m``
+of its two little-endian 64-bit halves, exactly as ``dircleaner.bloom`` computed them with the
+``mmh3`` package, so filters stored before these kernels load and answer the same
+(``tests/test_bloomkernel.py`` checks both).
 
 Compiled by numba on first use and cached on disk (``cache=True``), so later processes load the
-machine code instead of compiling it again. ``warm_up()`` compiles (or loads) them eagerly: the
-job calls it before forking its workers, so they inherit the compiled code.
+machine code instead of compiling it again. ``warm_up()`` compiles (or loads) them eagerly.
 """
 
 from __future__ import annotations
@@ -180,14 +181,17 @@ def _mod(h: np.uint64, m: np.uint64, reciprocal: np.uint64) -> np.uint64:
 
 @njit(cache=True)
 def hash_many(
-    buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], seed: int
+    buf: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    seed: int,
 ) -> npt.NDArray[np.uint64]:
     """(n, 2) array of every key's (h1, h2): the digests ``mmh3.hash_bytes`` returns."""
-    n = offsets.size - 1
+    n = starts.size
     out = np.empty((n, 2), dtype=np.uint64)
     s = np.uint64(seed)
     for i in range(n):
-        h1, h2 = _mmh3_128(buf, offsets[i], offsets[i + 1] - offsets[i], s)
+        h1, h2 = _mmh3_128(buf, starts[i], ends[i] - starts[i], s)
         out[i, 0] = h1
         out[i, 1] = h2
     return out
@@ -207,14 +211,15 @@ def _positions(
     k: int,
     seed: np.uint64,
     buf: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
     lo: int,
     hi: int,
 ) -> None:
     """Bit positions of keys ``lo..hi-1`` into ``positions``, ``k`` per key, key by key."""
     j = 0
     for i in range(lo, hi):
-        h1, h2 = _mmh3_128(buf, offsets[i], offsets[i + 1] - offsets[i], seed)
+        h1, h2 = _mmh3_128(buf, starts[i], ends[i] - starts[i], seed)
         for _ in range(k):
             positions[j] = _mod(h1, m, reciprocal)
             h1 += h2  # wraps modulo 2**64, as the scheme requires
@@ -228,17 +233,18 @@ def add_many(
     k: int,
     seed: int,
     buf: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
 ) -> None:
     """Set the ``k`` bits of every key of the batch in ``bits`` (``m`` bits, little-endian)."""
     mm = np.uint64(m)
     reciprocal = _reciprocal(mm)
     s = np.uint64(seed)
-    n = offsets.size - 1
+    n = starts.size
     positions = np.empty(_PASS * k, dtype=np.uint64)
     for lo in range(0, n, _PASS):
         hi = min(n, lo + _PASS)
-        _positions(positions, mm, reciprocal, k, s, buf, offsets, lo, hi)
+        _positions(positions, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
         for j in range((hi - lo) * k):
             pos = positions[j]
             bits[pos >> _S3] |= _ONE8 << np.uint8(pos & _S7)
@@ -251,18 +257,19 @@ def contains_many(
     k: int,
     seed: int,
     buf: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.bool_]:
     """Whether all ``k`` bits of each key of the batch are set."""
     mm = np.uint64(m)
     reciprocal = _reciprocal(mm)
     s = np.uint64(seed)
-    n = offsets.size - 1
+    n = starts.size
     out = np.empty(n, dtype=np.bool_)
     positions = np.empty(_PASS * k, dtype=np.uint64)
     for lo in range(0, n, _PASS):
         hi = min(n, lo + _PASS)
-        _positions(positions, mm, reciprocal, k, s, buf, offsets, lo, hi)
+        _positions(positions, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
         for i in range(hi - lo):
             found = True
             for j in range(i * k, i * k + k):
@@ -277,8 +284,9 @@ def contains_many(
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types the engine uses."""
     buf = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as the engine's packed keys are
-    offsets = np.zeros(2, dtype=np.int64)
+    starts = np.zeros(1, dtype=np.int64)
+    ends = np.ones(1, dtype=np.int64)
     bits = np.zeros(8, dtype=np.uint8)
-    hash_many(buf, offsets, 0)
-    add_many(bits, 64, 1, 0, buf, offsets)
-    contains_many(bits, 64, 1, 0, buf, offsets)
+    hash_many(buf, starts, ends, 0)
+    add_many(bits, 64, 1, 0, buf, starts, ends)
+    contains_many(bits, 64, 1, 0, buf, starts, ends)

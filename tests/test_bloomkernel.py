@@ -52,7 +52,7 @@ def _reference(keys: list[bytes], seed: int) -> np.ndarray:
 def test_hash_matches_mmh3_bit_for_bit(seed: int) -> None:
     keys = _adversarial_keys()
     buf, offsets = pack_keys(keys)
-    got = bloomkernel.hash_many(buf, offsets, seed)
+    got = bloomkernel.hash_many(buf, offsets[:-1], offsets[1:], seed)
     assert np.array_equal(got, _reference(keys, seed))
 
 
@@ -62,7 +62,9 @@ def test_hash_of_keys_packed_at_every_alignment() -> None:
     for pad in range(16):
         buf = np.frombuffer(b"\xaa" * pad + key + b"\x55" * 3, dtype=np.uint8)
         offsets = np.array([pad, pad + len(key)], dtype=np.int64)
-        assert np.array_equal(bloomkernel.hash_many(buf, offsets, 9), _reference([key], 9))
+        assert np.array_equal(
+            bloomkernel.hash_many(buf, offsets[:-1], offsets[1:], 9), _reference([key], 9)
+        )
 
 
 @njit
