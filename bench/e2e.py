@@ -10,7 +10,9 @@
      doing no work, single process;
    * the same floor at the job's parallelism: ``--workers`` processes, each scanning its slice
      of the ring (the job's own slicing), objects first, then folders
-     (``run_over_scan_same_parallelism``: the job's own work against the scans it must do);
+     (``run_over_scan_same_parallelism``: the job's own work against the scans it must do),
+     and the same in CPU seconds of all processes (``run_over_scan_cpu``), which a machine
+     shared with other work disturbs far less than wall time;
    * the full ``dircleaner run`` (build + sweep + verify + plan + deletes, ``--rate 0``) with
      ``--workers`` processes, as a subprocess whose process tree is sampled for RSS/PSS;
    * the filter engines, ours vs ``pybloom-live``, on the same keys (a sample at scale);
@@ -63,7 +65,8 @@ with open(sys.argv[1], "w") as out, open(sys.argv[2], "w") as err:
     rc = subprocess.call(sys.argv[3:], stdout=out, stderr=err)
     seconds = time.perf_counter() - started
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kb": usage.ru_maxrss}))
+cpu = usage.ru_utime + usage.ru_stime
+print(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kb": usage.ru_maxrss, "cpu_s": cpu}))
 """
 
 _CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner'; main()"
@@ -153,6 +156,7 @@ def scan_floor(store: Store) -> dict[str, Any]:
 
 def _scan_slice(url: str, shard: Shard, table: str, out: Any) -> None:
     """One floor worker: scan one table's slice, doing nothing with the rows; send the count."""
+    cpu = time.process_time()
     store = open_store(url)
     try:
         count = 0
@@ -164,11 +168,12 @@ def _scan_slice(url: str, shard: Shard, table: str, out: Any) -> None:
                 count += len(rows_batch)
     finally:
         store.close()
-    out.send(count)
+    out.send((count, time.process_time() - cpu))
 
 
-def _parallel_scan(url: str, shards: list[Shard], table: str) -> tuple[float, int]:
-    """(wall seconds, rows) of one process per shard scanning ``table``, all at once."""
+def _parallel_scan(url: str, shards: list[Shard], table: str) -> tuple[float, int, float]:
+    """(wall seconds, rows, CPU seconds of all processes) of one process per shard scanning
+    ``table``, all at once."""
     ctx = multiprocessing.get_context("fork")
     started = time.perf_counter()
     pipes = [ctx.Pipe(duplex=False) for _ in shards]
@@ -178,12 +183,14 @@ def _parallel_scan(url: str, shards: list[Shard], table: str) -> tuple[float, in
     ]
     for proc in procs:
         proc.start()
-    total = sum(int(recv.recv()) for recv, _ in pipes)
+    sent = [recv.recv() for recv, _ in pipes]
+    total = sum(int(count) for count, _ in sent)
+    cpu = sum(float(seconds) for _, seconds in sent)
     for proc in procs:
         proc.join()
         if proc.exitcode != 0:
             raise SystemExit(f"a floor worker failed (exit {proc.exitcode})")
-    return time.perf_counter() - started, total
+    return time.perf_counter() - started, total, cpu
 
 
 def scan_floor_parallel(db: Path, workers: int) -> dict[str, Any]:
@@ -193,10 +200,13 @@ def scan_floor_parallel(db: Path, workers: int) -> dict[str, Any]:
     the other."""
     shards = Shard().split(workers) if workers > 1 else [Shard()]
     url = store_url(db)
-    objects_s, partitions = _parallel_scan(url, shards, "objects")
-    folders_s, rows = _parallel_scan(url, shards, "folders")
+    objects_s, partitions, objects_cpu = _parallel_scan(url, shards, "objects")
+    folders_s, rows, folders_cpu = _parallel_scan(url, shards, "folders")
     return {
         "scan_only_s": objects_s + folders_s,
+        "scan_only_cpu_s": objects_cpu + folders_cpu,
+        "scan_objects_cpu_s": objects_cpu,
+        "scan_folders_cpu_s": folders_cpu,
         "scan_objects_s": objects_s,
         "scan_folders_s": folders_s,
         "object_partitions": partitions,
@@ -333,6 +343,7 @@ def run_job(db: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "summary": json.loads(out.read_text()),
         "run_s": wrapped["seconds"],
+        "run_cpu_s": wrapped["cpu_s"],
         "run_wall_with_wrapper_s": wall,
         "peak_rss_single_mb": wrapped["maxrss_kb"] / 1024,
         "peak_rss_single_sampled_mb": sampler.max_single_rss_kb / 1024,
@@ -513,6 +524,7 @@ def markdown(r: dict[str, Any]) -> str:
             "",
             "",
         ),
+        ("run_over_scan_cpu (CPU s, all processes)", f"{r['run_over_scan_cpu']:.3f}", "", ""),
         (
             "run_over_scan_same_parallelism",
             f"{r['run_over_scan_same_parallelism']:.3f}",
@@ -655,6 +667,9 @@ def main() -> None:
         "run_over_scan": ran["run_s"] / floor["scan_only_s"],
         "scan_only_same_parallelism_s": floor_par["scan_only_s"],
         "run_over_scan_same_parallelism": ran["run_s"] / floor_par["scan_only_s"],
+        # CPU seconds of every process (the job's, interpreter start-up included, against the
+        # floor processes'): what a core does per row, robust to a machine shared with others.
+        "run_over_scan_cpu": ran["run_cpu_s"] / floor_par["scan_only_cpu_s"],
         "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
         "peak_rss_sum_mb": ran["peak_rss_sum_mb"],
         "peak_pss_sum_mb": ran["peak_pss_sum_mb"],
