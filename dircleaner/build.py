@@ -16,7 +16,7 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from dircleaner.bloom import new_filter, start_loading_kernels
+from dircleaner.bloom import finish_loading_kernels, new_filter, start_loading_kernels
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
 from dircleaner.filterformat import (
     FilterHeader,
@@ -443,6 +443,9 @@ def _build_filter(
                 f" {(filt.m, filt.k)}, its other parts have {params.shape}"
             )
         partitions = inserted = 0
+        # Ancestors are inserted once per partition below them: cheap with the compiled kernels
+        # only, so wait for them (they loaded while the filter was sized).
+        finish_loading_kernels()
         for batch in part_store.scan_object_partitions(shard, config.bucket):
             buf, starts, ends = packed_ancestors(batch)
             partitions += len(batch)
