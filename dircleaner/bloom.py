@@ -19,6 +19,7 @@ per-key baseline that the mmh3 engine is measured against.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import sys
 import threading
@@ -75,9 +76,11 @@ def load_kernels() -> bool:
         if _kernels is None and sys.byteorder == "little":  # the kernels read words natively
             try:
                 from dircleaner import bloomkernel
-            except ImportError:  # pragma: no cover - numba is a dependency
+
+                bloomkernel.warm_up()
+            except Exception as exc:  # e.g. no writable cache: the mmh3 path sets the same bits
+                logging.getLogger(__name__).warning("compiled filter kernels unavailable: %s", exc)
                 return False
-            bloomkernel.warm_up()
             # numba leaves ~10^5 long-lived objects behind; left in the collected generations,
             # every full collection walks them (it made the job's scans 30-50% slower).
             gc.freeze()
