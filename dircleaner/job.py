@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.bloom import Filter
+from dircleaner.bloom import Filter, start_loading_kernels
 from dircleaner.budget import TombstoneBudget, resolve_budget
 from dircleaner.build import (
     BuildConfig,
@@ -163,6 +163,7 @@ class RunReport:
 
 def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     """Find, verify and merge the filter generation this sweep should use."""
+    start_loading_kernels()  # while the filter is read: the sweep's tests use them
     scope = scope_of(store, config.bucket)
     if config.generation is not None:
         info = find_generation(store, config.generation)

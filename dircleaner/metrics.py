@@ -17,7 +17,11 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Objects-table partitions scanned by the build.",
         ("build", "partitions_scanned"),
     ),
-    ("filter_directories", "Directories inserted into the filter.", ("build", "keys_inserted")),
+    (
+        "filter_directories",
+        "Ancestor keys inserted into the filter (a directory once per partition under it).",
+        ("build", "keys_inserted"),
+    ),
     ("filter_bytes", "Size of the filter body.", ("build", "filter_bytes")),
     ("filter_fill_ratio", "Share of filter bits set.", ("build", "fill_ratio")),
     ("filter_fpr_target", "Target false-positive rate.", ("build", "fpr_target")),

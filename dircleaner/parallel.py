@@ -20,6 +20,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
 from dircleaner import interrupt
+from dircleaner.bloom import finish_loading_kernels
 from dircleaner.errors import DircleanerError
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
@@ -135,6 +136,7 @@ class _Workers:
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
     ) -> None:
+        finish_loading_kernels()  # fork only once the filter kernels are loaded, or not loading
         context = multiprocessing.get_context("fork")
         self.counters = (context.Value("q", 0), context.Value("q", 0))
         self.conns: list[Connection] = []

@@ -134,7 +134,7 @@ def build_lines(result: BuildResult) -> list[str]:
         f"build   generation {result.generation}"
         f" ({h.engine}, shard {h.shard_index}/{h.shard_count})",
         f"        {_n(result.partitions_scanned)} object partitions scanned,"
-        f" {_n(result.keys_inserted)} directories inserted in {result.seconds:.1f}s",
+        f" {_n(result.keys_inserted)} ancestor keys inserted in {result.seconds:.1f}s",
         f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
         f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
