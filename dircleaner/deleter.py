@@ -162,8 +162,13 @@ def execute_plan(
     progress: Progress = no_progress,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    before_batch: Callable[[], None] | None = None,
 ) -> DeleteStats:
-    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff."""
+    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff.
+
+    ``before_batch`` is called before each batch is recorded and sent (the run's lease check:
+    it raises to stop the deletes).
+    """
     started = time.monotonic()
     stats = DeleteStats()
     rate = AdaptiveRate(throttle, sleep=sleep)
@@ -171,6 +176,8 @@ def execute_plan(
     done = 0
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
+        if before_batch is not None:
+            before_batch()  # the last word before this batch's deletes go out
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
+from dircleaner.leasecheck import lease_guard
 from dircleaner.plan import (
     BucketDir,
     DeletionPlan,
@@ -62,6 +63,9 @@ class DeleteOrders:
     dry_run: bool
     #: return the whole plan (only worth it in-process, for callers that inspect it)
     keep_plan: bool = False
+    #: the run's lease owner: each delete batch is preceded by a check that it still holds the
+    #: lease (tasks on other hosts outlive a killed client); None checks nothing
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,13 @@ def plan_and_delete(
                 AuditLog(stream, orders.generation, orders.delete_timestamp_us) if stream else None
             )
             deleted = execute_plan(
-                store, plan, orders.delete_timestamp_us, orders.throttle, audit, progress
+                store,
+                plan,
+                orders.delete_timestamp_us,
+                orders.throttle,
+                audit,
+                progress,
+                before_batch=lease_guard(store, orders.lease_owner),
             )
         finally:
             if stream is not None:
