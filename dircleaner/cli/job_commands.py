@@ -20,7 +20,9 @@ from dircleaner.cli.options import (
     clean_options,
     json_option,
     metrics_option,
+    open_workers,
     parse_shard,
+    scheduler_option,
     shard_option,
     sweep_config,
     sweep_options,
@@ -40,12 +42,14 @@ from dircleaner.report import (
     sweep_lines,
     sweep_summary,
 )
+from dircleaner.workers import Workers
 
 
 @click.command()
 @build_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--generation",
@@ -62,8 +66,9 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        result = build_filter(store, build_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        config = build_config(params, parse_shard(shard))
+        result = build_filter(store, config, progress, workers=workers)
     progress.close()
     emit(build_summary(result), build_lines(result), as_json)
 
@@ -72,6 +77,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @sweep_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--out",
@@ -90,8 +96,8 @@ def sweep_cmd(
       dircleaner --store sqlite:///meta.db sweep --out candidates.txt
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
     progress.close()
     if out is not None:
         with click.open_file(out, "w", encoding="utf-8") as stream:
@@ -106,6 +112,7 @@ def sweep_cmd(
 @clean_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @json_option
 @metrics_option
@@ -121,8 +128,8 @@ def clean(
     """
     progress = TerminalProgress()
     config = clean_config(params, parse_shard(shard))
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_clean(store, config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_clean(store, config, progress, workers=pool)
     progress.close()
     summary = clean_summary(report)
     write_metrics(metrics_file, {"clean": summary}, success=True)
@@ -134,6 +141,7 @@ def clean(
 @clean_options
 @bucket_option
 @workers_option
+@scheduler_option
 @json_option
 @metrics_option
 @click.pass_context
@@ -147,13 +155,27 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_job(store, build_config(params, whole), config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     summary = run_summary(report)
     write_metrics(metrics_file, summary, success=True)
     lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
     emit(summary, lines, as_json)
+
+
+@contextlib.contextmanager
+def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
+    """The workers the options ask for; on a cluster, say where the tasks run and where to
+    watch them before any of them starts."""
+    workers = open_workers(params)
+    try:
+        if workers.outlives_client:
+            where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
+            click.echo(f"{workers.description}; {where}", err=True)
+        yield workers
+    finally:
+        workers.close()
 
 
 def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
