@@ -144,7 +144,10 @@ def test_same_filter_same_deletes_as_one_process(
         many = run_clean(store, config, workers=workers)
     assert len(planned) > 100
     assert many.sweep.loaded.generation == one.sweep.loaded.generation == built.generation
-    assert many.plan == one.plan
+    # The same directories; the form may differ: a partition whose own directory is a false
+    # positive but whose row is a candidate of its (absent) parent's partition goes by a
+    # partition delete when one process sees both, by row deletes when a slice sees only it.
+    assert many.plan.directories == one.plan.directories
     assert many.sweep.result.candidates == one.sweep.result.candidates
     deleted = sorted(e["dir"] for e in audit_entries(tmp_path / "audit.jsonl"))
     assert deleted == planned
