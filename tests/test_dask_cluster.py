@@ -290,3 +290,23 @@ def test_the_client_killed_no_worker_deletes_after_its_lease_expired(
     assert live <= after_expiry
     assert len(after_expiry) > len(live) + 50
     assert len(after_expiry) < len(every)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--slices", "8"), "Error: --slices needs --scheduler"),
+        (("--scheduler", "tcp://127.0.0.1:1", "--workers", "2"), "Error: --workers is for local"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line(
+    tmp_path: Path, extra: tuple[str, ...], message: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        fill(store, "default", 50)
+    result = invoke(url, "run", *extra)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(message), line
+    assert listed(url, "default") == {d for k in keys_of(50)[0] for d in directories_of(k)}
