@@ -15,11 +15,13 @@ Progress comes from the tasks as Dask events; the dashboard shows the tasks them
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import operator
 import secrets
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -254,6 +256,30 @@ def _slice_failed(phase: str, shard: Shard, exc: BaseException | None) -> SliceF
 
 # --- what runs on the workers -------------------------------------------------------------
 
+_gc_lock = threading.Lock()
+_gc_tasks = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _gc_paused_while_tasks_run() -> Iterator[None]:
+    """The cyclic GC paused while any of this worker's tasks runs (as ``cyclic_gc_paused`` does
+    for the local processes: a sweep churns millions of acyclic objects). Counted, since a
+    worker's threads share the one collector."""
+    global _gc_tasks, _gc_was_enabled
+    with _gc_lock:
+        if _gc_tasks == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_tasks += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_tasks -= 1
+            if _gc_tasks == 0 and _gc_was_enabled:
+                gc.enable()
+
 
 def _one_phase(
     url: str,
@@ -267,7 +293,8 @@ def _one_phase(
     store = open_store(url, config_path=config_path)
     report = _Reporter(topic, phase, shard)
     try:
-        return task(store, shard, report)
+        with _gc_paused_while_tasks_run():
+            return task(store, shard, report)
     finally:
         report.flush()
         store.close()
@@ -287,7 +314,8 @@ def _second_phase(
     store = open_store(url, config_path=config_path)
     report = _Reporter(topic, phase, shard)
     try:
-        return second(store, shard, first_result[1], message, report)
+        with _gc_paused_while_tasks_run():
+            return second(store, shard, first_result[1], message, report)
     finally:
         report.flush()
         store.close()
