@@ -33,7 +33,6 @@ from dircleaner.filterstore import (
 )
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import new_generation_id, parse_generation_id
-from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
 from dircleaner.sizing import (
     SizingRecord,
@@ -43,6 +42,7 @@ from dircleaner.sizing import (
 )
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
 from dircleaner.timeutil import now_us
+from dircleaner.workers import BUILD, LocalWorkers, Workers
 
 #: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys
 #: arrive in token order, so siblings are far apart; at 30M directories 2**20 entries cut the
@@ -267,9 +267,9 @@ class PartialBuild:
     missing: tuple[Shard, ...]
 
 
-def build_shards(config: BuildConfig) -> list[Shard]:
-    """The shards a build with ``config`` stores: its slice, cut into one part per worker."""
-    return config.shard.split(config.workers) if config.workers > 1 else [config.shard]
+def build_shards(config: BuildConfig, workers: Workers | None = None) -> list[Shard]:
+    """The shards a build with ``config`` stores: its slice, cut as the workers cut a build."""
+    return (workers or LocalWorkers(config.workers)).slices(config.shard, BUILD)
 
 
 def new_generation(config: BuildConfig) -> str:
@@ -280,7 +280,9 @@ def new_generation(config: BuildConfig) -> str:
     return new_generation_id(now_us(), salt)
 
 
-def find_partial_build(store: Store, config: BuildConfig, generation: str) -> PartialBuild | None:
+def find_partial_build(
+    store: Store, config: BuildConfig, generation: str, workers: Workers | None = None
+) -> PartialBuild | None:
     """What is left to build of ``generation`` with ``config``'s scope and shard layout.
 
     None when there is nothing worth resuming: no complete part, or parts another scope, shard
@@ -292,7 +294,7 @@ def find_partial_build(store: Store, config: BuildConfig, generation: str) -> Pa
     except FilterNotFound:
         log.info("not resuming the build of generation %s: none of it was stored", generation)
         return None
-    layout = build_shards(config)
+    layout = build_shards(config, workers)
     problem = _resume_problem(info, config, scope_of(store, config.bucket), layout)
     if problem is None:
         reused = _read_complete_parts(store, info)
@@ -414,15 +416,18 @@ def build_filter(
     config: BuildConfig,
     progress: Progress = no_progress,
     resume: PartialBuild | None = None,
+    workers: Workers | None = None,
 ) -> BuildResult:
     """Scan the objects table's partition keys into a new filter generation and store it.
 
     With ``resume``, only its missing shards are scanned, with the generation's own parameters,
-    so they OR-merge with the parts already stored (which are reused as they are).
+    so they OR-merge with the parts already stored (which are reused as they are). Each slice
+    the workers cut is one stored shard of the generation.
     """
     start_loading_kernels()
     with cyclic_gc_paused():
-        return _build_filter(store, config, progress, resume)
+        pool = workers or LocalWorkers(config.workers)
+        return _build_filter(store, config, progress, resume, pool)
 
 
 def _build_filter(
@@ -430,6 +435,7 @@ def _build_filter(
     config: BuildConfig,
     progress: Progress,
     resume: PartialBuild | None,
+    pool: Workers,
 ) -> BuildResult:
     started = time.monotonic()
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
@@ -466,8 +472,8 @@ def _build_filter(
         save_filter_part(part_store, params.generation, header, header_bytes, body)
         return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
-    shards = list(resume.missing) if resume else build_shards(config)
-    built = map_shards(store, shards, build_part, "build", progress) if shards else []
+    shards = list(resume.missing) if resume else build_shards(config, pool)
+    built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
     result = _result(params, built, reused, time.monotonic() - started)

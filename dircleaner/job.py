@@ -32,7 +32,6 @@ from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
-from dircleaner.parallel import map_shards, run_two_phases
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
 from dircleaner.resume import (
@@ -53,10 +52,12 @@ from dircleaner.shardclean import (
     plan_and_delete,
     sweep_and_recheck,
 )
+from dircleaner.sharedfilter import SharedFilter
 from dircleaner.sizing import record_clean
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
+from dircleaner.workers import CLEAN, LocalWorkers, Workers
 
 #: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
 DEFAULT_MAX_REWRITE_ROWS = 100_000
@@ -173,16 +174,24 @@ def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
 
-def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progress) -> SweepReport:
+def run_sweep(
+    store: Store,
+    config: SweepConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
+) -> SweepReport:
     """Load the filter, refuse it if unsafe, and stream the folders index against it."""
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
+    pool = workers or LocalWorkers(config.workers)
+    shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
+    bucket = config.bucket
 
     def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
-        return sweep(part_store.scan_folder_rows(shard, config.bucket), loaded.filt, report)
+        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
 
-    shards = config.shard.split(config.workers) if config.workers > 1 else [config.shard]
-    parts = map_shards(store, shards, sweep_part, "sweep", progress)
+    shards = pool.slices(config.shard, CLEAN)
+    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -203,6 +212,7 @@ def run_clean(
     progress: Progress = no_progress,
     checkpoint: CleanCheckpoint | None = None,
     lease_owner: str | None = None,
+    workers: Workers | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
@@ -211,11 +221,12 @@ def run_clean(
     caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
     when another run has it).
     """
+    pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
         if config.dry_run or lease_owner is not None:
-            return _run_clean(store, config, progress, checkpoint, lease_owner)
+            return _run_clean(store, config, progress, checkpoint, pool, lease_owner)
         with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-            return _run_clean(store, config, progress, checkpoint, lease.owner)
+            return _run_clean(store, config, progress, checkpoint, pool, lease.owner)
 
 
 @dataclass(frozen=True)
@@ -231,16 +242,13 @@ def _run_clean(
     config: CleanConfig,
     progress: Progress,
     checkpoint: CleanCheckpoint | None,
+    pool: Workers,
     lease_owner: str | None,
 ) -> CleanReport:
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
-    slices = (
-        sweep_config.shard.split(sweep_config.workers)
-        if sweep_config.workers > 1
-        else [sweep_config.shard]
-    )
+    slices = pool.slices(sweep_config.shard, CLEAN)
     previous = checkpoint.previous if checkpoint else None
     if previous is None or previous.slices != len(slices):
         previous = CleanProgress(len(slices), frozenset(), frozenset())
@@ -268,13 +276,15 @@ def _run_clean(
     )
     progress_now = previous
     verdict: str | None = None
+    shared = SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt)
+    bucket = sweep_config.bucket
+    verify = config.verify
 
-    def first(
-        part_store: Store, shard: Shard, report: Progress
-    ) -> tuple[ShardSwept, list[PartitionFacts]]:
-        return sweep_and_recheck(
-            part_store, shard, sweep_config.bucket, loaded.filt, config.verify, report
+    def first(part_store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, _Kept]:
+        swept, facts = sweep_and_recheck(
+            part_store, shard, bucket, shared.get(part_store), verify, report
         )
+        return swept, (facts, swept.nonempty)
 
     def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
         nonlocal progress_now, verdict
@@ -298,11 +308,14 @@ def _run_clean(
     def second(
         part_store: Store,
         shard: Shard,
-        facts: list[PartitionFacts],
+        kept: _Kept,
         nonempty: frozenset[BucketDir],
         report: Progress,
     ) -> ShardCleaned:
-        return plan_and_delete(part_store, facts, nonempty, orders, report)
+        facts, own_nonempty = kept
+        # A first phase run again (its worker was lost) may have found more than the decision
+        # pooled: its own finds stay too.
+        return plan_and_delete(part_store, facts, nonempty | own_nonempty, orders, report)
 
     def slice_done(position: int) -> None:
         nonlocal progress_now
@@ -315,7 +328,7 @@ def _run_clean(
         if checkpoint and not config.dry_run and small:
             checkpoint.save(progress_now)
 
-    tallies, cleaned = run_two_phases(
+    tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in todo],
         first,
@@ -356,6 +369,10 @@ def _run_clean(
     )
 
 
+#: what a clean's first phase keeps for its second: the slice's candidates and its own finds
+_Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
+
+
 def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
     return SweepTotals(
         swept_rows=sum(p.swept_rows for p in parts),
@@ -366,7 +383,11 @@ def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
 
 
 def run_job(
-    store: Store, build: BuildConfig, clean: CleanConfig, progress: Progress = no_progress
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
 ) -> RunReport:
     """The nightly job: build a fresh filter, clean with it, collect old generations.
 
@@ -376,10 +397,10 @@ def run_job(
     parameters.
     """
     if clean.dry_run:
-        return _run_job(store, build, clean, progress, None)
+        return _run_job(store, build, clean, progress, None, workers)
     # One run at a time, from before the build: a second run refuses before it scans anything.
     with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
-        return _run_job(store, build, clean, progress, lease.owner)
+        return _run_job(store, build, clean, progress, lease.owner, workers)
 
 
 def _run_job(
@@ -388,6 +409,7 @@ def _run_job(
     clean: CleanConfig,
     progress: Progress,
     lease_owner: str | None,
+    workers: Workers | None,
 ) -> RunReport:
     scope = scope_of(store, build.bucket)
     # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
@@ -397,7 +419,9 @@ def _run_job(
     built = None
     previous = None
     if generation is None:
-        built = _build_or_resume(store, scope, state, build, clean.sweep.guards, progress, record)
+        built = _build_or_resume(
+            store, scope, state, build, clean.sweep.guards, progress, record, workers
+        )
         generation = built.generation
         if record:
             save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
@@ -413,7 +437,12 @@ def _run_job(
     checkpoint = CleanCheckpoint(previous, save)
     try:
         cleaned = run_clean(
-            store, replace(clean, sweep=sweep_config), progress, checkpoint, lease_owner
+            store,
+            replace(clean, sweep=sweep_config),
+            progress,
+            checkpoint,
+            lease_owner,
+            workers,
         )
     except DircleanerError as exc:
         exc.details.setdefault("generation", generation)
@@ -454,13 +483,14 @@ def _build_or_resume(
     guards: GuardConfig,
     progress: Progress,
     record: bool,
+    workers: Workers | None,
 ) -> BuildResult:
     """Finish the interrupted build of this scope if worth it, else build a new generation.
 
     The new generation's id is recorded before anything is scanned, so a run killed during the
     build leaves behind which generation its stored parts belong to.
     """
-    partial = _interrupted_build(store, state, build, guards)
+    partial = _interrupted_build(store, state, build, guards, workers)
     if partial is not None:
         log.info(
             "resuming the interrupted build of generation %s: reusing shards %s, building %s",
@@ -469,15 +499,19 @@ def _build_or_resume(
             _shard_list(s.index for s in partial.missing),
         )
         config = replace(build, generation=partial.generation)
-        return build_filter(store, config, progress, resume=partial)
+        return build_filter(store, config, progress, resume=partial, workers=workers)
     generation = new_generation(build)
     if record:
         save_run_state(store, scope, RunState(generation, PHASE_BUILD))
-    return build_filter(store, replace(build, generation=generation), progress)
+    return build_filter(store, replace(build, generation=generation), progress, workers=workers)
 
 
 def _interrupted_build(
-    store: Store, state: RunState | None, build: BuildConfig, guards: GuardConfig
+    store: Store,
+    state: RunState | None,
+    build: BuildConfig,
+    guards: GuardConfig,
+    workers: Workers | None,
 ) -> PartialBuild | None:
     """The interrupted build worth finishing: fresh, same layout and parameters."""
     if state is None or state.phase != PHASE_BUILD:
@@ -491,7 +525,7 @@ def _interrupted_build(
     if not _fresh(snapshot_us, guards):
         log.info("not resuming the build of generation %s: too old", state.generation)
         return None
-    return find_partial_build(store, build, state.generation)
+    return find_partial_build(store, build, state.generation, workers)
 
 
 def _shard_list(indices: Iterable[int]) -> str:

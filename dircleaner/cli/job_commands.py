@@ -26,9 +26,11 @@ from dircleaner.cli.options import (
     clean_options,
     json_option,
     metrics_option,
+    open_workers,
     parse_shard,
     prefix_clean_config,
     prefix_options,
+    scheduler_option,
     shard_option,
     sweep_config,
     sweep_options,
@@ -50,12 +52,14 @@ from dircleaner.report import (
     sweep_lines,
     sweep_summary,
 )
+from dircleaner.workers import Workers
 
 
 @click.command()
 @build_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--generation",
@@ -72,8 +76,9 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        result = build_filter(store, build_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        config = build_config(params, parse_shard(shard))
+        result = build_filter(store, config, progress, workers=workers)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
     emit(build_summary(result), build_lines(result), as_json)
@@ -83,6 +88,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @sweep_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--out",
@@ -101,8 +107,8 @@ def sweep_cmd(
       dircleaner --store sqlite:///meta.db sweep --out candidates.txt
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.result.swept_rows)
     if out is not None:
@@ -119,6 +125,7 @@ def sweep_cmd(
 @prefix_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @json_option
 @metrics_option
@@ -141,8 +148,8 @@ def clean(
         _clean_prefix(ctx, progress, as_json, shard, metrics_file, params)
         return
     config = clean_config(params, parse_shard(shard))
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_clean(store, config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_clean(store, config, progress, workers=pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
@@ -163,6 +170,7 @@ def clean(
 @clean_options
 @bucket_option
 @workers_option
+@scheduler_option
 @json_option
 @metrics_option
 @click.pass_context
@@ -176,8 +184,8 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_job(store, build_config(params, whole), config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
@@ -189,6 +197,20 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     emit(summary, lines, as_json, ok=verdict is None)
     if verdict is not None:
         raise refused_without_json(verdict)
+
+
+@contextlib.contextmanager
+def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
+    """The workers the options ask for; on a cluster, say where the tasks run and where to
+    watch them before any of them starts."""
+    workers = open_workers(params)
+    try:
+        if workers.outlives_client:
+            where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
+            click.echo(f"{workers.description}; {where}", err=True)
+        yield workers
+    finally:
+        workers.close()
 
 
 def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:

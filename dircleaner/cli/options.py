@@ -21,6 +21,7 @@ from dircleaner.prefixclean import DEFAULT_MAX_DELETES, PrefixCleanConfig
 from dircleaner.prefixwalk import normalise_prefix
 from dircleaner.store.base import Shard
 from dircleaner.timeutil import parse_duration
+from dircleaner.workers import LocalWorkers, Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -98,6 +99,22 @@ workers_option = click.option(
     callback=_check_workers,
     help=f"Processes that scan slices of the ring in parallel (e.g. one per core; at most"
     f" {WORKERS_PER_CORE} per core).",
+)
+scheduler_option = _apply(
+    [
+        click.option(
+            "--scheduler",
+            envvar="DIRCLEANER_SCHEDULER",
+            help="Run the slices as tasks on this Dask scheduler (tcp://host:8786) instead of"
+            " local processes. Env: DIRCLEANER_SCHEDULER.",
+        ),
+        click.option(
+            "--slices",
+            type=click.IntRange(min=1),
+            help="With --scheduler: slices of the ring, one task each (default: one per worker"
+            " thread for a build, four per thread for a sweep or clean).",
+        ),
+    ]
 )
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
@@ -256,6 +273,20 @@ def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixClea
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=Path(params["audit_log"]),
     )
+
+
+def open_workers(params: dict[str, Any]) -> Workers:
+    """The mechanism the options ask for: a Dask cluster's tasks, or local processes."""
+    scheduler = params.get("scheduler")
+    if scheduler is None:
+        if params.get("slices") is not None:
+            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+        return LocalWorkers(params["workers"])
+    if params["workers"] != 1:
+        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
+    from dircleaner.daskworkers import DaskWorkers
+
+    return DaskWorkers(scheduler, params.get("slices"))
 
 
 def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
