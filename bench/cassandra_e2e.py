@@ -68,7 +68,13 @@ from dircleaner.store import open_store  # noqa: E402
 from dircleaner.store.base import FolderRow, Shard, Store  # noqa: E402
 from dircleaner.store.cassandra import CassandraStore, stored_parent  # noqa: E402
 from dircleaner.synth import SynthSpec, generate  # noqa: E402
-from dircleaner.synth.groundtruth import audited_dirs, read_truth, score  # noqa: E402
+from dircleaner.synth.groundtruth import (  # noqa: E402
+    audited_dirs,
+    percentile,
+    read_truth,
+    score,
+    tombstones_by_partition,
+)
 
 STATE_KEY = "bench:dataset"
 #: bump when the dataset a given (dirs, seed, ...) produces changes
@@ -590,6 +596,24 @@ def markdown(result: dict[str, Any]) -> str:
         )
         rows.append(
             (
+                "tombstones per live partition: max / p99 (audit); traced max",
+                f"{real['tombstones_per_live_partition_max']:,} /"
+                f" {real['tombstones_per_live_partition_p99']:,};"
+                f" {real['traced_tombstones_max_of_10_heaviest']:,}",
+                f"≤ N = {real['budget']['n'] if real['budget'] else '?'}",
+                "",
+            )
+        )
+        rows.append(
+            (
+                "partitions / rows rewritten",
+                f"{real['partitions_rewritten']:,} / {real['rows_rewritten']:,}",
+                "",
+                "",
+            )
+        )
+        rows.append(
+            (
                 "recall (this run)",
                 f"{result['recall']:.4f}",
                 f"{real['deferred']:,} deferred by the per-partition tombstone budget",
@@ -786,6 +810,10 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
         sc = score(audited, truth)
         leftover = still_listed(store, set(audited), DEFAULT_BUCKET)
         recall_target = 1 - 1.5 * args.fpr
+        per_partition = tombstones_by_partition(audit, DEFAULT_BUCKET) if audit.exists() else {}
+        # Cassandra's own count, by tracing, in the partitions the audit log charged most.
+        heaviest = sorted(per_partition, key=lambda k: -per_partition[k])[:10]
+        traced = [store.tombstones_in_partition(b, p) for b, p in heaviest]
         result.update(
             deletes_per_s=round(tombstones / delete_s, 1) if delete_s else None,
             precision=sc.precision,
@@ -800,6 +828,16 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             "partition_tombstones": deleted.partition_deletes if deleted else 0,
             "row_tombstones": deleted.row_deletes if deleted else 0,
             "range_tombstones": deleted.range_deletes if deleted else 0,
+            "partitions_rewritten": deleted.rewrites if deleted else 0,
+            "rows_rewritten": deleted.rows_rewritten if deleted else 0,
+            "tombstones_per_live_partition_max": max(per_partition.values(), default=0),
+            "tombstones_per_live_partition_p99": percentile(list(per_partition.values()), 0.99),
+            "traced_tombstones_max_of_10_heaviest": max(traced, default=0),
+            "budget": (
+                {"n": report.clean.budget.per_partition, "source": report.clean.budget.source}
+                if report.clean.budget
+                else None
+            ),
             "dirs_deleted": deleted.directories if deleted else 0,
             "dirs_deleted_per_s": round(deleted.directories / delete_s, 1)
             if deleted and delete_s

@@ -7,13 +7,22 @@ Bit ``j`` lives in byte ``j // 8`` at bit ``j % 8`` (little-endian words), so th
 bits are portable. Hashing is the only per-key Python work; positions and bit updates are
 numpy operations on chunks of keys so temporaries stay small.
 
+The batch paths (``add_many``, ``contains_many`` and their packed forms, which take the keys as one
+byte buffer plus offsets) run compiled kernels (``dircleaner.bloomkernel``: the same MurmurHash3,
+written for numba, bit for bit equal to ``mmh3``) once ``load_kernels()`` has loaded them; until
+then, and wherever numba is missing, they take the ``mmh3`` path, which sets the same bits.
+
 ``PyBloomLiveFilter`` wraps ``pybloom_live.BloomFilter`` behind the same API; it is the slow
 per-key baseline that the mmh3 engine is measured against.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
 import math
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice, repeat
 from types import MappingProxyType
@@ -51,6 +60,68 @@ def _fallback_digest(key: bytes, seed: int) -> bytes:
 _digest: Callable[[bytes, int], bytes] = getattr(mmh3, "mmh3_x64_128_digest", _fallback_digest)
 
 
+_kernels: Any = None
+_kernels_lock = threading.Lock()
+
+
+def load_kernels() -> bool:
+    """Load the compiled batch kernels (compiling them on a first run); True once loaded.
+
+    Costs about a second per process (importing numba, loading the cached machine code), so the
+    job starts it in a background thread (``start_loading_kernels``) and forks its workers after
+    it (they inherit it).
+    """
+    global _kernels
+    with _kernels_lock:
+        if _kernels is None and sys.byteorder == "little":  # the kernels read words natively
+            try:
+                from dircleaner import bloomkernel
+
+                bloomkernel.warm_up()
+            except Exception as exc:  # e.g. no writable cache: the mmh3 path sets the same bits
+                logging.getLogger(__name__).warning("compiled filter kernels unavailable: %s", exc)
+                return False
+            # numba leaves ~10^5 long-lived objects behind; left in the collected generations,
+            # every full collection walks them (it made the job's scans 30-50% slower).
+            gc.freeze()
+            _kernels = bloomkernel
+    return _kernels is not None
+
+
+_loader: threading.Thread | None = None
+
+
+def start_loading_kernels() -> None:
+    """``load_kernels()`` in a daemon thread (once per process), so that it overlaps the work
+    before the first batch (sizing, reading the filter); the batch paths take the mmh3 path
+    until it is done."""
+    global _loader
+    with _kernels_lock:
+        if _loader is None and _kernels is None:
+            _loader = threading.Thread(target=load_kernels, name="bloom-kernels", daemon=True)
+            _loader.start()
+
+
+def finish_loading_kernels() -> None:
+    """Wait for a loading started by ``start_loading_kernels`` (before forking: a child must not
+    inherit a half-done import, and inherits the loaded kernels instead of loading its own)."""
+    loader = _loader
+    if loader is not None:
+        loader.join()
+
+
+def pack_keys(keys: Sequence[Key]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """A batch of keys as one byte buffer and ``len(keys) + 1`` offsets (``str`` as UTF-8)."""
+    try:
+        raw = b"".join(keys)  # type: ignore[arg-type]
+    except TypeError:  # some keys are str
+        keys = [_as_bytes(key) for key in keys]
+        raw = b"".join(keys)  # type: ignore[arg-type]
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, keys), dtype=np.int64, count=len(keys)), out=offsets[1:])
+    return np.frombuffer(raw, dtype=np.uint8), offsets
+
+
 def optimal_params(n: int, p: float) -> tuple[int, int]:
     """Return (m bits, k hashes) holding ``n`` items at false-positive rate ``p``.
 
@@ -69,6 +140,14 @@ def optimal_params(n: int, p: float) -> tuple[int, int]:
 def _as_bytes(key: Key) -> bytes:
     """Encode ``str`` keys as UTF-8; pass bytes through."""
     return key.encode("utf-8") if isinstance(key, str) else key
+
+
+def slices(
+    buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> list[bytes]:
+    """The keys ``buf[starts[i]:ends[i]]`` of a packed batch, as bytes."""
+    raw = buf.tobytes()
+    return [raw[lo:hi] for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
 def _check_salt(salt: int) -> None:
@@ -238,8 +317,29 @@ class BloomFilter:
     def add_many(self, keys: Sequence[Key]) -> None:
         """Insert a batch of keys: the fast path."""
         for start in range(0, len(keys), CHUNK):
-            for pos in self._chunk_positions(keys[start : start + CHUNK]):
-                self._set_positions(pos)
+            chunk = keys[start : start + CHUNK]
+            if _kernels is not None:
+                self.add_packed(*pack_keys(chunk))
+            else:
+                self._add_many_mmh3(chunk)
+
+    def _add_many_mmh3(self, keys: Sequence[Key]) -> None:
+        """Insert keys hashed by the ``mmh3`` package (the reference for the kernels)."""
+        for pos in self._chunk_positions(keys):
+            self._set_positions(pos)
+
+    def add_packed(self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> None:
+        """Insert the keys ``buf[offsets[i]:offsets[i + 1]]`` (UTF-8 bytes of each key)."""
+        self.add_ranges(buf, offsets[:-1], offsets[1:])
+
+    def add_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> None:
+        """Insert the keys ``buf[starts[i]:ends[i]]`` (they may overlap)."""
+        if _kernels is None:
+            self._add_many_mmh3(slices(buf, starts, ends))
+            return
+        _kernels.add_many(self._bytes, self.m, self.k, self.salt, buf, starts, ends)
 
     def update(self, keys: Iterable[Key]) -> None:
         """Insert keys from any iterable, in ``CHUNK``-sized batches."""
@@ -252,11 +352,29 @@ class BloomFilter:
         out = np.empty(len(keys), dtype=np.bool_)
         for start in range(0, len(keys), CHUNK):
             chunk = keys[start : start + CHUNK]
-            found = np.ones(len(chunk), dtype=np.bool_)
-            for pos in self._chunk_positions(chunk):
-                found &= self._test_positions(pos)
-            out[start : start + len(chunk)] = found
+            if _kernels is not None:
+                out[start : start + len(chunk)] = self.contains_packed(*pack_keys(chunk))
+            else:
+                out[start : start + len(chunk)] = self._contains_many_mmh3(chunk)
         return out
+
+    def _contains_many_mmh3(self, keys: Sequence[Key]) -> BoolArray:
+        """Membership by the ``mmh3`` package's hashes (the reference for the kernels)."""
+        found = np.ones(len(keys), dtype=np.bool_)
+        for pos in self._chunk_positions(keys):
+            found &= self._test_positions(pos)
+        return found
+
+    def contains_packed(
+        self, buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
+    ) -> BoolArray:
+        """Membership of the keys ``buf[offsets[i]:offsets[i + 1]]``."""
+        if _kernels is None:
+            return self._contains_many_mmh3(slices(buf, offsets[:-1], offsets[1:]))
+        found: BoolArray = _kernels.contains_many(
+            self._bytes, self.m, self.k, self.salt, buf, offsets[:-1], offsets[1:]
+        )
+        return found
 
     def __contains__(self, key: object) -> bool:
         """Membership of one key."""
@@ -424,6 +542,12 @@ class PyBloomLiveFilter:
             for h in make_hashes(key):
                 bits[offset + h] = True
                 offset += per_slice
+
+    def add_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> None:
+        """Insert the keys ``buf[starts[i]:ends[i]]``."""
+        self.add_many(slices(buf, starts, ends))
 
     def update(self, keys: Iterable[Key]) -> None:
         """Insert keys from any iterable."""

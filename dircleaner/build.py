@@ -11,8 +11,12 @@ import secrets
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeAlias
 
-from dircleaner.bloom import new_filter
+import numpy as np
+import numpy.typing as npt
+
+from dircleaner.bloom import finish_loading_kernels, new_filter, start_loading_kernels
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
 from dircleaner.filterformat import (
     FilterHeader,
@@ -29,7 +33,6 @@ from dircleaner.filterstore import (
 )
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import new_generation_id, parse_generation_id
-from dircleaner.parallel import map_shards
 from dircleaner.progress import Progress, no_progress
 from dircleaner.sizing import (
     SizingRecord,
@@ -39,6 +42,7 @@ from dircleaner.sizing import (
 )
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
 from dircleaner.timeutil import now_us
+from dircleaner.workers import BUILD, LocalWorkers, Workers
 
 #: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys
 #: arrive in token order, so siblings are far apart; at 30M directories 2**20 entries cut the
@@ -138,6 +142,57 @@ def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
     return store.estimate_directory_count(config.bucket)
 
 
+_SLASH = ord("/")
+Packed: TypeAlias = tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+def packed_ancestors(batch: Sequence[PartitionKey]) -> Packed:
+    """The filter keys of every ancestor (inclusive) of a batch's partition keys, packed.
+
+    Returns ``(buf, starts, ends)``: key ``i`` is ``buf[starts[i]:ends[i]]``. The UTF-8 filter key
+    ``bucket + "\\0" + directory`` of every partition is laid out once, and its ancestors are its
+    own prefixes that end at a ``/`` after the bucket ("/" is one byte in UTF-8 and never part
+    of another character's encoding), so the walk costs no string per ancestor: an ancestor
+    shared by many partitions is simply inserted again (a Bloom insert is idempotent, and with
+    the compiled hash a repeat costs less than remembering what was inserted). A directory not
+    ending in ``/`` (none should) still goes in whole. The root ("") has no filter key.
+    """
+    keys = [key for key in batch if key.parent]
+    if not keys:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.uint8), empty, empty
+    bucket = keys[0].bucket
+    parents = [key.parent for key in keys]
+    if all(key.bucket == bucket for key in keys):
+        # One bucket (the usual case): the bucket prefix as the join's separator lays out every
+        # key contiguously, with one encode for the whole batch.
+        prefix = bucket + "\0"
+        text = prefix + prefix.join(parents)
+        raw = text.encode("utf-8")
+        prefix_len = np.full(len(keys), len(prefix.encode("utf-8")), dtype=np.int64)
+        if len(raw) == len(text):  # ASCII: characters are bytes
+            dir_len = np.fromiter(map(len, parents), dtype=np.int64, count=len(keys))
+        else:
+            dir_len = np.array([len(p.encode("utf-8")) for p in parents], dtype=np.int64)
+    else:
+        prefixes = [(key.bucket + "\0").encode("utf-8") for key in keys]
+        encoded = [p.encode("utf-8") for p in parents]
+        raw = b"".join(a + b for a, b in zip(prefixes, encoded, strict=True))
+        prefix_len = np.array([len(a) for a in prefixes], dtype=np.int64)
+        dir_len = np.array([len(b) for b in encoded], dtype=np.int64)
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    key_ends = np.cumsum(prefix_len + dir_len)
+    key_starts = key_ends - prefix_len - dir_len
+    slashes = np.flatnonzero(buf == _SLASH)
+    owner = np.searchsorted(key_ends, slashes, side="right")
+    in_dir = slashes >= key_starts[owner] + prefix_len[owner]  # not a "/" inside a bucket name
+    owner, slashes = owner[in_dir], slashes[in_dir]
+    whole = np.flatnonzero(buf[key_ends - 1] != _SLASH)  # keys not ending in "/": in whole too
+    starts = np.concatenate([key_starts[owner], key_starts[whole]])
+    ends = np.concatenate([slashes + 1, key_ends[whole]])
+    return buf, starts, ends
+
+
 def ancestor_keys(
     batches: Iterable[list[PartitionKey]], progress: Progress = no_progress
 ) -> Iterable[tuple[int, list[bytes]]]:
@@ -212,9 +267,9 @@ class PartialBuild:
     missing: tuple[Shard, ...]
 
 
-def build_shards(config: BuildConfig) -> list[Shard]:
-    """The shards a build with ``config`` stores: its slice, cut into one part per worker."""
-    return config.shard.split(config.workers) if config.workers > 1 else [config.shard]
+def build_shards(config: BuildConfig, workers: Workers | None = None) -> list[Shard]:
+    """The shards a build with ``config`` stores: its slice, cut as the workers cut a build."""
+    return (workers or LocalWorkers(config.workers)).slices(config.shard, BUILD)
 
 
 def new_generation(config: BuildConfig) -> str:
@@ -225,7 +280,9 @@ def new_generation(config: BuildConfig) -> str:
     return new_generation_id(now_us(), salt)
 
 
-def find_partial_build(store: Store, config: BuildConfig, generation: str) -> PartialBuild | None:
+def find_partial_build(
+    store: Store, config: BuildConfig, generation: str, workers: Workers | None = None
+) -> PartialBuild | None:
     """What is left to build of ``generation`` with ``config``'s scope and shard layout.
 
     None when there is nothing worth resuming: no complete part, or parts another scope, shard
@@ -237,7 +294,7 @@ def find_partial_build(store: Store, config: BuildConfig, generation: str) -> Pa
     except FilterNotFound:
         log.info("not resuming the build of generation %s: none of it was stored", generation)
         return None
-    layout = build_shards(config)
+    layout = build_shards(config, workers)
     problem = _resume_problem(info, config, scope_of(store, config.bucket), layout)
     if problem is None:
         reused = _read_complete_parts(store, info)
@@ -359,14 +416,18 @@ def build_filter(
     config: BuildConfig,
     progress: Progress = no_progress,
     resume: PartialBuild | None = None,
+    workers: Workers | None = None,
 ) -> BuildResult:
     """Scan the objects table's partition keys into a new filter generation and store it.
 
     With ``resume``, only its missing shards are scanned, with the generation's own parameters,
-    so they OR-merge with the parts already stored (which are reused as they are).
+    so they OR-merge with the parts already stored (which are reused as they are). Each slice
+    the workers cut is one stored shard of the generation.
     """
+    start_loading_kernels()
     with cyclic_gc_paused():
-        return _build_filter(store, config, progress, resume)
+        pool = workers or LocalWorkers(config.workers)
+        return _build_filter(store, config, progress, resume, pool)
 
 
 def _build_filter(
@@ -374,6 +435,7 @@ def _build_filter(
     config: BuildConfig,
     progress: Progress,
     resume: PartialBuild | None,
+    pool: Workers,
 ) -> BuildResult:
     started = time.monotonic()
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
@@ -387,12 +449,16 @@ def _build_filter(
                 f" {(filt.m, filt.k)}, its other parts have {params.shape}"
             )
         partitions = inserted = 0
-        scan = part_store.scan_object_partitions(shard, config.bucket)
-        for count, keys in ancestor_keys(scan, report):
-            partitions += count
-            inserted += len(keys)
-            if keys:
-                filt.add_many(keys)
+        # Ancestors are inserted once per partition below them: cheap with the compiled kernels
+        # only, so wait for them (they loaded while the filter was sized).
+        finish_loading_kernels()
+        for batch in part_store.scan_object_partitions(shard, config.bucket):
+            buf, starts, ends = packed_ancestors(batch)
+            partitions += len(batch)
+            inserted += len(starts)
+            if len(starts):
+                filt.add_ranges(buf, starts, ends)
+            report("build", partitions, None)
         header, header_bytes, body = serialize(
             filt,
             expected_n=params.capacity,
@@ -406,8 +472,8 @@ def _build_filter(
         save_filter_part(part_store, params.generation, header, header_bytes, body)
         return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
-    shards = list(resume.missing) if resume else build_shards(config)
-    built = map_shards(store, shards, build_part, "build", progress) if shards else []
+    shards = list(resume.missing) if resume else build_shards(config, pool)
+    built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
     result = _result(params, built, reused, time.monotonic() - started)

@@ -4,7 +4,7 @@ A real metastore's schema differs from our reference one: keyspace, table and co
 bucket column (optional) and the stored form of the root parent all come from a TOML file::
 
     [cassandra]                   # connection and job tuning
-    [cassandra.tables]            # objects / folders / filters / state
+    [cassandra.tables]            # objects / folders / filters / state / ledger
     [cassandra.columns]           # bucket (or false) / parent / name
     [cassandra.consistency]       # build / sweep / verify / delete / write / meta
     [cassandra.auth]              # username / password
@@ -167,12 +167,17 @@ class Tables:
     folders: str = "folders"
     filters: str = "dircleaner_filters"
     state: str = "dircleaner_state"
+    #: our tombstone ledger (the budget over the grace period)
+    ledger: str = "dircleaner_ledger"
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            validate_identifier(getattr(self, f.name), f"{f.name} table")
-        if len({self.objects, self.folders, self.filters, self.state}) < 4:
-            raise UsageError("the objects, folders, filters and state tables must be distinct")
+        names = [getattr(self, f.name) for f in fields(self)]
+        for f, name in zip(fields(self), names, strict=True):
+            validate_identifier(name, f"{f.name} table")
+        if len(set(names)) < len(names):
+            raise UsageError(
+                "the objects, folders, filters, state and ledger tables must be distinct"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,13 @@ from json.encoder import encode_basestring as _escape
 from pathlib import Path
 from typing import IO
 
-from dircleaner.errors import DircleanerError, StoreUnavailable, TransientStoreError, UsageError
+from dircleaner.errors import (
+    DircleanerError,
+    RewriteUnsupported,
+    StoreUnavailable,
+    TransientStoreError,
+    UsageError,
+)
 from dircleaner.paths import dir_of_row
 from dircleaner.plan import ActionKind, DeleteAction, DeletionPlan
 from dircleaner.progress import Progress, no_progress
@@ -25,6 +31,10 @@ from dircleaner.store.base import Store
 
 class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
+
+
+class AuditLogFailed(DircleanerError):
+    """The audit log could not be written; nothing more was deleted."""
 
 
 @dataclass(frozen=True)
@@ -96,17 +106,24 @@ class DeleteStats:
     partition_deletes: int = 0
     row_deletes: int = 0
     range_deletes: int = 0
+    #: live partitions rewritten (rows copied at T+1, then the partition deleted at T)
+    rewrites: int = 0
+    rows_rewritten: int = 0
     directories: int = 0
     retries: int = 0
     final_rate: float = 0.0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
+    #: rest of ``directories`` were written after the delete timestamp and kept
+    rows_removed: int | None = None
 
 
 class AuditLog:
     """JSON lines, one per deleted directory entry; ``dircleaner restore`` replays them.
 
-    ``via`` says how the entry went: ``partition``, ``row`` or ``range``. Each line of a range
+    ``via`` says how the entry went: ``partition``, ``row``, ``range`` or ``rewrite`` (the
+    partition was rewritten without it and deleted at the timestamp). Each line of a range
     delete also carries the range's bounds (``"range": [first, last]``, in clustering order), so
     that a resumed run can tell its lines apart from another range's and charge each range
     delete once, at its cost of two tombstones.
@@ -152,6 +169,19 @@ class AuditLog:
     def flush(self) -> None:
         self._stream.flush()
 
+    def write_ahead(self, actions: Sequence[DeleteAction]) -> None:
+        """Record a batch before it is deleted; a failed write stops the run before it."""
+        try:
+            self.record_many(actions)
+            self.flush()
+        except OSError as exc:
+            name = getattr(self._stream, "name", "the audit log")
+            raise AuditLogFailed(
+                f"cannot write the audit log {name}: {exc.strerror or exc}; nothing of this"
+                " batch was deleted; free space (or give another --audit-log) and rerun: the"
+                " next run resumes"
+            ) from exc
+
 
 def execute_plan(
     store: Store,
@@ -162,31 +192,49 @@ def execute_plan(
     progress: Progress = no_progress,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    keep_going: Callable[[], None] = lambda: None,
+    charge: Callable[[Sequence[DeleteAction]], None] | None = None,
 ) -> DeleteStats:
-    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff."""
+    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff.
+
+    ``keep_going`` runs before each batch and stops the deletes by raising (the run lease's
+    check: a run that lost its lease deletes nothing more). ``charge`` gets each batch before
+    any of its actions is issued (the tombstone ledger). Batch by batch, so a run killed
+    mid-batch has charged at most one batch it did not delete (the next run of the grace period
+    then has that much less budget: over-counted, never under-counted), and each charge expires
+    with, not before, the tombstones it pays for.
+    """
     started = time.monotonic()
     stats = DeleteStats()
     rate = AdaptiveRate(throttle, sleep=sleep)
     jitter = rng or random.Random()
     done = 0
+    total_dirs = sum(len(action.rows) for action in plan.actions)
+    removed_before = store.rows_removed
     for chunk in _chunks(plan.actions, throttle.concurrency):
         rate.acquire(len(chunk))
+        keep_going()
+        if charge is not None:
+            charge(chunk)
         if audit is not None:
             # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            audit.record_many(chunk)
-            audit.flush()
+            audit.write_ahead(chunk)
         pending = list(chunk)
         attempt = 0
         while pending:
-            errors = _issue(store, pending, timestamp_us)
+            copied: dict[int, int] = {}
+            errors = _issue(store, pending, timestamp_us, copied)
             failed = [a for a, e in zip(pending, errors, strict=True) if e is not None]
-            for action, error in zip(pending, errors, strict=True):
+            for i, (action, error) in enumerate(zip(pending, errors, strict=True)):
                 if error is None:
                     _count(stats, action)
+                    stats.rows_rewritten += copied.get(i, 0)
             hard = [e for e in errors if e is not None and not isinstance(e, TransientStoreError)]
             if hard:
                 stats.failures.append(str(hard[0]))
+                if isinstance(hard[0], RewriteUnsupported):
+                    raise hard[0]
                 raise DeleteFailed(f"delete failed: {hard[0]}")
             if not failed:
                 rate.on_success()
@@ -202,19 +250,40 @@ def execute_plan(
             backoff = min(throttle.max_backoff_s, throttle.base_backoff_s * 2**attempt)
             sleep(jitter.uniform(0, backoff))  # full jitter
             pending = failed
-        done += len(chunk)
-        progress("clean", done, len(plan.actions))
+        # Directories, as the summary counts them (a partition or range delete takes several).
+        done += sum(len(action.rows) for action in chunk)
+        progress("clean", done, total_dirs)
+    if removed_before is not None and store.rows_removed is not None:
+        stats.rows_removed = store.rows_removed - removed_before
     stats.final_rate = rate.rate
     stats.seconds = time.monotonic() - started
     return stats
 
 
 def _issue(
-    store: Store, actions: Sequence[DeleteAction], timestamp_us: int
+    store: Store, actions: Sequence[DeleteAction], timestamp_us: int, copied: dict[int, int]
 ) -> list[BaseException | None]:
-    """Send a mixed batch as at most three store calls, results back in the batch's order."""
+    """Send a mixed batch as few store calls, results back in the batch's order.
+
+    A rewrite copies its partition's other rows at T+1 first; only the partitions whose copy
+    was acknowledged are then deleted at T, with the batch's partition deletes (``copied``
+    gets each rewrite's row count by index).
+    """
     results: list[BaseException | None] = [None] * len(actions)
-    parts = [i for i, a in enumerate(actions) if a.kind is ActionKind.PARTITION]
+    for i, action in enumerate(actions):
+        if action.kind is ActionKind.REWRITE:
+            names = {row.name for row in action.rows}
+            try:
+                copied[i] = store.rewrite_folder_partition(
+                    action.partition, names, timestamp_us + 1
+                )
+            except DircleanerError as exc:
+                results[i] = exc
+    parts = [
+        i
+        for i, a in enumerate(actions)
+        if a.kind is ActionKind.PARTITION or (a.kind is ActionKind.REWRITE and i in copied)
+    ]
     rows = [i for i, a in enumerate(actions) if a.kind is ActionKind.ROW]
     ranges = [i for i, a in enumerate(actions) if a.kind is ActionKind.RANGE]
     if parts:
@@ -235,6 +304,8 @@ def _issue(
 def _count(stats: DeleteStats, action: DeleteAction) -> None:
     if action.kind is ActionKind.PARTITION:
         stats.partition_deletes += 1
+    elif action.kind is ActionKind.REWRITE:
+        stats.rewrites += 1
     elif action.kind is ActionKind.RANGE:
         stats.range_deletes += 1
     else:

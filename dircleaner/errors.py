@@ -6,6 +6,11 @@ class DircleanerError(Exception):
 
     exit_code: int = 1
 
+    def __init__(self, *args: object, details: dict[str, object] | None = None) -> None:
+        super().__init__(*args)
+        #: what is known when it was raised (counts, generation), for ``--json``
+        self.details: dict[str, object] = dict(details or {})
+
 
 class UsageError(DircleanerError):
     """An argument or input value is malformed."""
@@ -73,3 +78,21 @@ class FilterSuspiciouslyEmpty(GuardRefused):
 
 class TooManyCandidates(GuardRefused):
     """Candidates exceed --max-delete-fraction of the swept directories."""
+
+
+class LeaseHeld(DircleanerError):
+    """Another run holds the store's lease; nothing was deleted."""
+
+    exit_code = 3
+
+
+class LeaseLost(DircleanerError):
+    """This run no longer holds the store's lease; it stopped deleting."""
+
+    exit_code = 3
+
+
+class RewriteUnsupported(DircleanerError):
+    """The folders table has a column a partition rewrite cannot copy faithfully."""
+
+    exit_code = 3

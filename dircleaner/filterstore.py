@@ -11,6 +11,7 @@ import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +23,39 @@ from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
 CHUNK_BYTES = 1 << 20
 # magic, chunks, body crc32, bits set (so listings show fill without reading the body)
 _MARKER = struct.Struct("<8sIIQ")
-_MARKER_MAGIC = b"DCDONE\x00\x00"
+#: version 1 markers (still read): no checksum of their own
+_MARKER_MAGIC_V1 = b"DCDONE\x00\x00"
+#: version 2 markers: the version 1 fields, then the crc32 of those 24 bytes
+_MARKER_MAGIC = b"DCDONE\x00\x02"
+_MARKER_CRC = struct.Struct("<I")
+
+
+class _Marker(NamedTuple):
+    chunks: int
+    body_crc: int
+    set_bits: int
+
+
+def encode_marker(chunks: int, body_crc: int, set_bits: int) -> bytes:
+    """A version 2 completion marker: its fields and their own checksum."""
+    fields = _MARKER.pack(_MARKER_MAGIC, chunks, body_crc, set_bits)
+    return fields + _MARKER_CRC.pack(zlib.crc32(fields))
+
+
+def decode_marker(data: bytes) -> _Marker:
+    """A completion marker's fields; FilterCorrupt if it is damaged (version 1 is still read)."""
+    try:
+        magic, chunks, body_crc, set_bits = _MARKER.unpack_from(data)
+    except struct.error as exc:
+        raise FilterCorrupt("unreadable completion marker") from exc
+    if magic == _MARKER_MAGIC_V1 and len(data) == _MARKER.size:
+        return _Marker(chunks, body_crc, set_bits)
+    if magic != _MARKER_MAGIC or len(data) != _MARKER.size + _MARKER_CRC.size:
+        raise FilterCorrupt("bad completion marker")
+    (crc,) = _MARKER_CRC.unpack_from(data, _MARKER.size)
+    if crc != zlib.crc32(data[: _MARKER.size]):
+        raise FilterCorrupt("completion marker checksum mismatch")
+    return _Marker(chunks, body_crc, set_bits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +68,8 @@ class ShardInfo:
     problem: str | None = None
     #: bits set in this shard's filter, from its completion marker
     set_bits: int | None = None
+    #: the header or the marker is damaged (not merely missing: a build still running)
+    corrupt: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,10 +108,19 @@ class GenerationInfo:
         fill, header = self.fill_ratio(), self.header
         return None if fill is None or header is None else fill**header.k
 
+    @property
+    def corrupt(self) -> bool:
+        """A shard's header or completion marker is damaged."""
+        return any(s.corrupt for s in self.shards)
+
+    def describe_corruption(self) -> str:
+        """The damaged shards and what is wrong with each."""
+        return "; ".join(f"shard {s.shard}: {s.problem}" for s in self.shards if s.corrupt)
+
     def describe_incompleteness(self) -> str:
         header = self.header
         if header is None:
-            return "no readable header"
+            return "; ".join(f"shard {s.shard}: {s.problem}" for s in self.shards if s.problem)
         problems = [f"shard {s.shard}: {s.problem}" for s in self.shards if s.problem]
         have = sorted(s.shard for s in self.shards if s.complete)
         if len(have) < header.shard_count:
@@ -98,7 +142,7 @@ def save_filter_part(
         store.put_filter_cell(generation, shard, chunks, body[offset : offset + CHUNK_BYTES])
         chunks += 1
     set_bits = count_set_bits(np.frombuffer(body, dtype=np.uint8)) if body else 0
-    marker = _MARKER.pack(_MARKER_MAGIC, chunks, zlib.crc32(body), set_bits)
+    marker = encode_marker(chunks, zlib.crc32(body), set_bits)
     store.put_filter_cell(generation, shard, MARKER_SEQ, marker)
     return chunks + 2
 
@@ -119,22 +163,44 @@ def _shard_info(shard: int, cells: dict[int, bytes]) -> ShardInfo:
     try:
         header = decode_header(header_bytes)
     except FilterCorrupt as exc:
-        return ShardInfo(shard, None, False, str(exc))
+        return ShardInfo(shard, None, False, f"corrupt header: {exc}", corrupt=True)
     if MARKER_SEQ not in cells:
         return ShardInfo(shard, header, False, "no completion marker (build crashed or running)")
     try:
-        set_bits = _MARKER.unpack(cells[MARKER_SEQ])[3]
-    except struct.error:
-        return ShardInfo(shard, header, False, "unreadable completion marker")
-    return ShardInfo(shard, header, True, None, set_bits)
+        marker = decode_marker(cells[MARKER_SEQ])
+    except FilterCorrupt as exc:
+        return ShardInfo(shard, header, False, f"corrupt: {exc}", corrupt=True)
+    return ShardInfo(shard, header, True, None, marker.set_bits)
 
 
-def latest_complete(store: Store, scope: str) -> GenerationInfo:
-    """The newest complete generation built for ``scope``."""
-    generations = [g for g in list_generations(store) if g.header and g.header.scope == scope]
+def latest_complete(store: Store, scope: str, *, force: bool = False) -> GenerationInfo:
+    """The newest complete generation built for ``scope``.
+
+    A damaged generation newer than it (whose scope may be unreadable) is never passed over in
+    silence: FilterCorrupt names it, unless ``force`` accepts the older one."""
+    generations = [
+        g
+        for g in list_generations(store)
+        if (g.header is None and g.corrupt) or (g.header is not None and g.header.scope == scope)
+    ]
+    corrupt = [g for g in generations if g.corrupt]
     for info in reversed(generations):
         if info.complete:
+            newer = [g for g in corrupt if g.generation > info.generation]
+            if newer and not force:
+                raise FilterCorrupt(
+                    f"filter {newer[-1].generation} is corrupt"
+                    f" ({newer[-1].describe_corruption()}); not falling back to the older"
+                    f" {info.generation} silently: rebuild ('dircleaner build'), or pass --force"
+                    f" or --generation {info.generation} to use it"
+                )
             return info
+    if corrupt:
+        newest_corrupt = corrupt[-1]
+        raise FilterCorrupt(
+            f"filter {newest_corrupt.generation} is corrupt"
+            f" ({newest_corrupt.describe_corruption()}); rebuild it with 'dircleaner build'"
+        )
     if generations:
         newest = generations[-1]
         raise FilterIncomplete(
@@ -154,6 +220,10 @@ def find_generation(store: Store, generation: str) -> GenerationInfo:
 
 def load_generation(store: Store, info: GenerationInfo, scope: str) -> tuple[FilterHeader, Filter]:
     """Read, verify and OR-merge every shard of a complete generation built for ``scope``."""
+    if info.corrupt:
+        raise FilterCorrupt(
+            f"filter {info.generation} is corrupt: {info.describe_incompleteness()}"
+        )
     if not info.complete:
         raise FilterIncomplete(
             f"filter {info.generation} is incomplete: {info.describe_incompleteness()}"
@@ -193,12 +263,12 @@ def _read_part(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[Fi
 def _part_bytes(generation: str, shard: int, cells: dict[int, bytes]) -> tuple[bytes, bytes]:
     """The header and joined body of a marked part; FilterCorrupt if truncated or altered."""
     where = f"filter {generation} shard {shard}"
+    if MARKER_SEQ not in cells:
+        raise FilterCorrupt(f"{where}: unreadable completion marker")
     try:
-        magic, chunks, body_crc, _ = _MARKER.unpack(cells[MARKER_SEQ])
-    except (KeyError, struct.error) as exc:
-        raise FilterCorrupt(f"{where}: unreadable completion marker") from exc
-    if magic != _MARKER_MAGIC:
-        raise FilterCorrupt(f"{where}: bad completion marker")
+        chunks, body_crc, _ = decode_marker(cells[MARKER_SEQ])
+    except FilterCorrupt as exc:
+        raise FilterCorrupt(f"{where}: {exc}") from exc
     missing = [seq for seq in range(chunks) if seq not in cells]
     if missing:
         raise FilterCorrupt(f"{where}: truncated: chunk {missing[0]} of {chunks} is missing")

@@ -62,5 +62,10 @@ def check_sweep(
         raise TooManyCandidates(
             f"{candidates} of {swept_rows} directories ({fraction:.1%}) would be deleted, over"
             f" --max-delete-fraction {config.max_delete_fraction:g}; check the store, then rerun"
-            " with a higher --max-delete-fraction or --force"
+            " with a higher --max-delete-fraction or --force",
+            details={
+                "swept_dirs": swept_rows,
+                "candidates": candidates,
+                "max_delete_fraction": config.max_delete_fraction,
+            },
         )

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.bloom import Filter
+from dircleaner.bloom import Filter, start_loading_kernels
+from dircleaner.budget import TombstoneBudget, resolve_budget
 from dircleaner.build import (
     BuildConfig,
     BuildResult,
@@ -20,7 +20,7 @@ from dircleaner.build import (
     swept_count_key,
 )
 from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.errors import FilterNotFound, UsageError
+from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
 from dircleaner.filterformat import FilterHeader
 from dircleaner.filterstore import (
     collect_garbage,
@@ -31,7 +31,7 @@ from dircleaner.filterstore import (
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.generation import parse_generation_id
 from dircleaner.guards import GuardConfig, check_filter, check_sweep
-from dircleaner.parallel import map_shards, run_two_phases
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
 from dircleaner.progress import Progress, no_progress
 from dircleaner.resume import (
@@ -41,10 +41,7 @@ from dircleaner.resume import (
     PHASE_DONE,
     CleanProgress,
     RunState,
-    deletes_began,
     load_run_state,
-    note_deletes_begin,
-    row_deletes_already_made,
     save_run_state,
 )
 from dircleaner.shardclean import (
@@ -55,11 +52,15 @@ from dircleaner.shardclean import (
     plan_and_delete,
     sweep_and_recheck,
 )
+from dircleaner.sharedfilter import SharedFilter
 from dircleaner.sizing import record_clean
 from dircleaner.store.base import Shard, Store
 from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
+from dircleaner.workers import CLEAN, LocalWorkers, Workers
 
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
 
@@ -85,11 +86,18 @@ class CleanConfig:
 
     sweep: SweepConfig = field(default_factory=SweepConfig)
     min_age_s: float = 600.0
-    max_tombstones_per_partition: int = 500
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
     verify: bool = True
     dry_run: bool = False
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
+    grace_period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,10 @@ class CleanReport:
     deletion_plan: DeletionPlan | None = None
     #: slices of the ring an interrupted attempt had finished, not swept again
     slices_already_clean: tuple[int, ...] = ()
+    #: the per-partition tombstone budget over the grace period, and where it came from
+    budget: TombstoneBudget | None = None
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    would_be_refused: str | None = None
 
 
 @dataclass
@@ -152,25 +164,34 @@ class RunReport:
 
 def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     """Find, verify and merge the filter generation this sweep should use."""
+    start_loading_kernels()  # while the filter is read: the sweep's tests use them
     scope = scope_of(store, config.bucket)
     if config.generation is not None:
         info = find_generation(store, config.generation)
     else:
-        info = latest_complete(store, scope)
+        info = latest_complete(store, scope, force=config.guards.force)
     header, filt = load_generation(store, info, scope)
     return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
 
-def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progress) -> SweepReport:
+def run_sweep(
+    store: Store,
+    config: SweepConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
+) -> SweepReport:
     """Load the filter, refuse it if unsafe, and stream the folders index against it."""
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
+    pool = workers or LocalWorkers(config.workers)
+    shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
+    bucket = config.bucket
 
     def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
-        return sweep(part_store.scan_folder_rows(shard, config.bucket), loaded.filt, report)
+        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
 
-    shards = config.shard.split(config.workers) if config.workers > 1 else [config.shard]
-    parts = map_shards(store, shards, sweep_part, "sweep", progress)
+    shards = pool.slices(config.shard, CLEAN)
+    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -179,7 +200,7 @@ def run_sweep(store: Store, config: SweepConfig, progress: Progress = no_progres
         partitions=sum(p.partitions for p in parts),
         seconds=max(p.seconds for p in parts),
     )
-    if config.shard.count == 1:
+    if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     return SweepReport(loaded, result)
@@ -190,14 +211,22 @@ def run_clean(
     config: CleanConfig,
     progress: Progress = no_progress,
     checkpoint: CleanCheckpoint | None = None,
+    lease_owner: str | None = None,
+    workers: Workers | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
     With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
-    reports each slice as it finishes.
+    reports each slice as it finishes. A clean that deletes holds the store's lease: the
+    caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
+    when another run has it).
     """
+    pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
-        return _run_clean(store, config, progress, checkpoint)
+        if config.dry_run or lease_owner is not None:
+            return _run_clean(store, config, progress, checkpoint, pool, lease_owner)
+        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
+            return _run_clean(store, config, progress, checkpoint, pool, lease.owner)
 
 
 @dataclass(frozen=True)
@@ -209,16 +238,17 @@ class CleanCheckpoint:
 
 
 def _run_clean(
-    store: Store, config: CleanConfig, progress: Progress, checkpoint: CleanCheckpoint | None
+    store: Store,
+    config: CleanConfig,
+    progress: Progress,
+    checkpoint: CleanCheckpoint | None,
+    pool: Workers,
+    lease_owner: str | None,
 ) -> CleanReport:
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
-    slices = (
-        sweep_config.shard.split(sweep_config.workers)
-        if sweep_config.workers > 1
-        else [sweep_config.shard]
-    )
+    slices = pool.slices(sweep_config.shard, CLEAN)
     previous = checkpoint.previous if checkpoint else None
     if previous is None or previous.slices != len(slices):
         previous = CleanProgress(len(slices), frozenset(), frozenset())
@@ -227,16 +257,13 @@ def _run_clean(
     if len(todo) > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     scope = scope_of(store, sweep_config.bucket)
-    # One generation, one budget: an earlier attempt's row deletes count against it. Only a
-    # generation that began deleting before reads the audit log (it grows every night).
-    already_used = (
-        row_deletes_already_made(config.audit_log, loaded.generation)
-        if deletes_began(store, scope, loaded.generation)
-        else Counter()
-    )
+    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
+    if not config.dry_run:
+        store.purge_expired(budget.grace_s)
     orders = DeleteOrders(
-        max_row_tombstones=config.max_tombstones_per_partition,
-        already_used=already_used,
+        max_row_tombstones=budget.per_partition,
+        ledger_ttl_s=budget.grace_s,
+        max_rewrite_rows=config.max_rewrite_rows,
         # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
         # after the build started (minus the clock-skew margin) survives whatever happens here.
         delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
@@ -245,39 +272,50 @@ def _run_clean(
         audit_log=config.audit_log,
         dry_run=config.dry_run,
         keep_plan=len(todo) == 1,
+        lease_owner=lease_owner,
     )
     progress_now = previous
+    verdict: str | None = None
+    shared = SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt)
+    bucket = sweep_config.bucket
+    verify = config.verify
 
-    def first(
-        part_store: Store, shard: Shard, report: Progress
-    ) -> tuple[ShardSwept, list[PartitionFacts]]:
-        return sweep_and_recheck(
-            part_store, shard, sweep_config.bucket, loaded.filt, config.verify, report
+    def first(part_store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, _Kept]:
+        swept, facts = sweep_and_recheck(
+            part_store, shard, bucket, shared.get(part_store), verify, report
         )
+        return swept, (facts, swept.nonempty)
 
     def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
-        nonlocal progress_now
+        nonlocal progress_now, verdict
         totals = _add_totals([t.totals for t in tallies])
-        # Nothing is deleted anywhere unless the whole sweep passes the guards.
-        check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run
+        # deletes nothing anyway: it plans on, and reports what a real run would meet.
+        try:
+            check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        except GuardRefused as exc:
+            if not config.dry_run:
+                raise
+            verdict = str(exc)
         # A directory with an object keeps its ancestors, whichever slice lists them: every
         # slice drops every slice's finds (and their ancestors) from its candidates, and so do
         # the slices an interrupted attempt left for this one.
         nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
         progress_now = replace(previous, nonempty=nonempty)
         save_progress()  # before any delete
-        if not config.dry_run:
-            note_deletes_begin(store, scope, loaded.generation)
         return nonempty
 
     def second(
         part_store: Store,
         shard: Shard,
-        facts: list[PartitionFacts],
+        kept: _Kept,
         nonempty: frozenset[BucketDir],
         report: Progress,
     ) -> ShardCleaned:
-        return plan_and_delete(part_store, facts, nonempty, orders, report)
+        facts, own_nonempty = kept
+        # A first phase run again (its worker was lost) may have found more than the decision
+        # pooled: its own finds stay too.
+        return plan_and_delete(part_store, facts, nonempty | own_nonempty, orders, report)
 
     def slice_done(position: int) -> None:
         nonlocal progress_now
@@ -290,7 +328,7 @@ def _run_clean(
         if checkpoint and not config.dry_run and small:
             checkpoint.save(progress_now)
 
-    tallies, cleaned = run_two_phases(
+    tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in todo],
         first,
@@ -326,7 +364,13 @@ def _run_clean(
         phase_seconds=phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
+        budget=budget,
+        would_be_refused=verdict,
     )
+
+
+#: what a clean's first phase keeps for its second: the slice's candidates and its own finds
+_Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
 
 
 def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
@@ -339,7 +383,11 @@ def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
 
 
 def run_job(
-    store: Store, build: BuildConfig, clean: CleanConfig, progress: Progress = no_progress
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
 ) -> RunReport:
     """The nightly job: build a fresh filter, clean with it, collect old generations.
 
@@ -348,6 +396,21 @@ def run_job(
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
     """
+    if clean.dry_run:
+        return _run_job(store, build, clean, progress, None, workers)
+    # One run at a time, from before the build: a second run refuses before it scans anything.
+    with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
+        return _run_job(store, build, clean, progress, lease.owner, workers)
+
+
+def _run_job(
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress,
+    lease_owner: str | None,
+    workers: Workers | None,
+) -> RunReport:
     scope = scope_of(store, build.bucket)
     # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
     record = not clean.dry_run
@@ -356,7 +419,9 @@ def run_job(
     built = None
     previous = None
     if generation is None:
-        built = _build_or_resume(store, scope, state, build, clean.sweep.guards, progress, record)
+        built = _build_or_resume(
+            store, scope, state, build, clean.sweep.guards, progress, record, workers
+        )
         generation = built.generation
         if record:
             save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
@@ -370,7 +435,18 @@ def run_job(
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
     checkpoint = CleanCheckpoint(previous, save)
-    cleaned = run_clean(store, replace(clean, sweep=sweep_config), progress, checkpoint)
+    try:
+        cleaned = run_clean(
+            store,
+            replace(clean, sweep=sweep_config),
+            progress,
+            checkpoint,
+            lease_owner,
+            workers,
+        )
+    except DircleanerError as exc:
+        exc.details.setdefault("generation", generation)
+        raise
     if not clean.dry_run:
         save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
@@ -407,13 +483,14 @@ def _build_or_resume(
     guards: GuardConfig,
     progress: Progress,
     record: bool,
+    workers: Workers | None,
 ) -> BuildResult:
     """Finish the interrupted build of this scope if worth it, else build a new generation.
 
     The new generation's id is recorded before anything is scanned, so a run killed during the
     build leaves behind which generation its stored parts belong to.
     """
-    partial = _interrupted_build(store, state, build, guards)
+    partial = _interrupted_build(store, state, build, guards, workers)
     if partial is not None:
         log.info(
             "resuming the interrupted build of generation %s: reusing shards %s, building %s",
@@ -422,15 +499,19 @@ def _build_or_resume(
             _shard_list(s.index for s in partial.missing),
         )
         config = replace(build, generation=partial.generation)
-        return build_filter(store, config, progress, resume=partial)
+        return build_filter(store, config, progress, resume=partial, workers=workers)
     generation = new_generation(build)
     if record:
         save_run_state(store, scope, RunState(generation, PHASE_BUILD))
-    return build_filter(store, replace(build, generation=generation), progress)
+    return build_filter(store, replace(build, generation=generation), progress, workers=workers)
 
 
 def _interrupted_build(
-    store: Store, state: RunState | None, build: BuildConfig, guards: GuardConfig
+    store: Store,
+    state: RunState | None,
+    build: BuildConfig,
+    guards: GuardConfig,
+    workers: Workers | None,
 ) -> PartialBuild | None:
     """The interrupted build worth finishing: fresh, same layout and parameters."""
     if state is None or state.phase != PHASE_BUILD:
@@ -444,7 +525,7 @@ def _interrupted_build(
     if not _fresh(snapshot_us, guards):
         log.info("not resuming the build of generation %s: too old", state.generation)
         return None
-    return find_partial_build(store, build, state.generation)
+    return find_partial_build(store, build, state.generation, workers)
 
 
 def _shard_list(indices: Iterable[int]) -> str:

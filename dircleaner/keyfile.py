@@ -17,11 +17,31 @@ class KeyLine:
     error: str | None = None
 
 
-def read_key_lines(lines: Iterable[bytes]) -> Iterator[KeyLine]:
-    """Decode and validate each line (only the trailing newline is stripped; keys are exact)."""
+@dataclass
+class LineEndings:
+    """What ``read_key_lines`` found out about the file's line endings."""
+
+    #: the first line ended in CRLF: the file was written with Windows line endings
+    crlf: bool = False
+    #: lines whose trailing ``\r`` was stripped
+    stripped: int = 0
+
+
+def read_key_lines(lines: Iterable[bytes], endings: LineEndings | None = None) -> Iterator[KeyLine]:
+    """Decode and validate each line (only the line ending is stripped; keys are exact).
+
+    A file whose first line ends in CRLF is taken for a Windows file: the ``\r`` before each
+    newline is stripped too (a key ending in a carriage return is then not expressible), and
+    ``endings`` says so. Elsewhere a ``\r`` is part of the key."""
+    seen = endings if endings is not None else LineEndings()
     for number, raw in enumerate(lines, start=1):
         if raw.endswith(b"\n"):
             raw = raw[:-1]
+            if number == 1 and raw.endswith(b"\r"):
+                seen.crlf = True
+            if seen.crlf and raw.endswith(b"\r"):
+                raw = raw[:-1]
+                seen.stripped += 1
         try:
             key = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

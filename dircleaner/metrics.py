@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,11 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Objects-table partitions scanned by the build.",
         ("build", "partitions_scanned"),
     ),
-    ("filter_directories", "Directories inserted into the filter.", ("build", "keys_inserted")),
+    (
+        "filter_directories",
+        "Ancestor keys inserted into the filter (a directory once per partition under it).",
+        ("build", "keys_inserted"),
+    ),
     ("filter_bytes", "Size of the filter body.", ("build", "filter_bytes")),
     ("filter_fill_ratio", "Share of filter bits set.", ("build", "fill_ratio")),
     ("filter_fpr_target", "Target false-positive rate.", ("build", "fpr_target")),
@@ -33,7 +37,21 @@ _GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "Candidates found non-empty on re-check and kept.",
         ("clean", "dropped_nonempty"),
     ),
-    ("deleted_directories", "Directory entries deleted.", ("clean", "deleted_dirs")),
+    (
+        "deleted_directories",
+        "Directory entries deletes were issued for (at the delete timestamp).",
+        ("clean", "deleted_dirs"),
+    ),
+    (
+        "rows_removed",
+        "Folder rows the deletes removed (embedded store only).",
+        ("clean", "rows_removed"),
+    ),
+    (
+        "kept_written_after_delete_timestamp",
+        "Candidates kept: written after the delete timestamp (embedded store only).",
+        ("clean", "kept_written_after_t"),
+    ),
     ("partition_tombstones", "Partition deletes issued.", ("clean", "partition_tombstones")),
     ("row_tombstones", "Row deletes issued.", ("clean", "row_tombstones")),
     (
@@ -95,9 +113,16 @@ def render(summary: Mapping[str, Any], *, success: bool, finished_at: float) -> 
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so the collector never reads half a file."""
+    """Write via a temporary file and rename, so the collector never reads half a file.
+
+    The file is created 0666 less the umask (0644 under the usual 022), as any file a program
+    writes: node_exporter runs as another user and must be able to read it. (``mkstemp``
+    would create it 0600, and the rename would carry that over an existing 0644 file.)
+    ``prometheus_client.write_to_textfile`` does the same temporary-file-and-rename; our own
+    renderer keeps the metric names in one table and needs no extra dependency."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as stream:
             stream.write(text)

@@ -19,6 +19,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
+from dircleaner import interrupt
+from dircleaner.bloom import finish_loading_kernels
+from dircleaner.errors import DircleanerError
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.store.base import Shard
@@ -38,7 +41,7 @@ _SECOND_PHASE_GRACE_S = 300.0
 _PR_SET_PDEATHSIG = 1
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(DircleanerError):
     """A worker process exited without sending its result."""
 
 
@@ -67,7 +70,9 @@ def map_shards(
     workers = _Workers(store, shards, only_phase, None)
     finished = False
     try:
-        results: list[R] = _gather(workers.conns, shards, workers.counters[0], phase, progress)
+        results: list[R] = _gather(
+            workers.conns, shards, workers.counters[0], phase, progress, workers=workers
+        )
         finished = True
     finally:
         workers.reap(_SECOND_PHASE_GRACE_S if finished else 0)
@@ -104,12 +109,14 @@ def run_two_phases(
     workers = _Workers(store, shards, first, second)
     second_started = False
     try:
-        tallies: list[T] = _gather(workers.conns, shards, workers.counters[0], phases[0], progress)
+        tallies: list[T] = _gather(
+            workers.conns, shards, workers.counters[0], phases[0], progress, workers=workers
+        )
         message = decide(tallies)
         _send_all(workers.conns, ("go", message))
         second_started = True
         results: list[R] = _gather(
-            workers.conns, shards, workers.counters[1], phases[1], progress, done
+            workers.conns, shards, workers.counters[1], phases[1], progress, done, workers
         )
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
@@ -129,6 +136,7 @@ class _Workers:
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
     ) -> None:
+        finish_loading_kernels()  # fork only once the filter kernels are loaded, or not loading
         context = multiprocessing.get_context("fork")
         self.counters = (context.Value("q", 0), context.Value("q", 0))
         self.conns: list[Connection] = []
@@ -144,6 +152,13 @@ class _Workers:
             child_end.close()
             self.conns.append(parent_end)
             self._procs.append(proc)
+
+    def forward(self, signum: int) -> None:
+        """Pass a stop request on: each worker stops after its own batch in flight."""
+        for proc in self._procs:
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
 
     def reap(self, wait_s: float) -> None:
         """Wait up to ``wait_s`` for each worker to exit, then kill what is left."""
@@ -197,6 +212,7 @@ def _reporter(counter: Any) -> Progress:
         with counter.get_lock():
             counter.value += done - seen
         seen = done
+        interrupt.check()  # a worker stops after its batch in flight, like the parent
 
     return report
 
@@ -208,6 +224,7 @@ def _gather(
     phase: str,
     progress: Progress,
     on_done: Callable[[int], None] | None = None,
+    workers: _Workers | None = None,
 ) -> list[Any]:
     """One message from every worker, in shard order; a worker's error is raised here.
 
@@ -217,7 +234,12 @@ def _gather(
     results: list[Any] = [None] * len(conns)
     pending = dict(enumerate(conns))
     error: BaseException | None = None
+    forwarded = False
     while pending:
+        signum = interrupt.requested()
+        if signum is not None and not forwarded and workers is not None:
+            workers.forward(signum)  # they stop after their batch; the parent waits for them
+            forwarded = True
         progress(phase, int(counter.value), None)
         for ready in wait(list(pending.values()), timeout=0.5):
             index = next(i for i, c in pending.items() if c is ready)
@@ -226,7 +248,11 @@ def _gather(
                 kind, value = conn.recv()
             except EOFError:
                 kind = "error"
-                value = WorkerDied(f"the {phase} worker of shard {shards[index]} died")
+                value = WorkerDied(
+                    f"the {phase} worker of slice {shards[index].index}/{shards[index].count}"
+                    " died (killed, or out of memory?); what it deleted is in the audit log:"
+                    " rerun, the next run resumes"
+                )
             if kind == "error":
                 failure = value if isinstance(value, BaseException) else RuntimeError(str(value))
                 if on_done is None:

@@ -10,9 +10,13 @@ known to be empty) and where each candidate sat among the partition's rows. From
   ``MIN_RANGE_ROWS`` candidates that the sweep saw next to each other (consecutive ordinals, no
   other row between them) goes with one *range* tombstone, which costs ``RANGE_TOMBSTONES`` (its
   two bound markers); shorter runs go row by row, one *row* tombstone each. At most
-  ``max_row_tombstones`` of that cost goes into one partition per run (more would push range
+  ``max_row_tombstones`` of that cost (less what the ledger says the grace period's earlier runs
+  spent) goes into one partition (more would push range
   reads of that partition towards ``tombstone_warn_threshold``), spent greedily in clustering
   order; the rest is deferred to the next run;
+* rewrites instead a live partition whose deletes would cost more than it may still take, when
+  it has at most ``max_rewrite_rows`` other rows to copy (``choose_rewrite``): its other rows
+  are copied at T+1 and the partition deleted at T, which costs no tombstone cell;
 * orders the live partitions' deletes round-robin across partitions by token, so consecutive
   deletes hit different partitions and replicas (or, for a store without replicas, partition by
   partition in key order, so consecutive deletes hit the same pages).
@@ -67,6 +71,10 @@ class PartitionFacts:
     #: each candidate's position (0-based) among all the partition's rows in clustering order,
     #: parallel to ``candidates``; empty when unknown (then no two candidates count as adjacent)
     ordinals: tuple[int, ...] = ()
+    #: the partition's parent directory was absent from the filter, so the partition's own
+    #: directory is empty even if it is a false positive (its row in the parent's partition, a
+    #: candidate, may sit in another worker's slice: this keeps the decision local)
+    parent_dir_absent: bool = False
 
     def __post_init__(self) -> None:
         if len(self.candidates) > self.total_rows:
@@ -83,7 +91,14 @@ class PartitionFacts:
         # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
         return (
             PartitionFacts,
-            (self.key, self.total_rows, self.candidates, self.dir_absent, self.ordinals),
+            (
+                self.key,
+                self.total_rows,
+                self.candidates,
+                self.dir_absent,
+                self.ordinals,
+                self.parent_dir_absent,
+            ),
         )
 
 
@@ -94,6 +109,9 @@ class ActionKind(Enum):
     ROW = "row"
     #: the rows between a run's first and last name, inclusive (the run's rows and no others)
     RANGE = "range"
+    #: a live partition rewritten: every row but these copied at T+1, then the partition
+    #: deleted at T (a partition-level deletion: no tombstone cell)
+    REWRITE = "rewrite"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +134,12 @@ class DeleteAction:
         return FolderRange(key.token, key.bucket, key.parent, self.rows[0].name, self.rows[-1].name)
 
 
-_COST = {ActionKind.PARTITION: 0, ActionKind.ROW: 1, ActionKind.RANGE: RANGE_TOMBSTONES}
+_COST = {
+    ActionKind.PARTITION: 0,
+    ActionKind.ROW: 1,
+    ActionKind.RANGE: RANGE_TOMBSTONES,
+    ActionKind.REWRITE: 0,
+}
 
 
 @dataclass(frozen=True)
@@ -127,6 +150,8 @@ class DeletionPlan:
     deferred: tuple[FolderRow, ...]
     #: tombstones planned per live partition (bucket, parent): 1 per row delete, 2 per range
     row_tombstones: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: rows the plan's rewrites copy (as the sweep counted them)
+    rewrite_rows: int = 0
 
     @property
     def partition_deletes(self) -> int:
@@ -139,6 +164,10 @@ class DeletionPlan:
     @property
     def range_deletes(self) -> int:
         return sum(1 for a in self.actions if a.kind is ActionKind.RANGE)
+
+    @property
+    def rewrites(self) -> int:
+        return sum(1 for a in self.actions if a.kind is ActionKind.REWRITE)
 
     @property
     def directories(self) -> int:
@@ -157,6 +186,9 @@ class PlanSummary:
     #: the most tombstones planned into one live partition (rows 1, ranges 2 each)
     max_row_tombstones_in_a_partition: int = 0
     range_deletes: int = 0
+    #: live partitions rewritten, and the rows they copy
+    rewrites: int = 0
+    rewrite_rows: int = 0
 
     @classmethod
     def of(cls, plan: DeletionPlan) -> PlanSummary:
@@ -167,6 +199,8 @@ class PlanSummary:
             deferred=len(plan.deferred),
             max_row_tombstones_in_a_partition=max(plan.row_tombstones.values(), default=0),
             range_deletes=plan.range_deletes,
+            rewrites=plan.rewrites,
+            rewrite_rows=plan.rewrite_rows,
         )
 
     def __add__(self, other: PlanSummary) -> PlanSummary:
@@ -179,6 +213,8 @@ class PlanSummary:
                 self.max_row_tombstones_in_a_partition, other.max_row_tombstones_in_a_partition
             ),
             range_deletes=self.range_deletes + other.range_deletes,
+            rewrites=self.rewrites + other.rewrites,
+            rewrite_rows=self.rewrite_rows + other.rewrite_rows,
         )
 
 
@@ -218,13 +254,21 @@ def drop_nonempty(
             for i, row in enumerate(fact.candidates)
             if (row.bucket, dir_of_row(row.parent, row.name)) not in alive
         ]
-        absent = fact.dir_absent and (fact.key.bucket, fact.key.parent) not in alive
-        if len(keep) == len(fact.candidates) and absent == fact.dir_absent:
+        own_alive = (fact.key.bucket, fact.key.parent) in alive
+        absent = fact.dir_absent and not own_alive
+        parent_absent = fact.parent_dir_absent and not own_alive
+        if (
+            len(keep) == len(fact.candidates)
+            and absent == fact.dir_absent
+            and parent_absent == fact.parent_dir_absent
+        ):
             out.append(fact)
         elif keep or absent:
             kept = tuple(fact.candidates[i] for i in keep)
             ordinals = tuple(fact.ordinals[i] for i in keep) if fact.ordinals else ()
-            out.append(PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals))
+            out.append(
+                PartitionFacts(fact.key, fact.total_rows, kept, absent, ordinals, parent_absent)
+            )
     return out
 
 
@@ -234,6 +278,7 @@ def plan_deletions(
     already_used: Mapping[tuple[str, str], int] | None = None,
     spread: bool = True,
     ranges: bool = True,
+    max_rewrite_rows: int = 0,
 ) -> DeletionPlan:
     """Turn the sweep's partition facts into an ordered, budgeted deletion plan.
 
@@ -242,7 +287,13 @@ def plan_deletions(
     already spent of each partition's budget (in the same units), so a resumed run never exceeds
     it. ``spread`` interleaves the live partitions' deletes across partitions; without it they go
     partition by partition, in key order. Without ``ranges``, every live delete is a row delete
-    (for a sweep that may not have seen every row between a run's bounds).
+    (for a sweep that may not have seen every row between a run's bounds), and no partition is
+    rewritten (a rewrite's partition delete, like a range, removes what the sweep did not see).
+
+    A live partition whose deletes would cost more than its budget left is rewritten instead
+    (``choose_rewrite``) when it has at most ``max_rewrite_rows`` rows to copy (0: never):
+    one REWRITE action removes all its candidates and costs no tombstone cell. Rewrites come
+    first in the plan, so a store that cannot copy the table's columns refuses before any delete.
     """
     used = already_used or {}
     if max_row_tombstones < 0:
@@ -264,19 +315,46 @@ def plan_deletions(
         for fact in sorted(dead, key=_partition_order)
     ]
     per_partition: list[list[DeleteAction]] = []
+    rewrites: list[DeleteAction] = []
+    rewrite_rows = 0
     deferred: list[FolderRow] = []
     budget_used: dict[tuple[str, str], int] = {}
     min_range = MIN_RANGE_ROWS if ranges else sys.maxsize
+    may_rewrite = ranges and max_rewrite_rows > 0
     for fact in sorted(live, key=_partition_order):
         key = fact.key
         budget = max(0, max_row_tombstones - used.get((key.bucket, key.parent), 0))
+        keep = fact.total_rows - len(fact.candidates)
+        if may_rewrite and choose_rewrite(
+            deletes_cost(fact, min_range), budget, keep, max_rewrite_rows
+        ):
+            rewrites.append(DeleteAction(ActionKind.REWRITE, key, fact.candidates))
+            rewrite_rows += keep
+            continue
         planned, spent, held = _live_deletes(fact, budget, min_range)
         deferred.extend(held)
         if planned:
             per_partition.append(planned)
             budget_used[(key.bucket, key.parent)] = spent
+    actions[:0] = rewrites
     actions.extend(round_robin(per_partition) if spread else chain.from_iterable(per_partition))
-    return DeletionPlan(tuple(actions), tuple(deferred), budget_used)
+    return DeletionPlan(tuple(actions), tuple(deferred), budget_used, rewrite_rows)
+
+
+def choose_rewrite(cost: int, budget_left: int, rows_to_copy: int, max_rewrite_rows: int) -> bool:
+    """Whether to rewrite a live partition rather than delete its candidates one by one.
+
+    Rewrite when its row and range deletes (``cost`` tombstones) would not fit in what the
+    partition may still take within the grace period, and its live rows are few enough to copy.
+    Otherwise the deletes go within the budget and the rest waits (a partition too wide to copy
+    is cleaned over several grace periods, never past its budget).
+    """
+    return cost > budget_left and rows_to_copy <= max_rewrite_rows
+
+
+def deletes_cost(fact: PartitionFacts, min_range: int = MIN_RANGE_ROWS) -> int:
+    """The tombstones all of a live partition's candidates take as row and range deletes."""
+    return sum(RANGE_TOMBSTONES if len(run) >= min_range else len(run) for run in _runs(fact))
 
 
 def _live_deletes(
@@ -332,6 +410,11 @@ def _runs(fact: PartitionFacts) -> list[tuple[FolderRow, ...]]:
     return out
 
 
+def dead_partitions(facts: Iterable[PartitionFacts]) -> set[BucketDir]:
+    """The partitions the plan removes with one partition deletion (they take no tombstone)."""
+    return _empty_own_dirs(list(facts))
+
+
 def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:
     """The partitions whose rows are all candidates and whose own directory is known empty.
 
@@ -345,7 +428,12 @@ def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:
     }
     if not whole:
         return whole
-    empty = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent} & whole
+    # Known empty from the partition's own facts: its directory or its parent's is absent from
+    # the filter. (The same as finding its row among the parent partition's candidates, which
+    # may be in another slice, so every slicing of the ring plans the same.)
+    empty = {
+        (f.key.bucket, f.key.parent) for f in facts if f.dir_absent or f.parent_dir_absent
+    } & whole
     for fact in facts:
         for row in fact.candidates:
             directory = (row.bucket, row.parent + row.name + "/")

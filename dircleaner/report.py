@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from dircleaner.budget import TombstoneBudget
 from dircleaner.build import BuildResult
+from dircleaner.deleter import DeleteStats
 from dircleaner.job import CleanReport, CleanSweep, RunReport, SweepReport
 from dircleaner.plan import PlanSummary
+from dircleaner.prefixclean import PrefixCleanReport
+from dircleaner.timeutil import format_duration
 
 Summary = dict[str, Any]
 
@@ -51,6 +55,8 @@ def plan_summary(plan: PlanSummary) -> Summary:
         "partition_deletes": plan.partition_deletes,
         "row_deletes": plan.row_deletes,
         "range_deletes": plan.range_deletes,
+        "rewrites": plan.rewrites,
+        "rewrite_rows": plan.rewrite_rows,
         "deferred": plan.deferred,
         "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
     }
@@ -66,13 +72,34 @@ def clean_summary(report: CleanReport) -> Summary:
         "plan": plan_summary(report.plan),
         "dry_run": report.dry_run,
         "deleted_dirs": deleted.directories if deleted else 0,
+        "rows_removed": (deleted.rows_removed if deleted else 0),
+        "kept_written_after_t": (
+            deleted.directories - deleted.rows_removed
+            if deleted and deleted.rows_removed is not None
+            else None
+        ),
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
         "range_tombstones": deleted.range_deletes if deleted else 0,
+        "partitions_rewritten": deleted.rewrites if deleted else 0,
+        "rows_rewritten": deleted.rows_rewritten if deleted else 0,
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
+        "would_be_refused": report.would_be_refused,
+        "budget": budget_summary(report.budget),
+    }
+
+
+def budget_summary(budget: TombstoneBudget | None) -> Summary | None:
+    if budget is None:
+        return None
+    return {
+        "max_tombstones_per_partition": budget.per_partition,
+        "source": budget.source,
+        "grace_seconds": budget.grace_s,
+        "grace_source": budget.grace_source,
     }
 
 
@@ -89,6 +116,10 @@ def run_summary(report: RunReport) -> Summary:
     }
 
 
+def _grace(seconds: float) -> str:
+    return f"{seconds / 86400:g} days" if seconds >= 86400 else format_duration(seconds)
+
+
 def _n(value: int) -> str:
     return f"{value:,}"
 
@@ -103,7 +134,7 @@ def build_lines(result: BuildResult) -> list[str]:
         f"build   generation {result.generation}"
         f" ({h.engine}, shard {h.shard_index}/{h.shard_count})",
         f"        {_n(result.partitions_scanned)} object partitions scanned,"
-        f" {_n(result.keys_inserted)} directories inserted in {result.seconds:.1f}s",
+        f" {_n(result.keys_inserted)} ancestor keys inserted in {result.seconds:.1f}s",
         f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
         f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
@@ -141,7 +172,7 @@ def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
     ]
 
 
-def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
+def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") -> list[str]:
     plan = report.plan
     lines = []
     if report.slices_already_clean:
@@ -156,23 +187,109 @@ def clean_lines(report: CleanReport, audit_log: str | None) -> list[str]:
             f"verify  {_n(report.verified)} directories re-checked,"
             f" {_n(report.dropped_nonempty)} found non-empty and kept (with their ancestors)"
         )
-    lines.append(
+    lines += plan_and_delete_lines(
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"build start - --min-age {min_age}",
+    )
+    return lines
+
+
+def plan_and_delete_lines(
+    plan: PlanSummary,
+    budget: TombstoneBudget | None,
+    dry_run: bool,
+    deleted: DeleteStats | None,
+    delete_timestamp_us: int,
+    audit_log: str | None,
+    timestamp_origin: str,
+) -> list[str]:
+    """The plan, budget and clean lines, the same for the nightly and the prefix clean;
+    ``timestamp_origin`` says how the delete timestamp was chosen."""
+    lines = [
         f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
         f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
-        f" tombstones, {_n(plan.deferred)} deferred by the per-partition budget"
-    )
-    if report.dry_run:
+        f" tombstones, {_n(plan.rewrites)} partitions rewritten ({_n(plan.rewrite_rows)} rows"
+        f" copied), {_n(plan.deferred)} deferred by the per-partition budget"
+    ]
+    if budget is not None:
+        lines.append(
+            f"budget  {_n(budget.per_partition)} tombstones per live partition within"
+            f" {_grace(budget.grace_s)} ({budget.grace_source}); N is {budget.source}"
+        )
+    if dry_run:
         lines.append("clean   dry run: nothing deleted")
-    elif report.deleted is None:
+    elif deleted is None:
         lines.append("clean   nothing to delete")
     else:
-        d = report.deleted
+        d = deleted
         lines.append(
-            f"clean   deleted {_n(d.directories)} directories in {d.seconds:.1f}s"
-            f" at timestamp {report.delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
-            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes;"
-            f" {_n(d.retries)} retries)"
+            f"clean   deletes issued for {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f" at timestamp {delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
+            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes,"
+            f" {_n(d.rewrites)} rewrites of {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries)"
         )
+        if d.rows_removed is not None:
+            lines.append(
+                f"        {_n(d.rows_removed)} rows removed;"
+                f" {_n(d.directories - d.rows_removed)} kept: written after the delete"
+                f" timestamp ({timestamp_origin}), so they survive, as they must"
+            )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")
+    return lines
+
+
+def prefix_summary(report: PrefixCleanReport) -> Summary:
+    walk, deleted = report.walk, report.deleted
+    return {
+        "prefix": walk.prefix,
+        "bucket": walk.bucket,
+        "generation": report.generation,
+        "walk": {
+            "directories": walk.directories,
+            "empty_directories": walk.empty_directories,
+            "with_objects": walk.with_objects,
+            "partitions": walk.partitions,
+            "folder_rows": walk.folder_rows,
+            "depth": walk.depth,
+            "prefix_empty": walk.prefix_empty,
+            "seconds": round(walk.seconds, 3),
+        },
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "plan": plan_summary(report.plan),
+        "budget": budget_summary(report.budget),
+        "dry_run": report.dry_run,
+        "deleted_dirs": deleted.directories if deleted else 0,
+        "partition_tombstones": deleted.partition_deletes if deleted else 0,
+        "row_tombstones": deleted.row_deletes if deleted else 0,
+        "range_tombstones": deleted.range_deletes if deleted else 0,
+        "retries": deleted.retries if deleted else 0,
+        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+    }
+
+
+def prefix_lines(report: PrefixCleanReport, audit_log: str | None, min_age: str) -> list[str]:
+    walk, plan = report.walk, report.plan
+    lines = [
+        f"walk    {walk.prefix} in bucket {walk.bucket}: {_n(walk.directories)} directories,"
+        f" {walk.depth} levels deep, {_n(walk.with_objects)} holding objects,"
+        f" {_n(walk.empty_directories)} empty ({walk.seconds:.1f}s)",
+    ]
+    lines += plan_and_delete_lines(
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"walk start - --min-age {min_age}",
+    )
+    if plan.deferred:
+        lines.append("        run the same command again to delete what the budget deferred")
     return lines

@@ -79,6 +79,60 @@ def _within_range(name: str, bounds: object) -> bool:
     return min(first, last) <= name <= max(first, last)
 
 
+def decoded_lines(lines: Iterable[bytes], name: str) -> Iterator[str]:
+    """The UTF-8 lines of an audit log read as bytes; BadAuditLog names a line that is not."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadAuditLog(
+                f"{name} line {number}: invalid UTF-8 at byte {exc.start}; an audit log is"
+                " UTF-8 JSON lines written by dircleaner: is this the right file?"
+            ) from exc
+
+
+@dataclass(frozen=True)
+class AuditSelection:
+    """Which entries of an (appended, many-night) audit log to restore; None means any."""
+
+    generation: str | None = None
+    #: entries deleted at or after this timestamp (µs), before ``until_us``
+    since_us: int | None = None
+    until_us: int | None = None
+
+    def __contains__(self, entry: dict[str, Any]) -> bool:
+        if self.generation is not None and entry.get("generation") != self.generation:
+            return False
+        ts = entry.get("delete_ts_us")
+        if self.since_us is not None and not (isinstance(ts, int) and ts >= self.since_us):
+            return False
+        return self.until_us is None or (isinstance(ts, int) and ts < self.until_us)
+
+
+@dataclass(frozen=True)
+class RestorePlan:
+    """The entries a restore would write back, and how they had gone (``via``)."""
+
+    rows: list[tuple[str, str, str]]
+    by_via: dict[str, int]
+    generations: list[str]
+
+
+def plan_restore(lines: Iterable[str], selection: AuditSelection) -> RestorePlan:
+    """The selected entries of an audit log, validated before anything is written."""
+    rows: list[tuple[str, str, str]] = []
+    by_via: dict[str, int] = {}
+    generations: set[str] = set()
+    for entry in iter_audit_entries(lines):
+        if entry not in selection:
+            continue
+        rows.append((entry["bucket"], entry["parent"], entry["name"]))
+        via = str(entry.get("via", "row"))
+        by_via[via] = by_via.get(via, 0) + 1
+        generations.add(str(entry.get("generation", "?")))
+    return RestorePlan(rows, by_via, sorted(generations))
+
+
 def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
     """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
     return [(e["bucket"], e["parent"], e["name"]) for e in iter_audit_entries(lines)]

@@ -2,25 +2,18 @@
 
 The run records its generation and phase in the store's state table. A run killed at any point
 is picked up by the next ``run``: a complete generation is reused while it is fresh (same salt,
-so the same candidates), missing shards of a partial build are built with the generation's own
-parameters, and the clean charges what the killed attempt already deleted (read back from the
-audit log) against each partition's budget, so no partition gets more than its budget per
-generation. Deletes are idempotent, so repeating any of them is harmless.
-
-Only a generation that has begun deleting before has anything to charge: the store remembers the
-last few such generations, so a nightly run on a new generation never reads the audit log, which
-grows with every night's deletes.
+so the same candidates) and missing shards of a partial build are built with the generation's own
+parameters. What the killed attempt spent of each partition's tombstone budget is in the store's
+ledger (charged before the deletes, see ``budget``), which the resumed run reads like any other
+run: no local file is needed, so a run resumed on another host keeps the budget too. Deletes are
+idempotent, so repeating any of them is harmless.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
-from dircleaner.plan import RANGE_TOMBSTONES
-from dircleaner.restore import iter_audit_entries
 from dircleaner.store.base import Store
 
 PHASE_BUILD = "build"
@@ -31,9 +24,6 @@ PHASE_DONE = "done"
 #: a clean whose re-check found more non-empty directories than this is not checkpointed by
 #: slice (they would all have to be stored); a resumed run then cleans every slice again
 MAX_CHECKPOINTED_NONEMPTY = 10_000
-#: generations remembered as having begun deleting; far more than are ever kept (the filters of
-#: older ones are garbage-collected, so they can no longer be cleaned with)
-REMEMBERED_DELETING = 16
 
 
 @dataclass(frozen=True)
@@ -91,61 +81,3 @@ def save_run_state(store: Store, scope: str, state: RunState) -> None:
             "nonempty": sorted(state.clean.nonempty),
         }
     store.put_state(_key(scope), json.dumps(data))
-
-
-def row_deletes_already_made(audit_log: Path | None, generation: str) -> Counter[tuple[str, str]]:
-    """Tombstones per (bucket, parent) that earlier attempts at ``generation`` issued.
-
-    In the planner's units: 1 per row delete, ``RANGE_TOMBSTONES`` per range delete. A range
-    writes one line per directory, each with the range's bounds, and is charged once (an attempt
-    killed before its delete ran and a later one issuing the same range again still leave one
-    range behind).
-    """
-    used: Counter[tuple[str, str]] = Counter()
-    if audit_log is None or not audit_log.exists():
-        return used
-    ranges: set[tuple[str, str, str, str]] = set()
-    with audit_log.open(encoding="utf-8") as stream:
-        for entry in iter_audit_entries(stream):
-            if entry.get("generation") != generation:
-                continue
-            partition = (entry["bucket"], entry["parent"])
-            via = entry.get("via")
-            if via == "row":
-                used[partition] += 1
-            elif via == "range":
-                first, last = entry["range"]
-                if (*partition, first, last) not in ranges:
-                    ranges.add((*partition, first, last))
-                    used[partition] += RANGE_TOMBSTONES
-    return used
-
-
-def _deleting_key(scope: str) -> str:
-    return f"deleting|{scope}"
-
-
-def _deleting(store: Store, scope: str) -> list[str]:
-    raw = store.get_state(_deleting_key(scope))
-    try:
-        known = json.loads(raw) if raw is not None else []
-    except ValueError:
-        known = None
-    if not isinstance(known, list):
-        # Unreadable: assume any generation may have deleted (the audit log then decides).
-        return ["*"]
-    return [str(g) for g in known]
-
-
-def deletes_began(store: Store, scope: str, generation: str) -> bool:
-    """Whether a clean of ``generation`` may already have deleted something."""
-    known = _deleting(store, scope)
-    return generation in known or "*" in known
-
-
-def note_deletes_begin(store: Store, scope: str, generation: str) -> None:
-    """Remember, before its first delete, that a clean of ``generation`` is deleting."""
-    known = [g for g in _deleting(store, scope) if g != "*"]
-    if generation not in known:
-        known = [*known, generation][-REMEMBERED_DELETING:]
-        store.put_state(_deleting_key(scope), json.dumps(known))

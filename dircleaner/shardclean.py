@@ -15,11 +15,14 @@ budgets need no coordination between slices.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dircleaner.budget import charged_so_far, ledger_charger
 from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
+from dircleaner.lease import lease_check
 from dircleaner.plan import (
     BucketDir,
     DeletionPlan,
@@ -52,9 +55,12 @@ class ShardSwept:
 class DeleteOrders:
     """How the second phase deletes, the same for every slice."""
 
+    #: N: tombstones a live partition may hold within the grace period (ledger included)
     max_row_tombstones: int
-    #: row tombstones an interrupted attempt at this generation already spent, per partition
-    already_used: Mapping[tuple[str, str], int]
+    #: how long a ledger charge lives: the folders table's grace period
+    ledger_ttl_s: float
+    #: a live partition over its budget is rewritten when it has at most this many rows to copy
+    max_rewrite_rows: int
     delete_timestamp_us: int
     generation: str
     throttle: ThrottleConfig
@@ -62,6 +68,8 @@ class DeleteOrders:
     dry_run: bool
     #: return the whole plan (only worth it in-process, for callers that inspect it)
     keep_plan: bool = False
+    #: the run lease's owner: each slice stops deleting once the store shows another holder
+    lease_owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,12 +141,16 @@ def plan_and_delete(
     ancestors), plan within the budgets and (unless a dry run) delete."""
     if nonempty:
         facts = drop_nonempty(facts, nonempty)
+    # What every run of the grace period already spent (this generation's killed attempts
+    # included), read from the store before planning.
+    used = charged_so_far(store, facts)
     plan = plan_deletions(
         facts,
         orders.max_row_tombstones,
-        orders.already_used,
+        used,
         spread=store.spread_deletes,
         ranges=store.sweep_sees_every_write,
+        max_rewrite_rows=orders.max_rewrite_rows,
     )
     del facts  # the plan holds what is still needed
     deleted = None
@@ -150,7 +162,16 @@ def plan_and_delete(
                 AuditLog(stream, orders.generation, orders.delete_timestamp_us) if stream else None
             )
             deleted = execute_plan(
-                store, plan, orders.delete_timestamp_us, orders.throttle, audit, progress
+                store,
+                plan,
+                orders.delete_timestamp_us,
+                orders.throttle,
+                audit,
+                progress,
+                keep_going=lease_check(store, orders.lease_owner),
+                charge=ledger_charger(
+                    store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s
+                ),
             )
         finally:
             if stream is not None:
@@ -172,10 +193,17 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
         partition_deletes=sum(p.partition_deletes for p in present),
         row_deletes=sum(p.row_deletes for p in present),
         range_deletes=sum(p.range_deletes for p in present),
+        rewrites=sum(p.rewrites for p in present),
+        rows_rewritten=sum(p.rows_rewritten for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
         # Each slice runs its own share of the rate: together they delete at the sum.
         final_rate=sum(p.final_rate for p in present),
         seconds=max(p.seconds for p in present),
         failures=[f for p in present for f in p.failures],
+        rows_removed=(
+            None
+            if any(p.rows_removed is None for p in present)
+            else sum(p.rows_removed or 0 for p in present)
+        ),
     )

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from dircleaner.paths import parent_of_dir
 from dircleaner.plan import PartitionFacts
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import FolderRow, PartitionKey
@@ -65,11 +66,12 @@ class SweepResult:
 class _PartitionRun:
     """Accumulates one partition's rows while they stream past (it may span batches)."""
 
-    __slots__ = ("absent", "candidates", "key", "ordinals", "total")
+    __slots__ = ("absent", "candidates", "key", "ordinals", "parent_absent", "total")
 
-    def __init__(self, key: PartitionKey, absent: bool) -> None:
+    def __init__(self, key: PartitionKey, absent: bool, parent_absent: bool) -> None:
         self.key = key
         self.absent = absent
+        self.parent_absent = parent_absent
         #: rows seen so far (the ordinal of the next batch's first row of this partition)
         self.total = 0
         self.candidates: list[FolderRow] = []
@@ -79,7 +81,12 @@ class _PartitionRun:
         if not self.candidates and not self.absent:
             return None
         return PartitionFacts(
-            self.key, self.total, tuple(self.candidates), self.absent, tuple(self.ordinals)
+            self.key,
+            self.total,
+            tuple(self.candidates),
+            self.absent,
+            tuple(self.ordinals),
+            self.parent_absent,
         )
 
 
@@ -109,7 +116,11 @@ def sweep(
         nseg = len(starts)
         bounds = np.array([*starts, n], dtype=np.int64)
         lengths = np.diff(bounds)
-        dir_present = _partition_dirs_present(filt, [batch[i] for i in starts])
+        heads = [batch[i] for i in starts]
+        dir_present = _partition_dirs_present(filt, heads)
+        parent_present = _partition_dirs_present(
+            filt, [h._replace(parent=parent_of_dir(h.parent)) for h in heads]
+        )
         # Candidates: rows absent from the filter, and every row of a partition whose own
         # directory is absent (a non-empty child would have made it present).
         candidate = ~row_present
@@ -162,11 +173,14 @@ def sweep(
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
                             tuple(seg_ords[seg]),
+                            not parent_present[seg],
                         )
                     )
             row = batch[starts[last]]
             run = _PartitionRun(
-                PartitionKey(row.token, row.bucket, row.parent), not dir_present[last]
+                PartitionKey(row.token, row.bucket, row.parent),
+                not dir_present[last],
+                not parent_present[last],
             )
             run.total = lens[last]
             run.candidates.extend(seg_rows.get(last, ()))

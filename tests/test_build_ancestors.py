@@ -43,3 +43,45 @@ def test_a_shared_ancestor_is_hashed_once_while_cached() -> None:
     assert got.count(filter_key("b", "top/")) == 1
     assert got.count(filter_key("b", "top/mid/")) == 1
     assert len(got) == 102
+
+
+def _packed_keys(rows: list[PartitionKey]) -> list[bytes]:
+    buf, starts, ends = build.packed_ancestors(rows)
+    raw = buf.tobytes()
+    return [raw[lo:hi] for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True)]
+
+
+odd_segment = st.sampled_from(["a", "é", "日本", "x y", "\0", "%2F", "b\\c"])
+odd_directory = st.lists(odd_segment, min_size=1, max_size=6).map(lambda p: "/".join(p) + "/")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(
+        st.tuples(
+            st.sampled_from(["b1", "b2", "bü", "with/slash"]),
+            odd_directory | st.just("") | st.just("no-trailing/slash"),
+        ),
+        max_size=40,
+        unique=True,
+    ),
+    one_bucket=st.booleans(),
+)
+def test_packed_ancestors_are_exactly_every_ancestor(
+    keys: list[tuple[str, str]], one_bucket: bool
+) -> None:
+    if one_bucket:
+        keys = [("b1", parent) for _, parent in keys]
+    rows = [PartitionKey(i, bucket, parent) for i, (bucket, parent) in enumerate(keys)]
+    got = _packed_keys(rows)
+    expected = {filter_key(b, d) for b, p in keys for d in ancestors_inclusive(p)}
+    expected |= {filter_key(b, p) for b, p in keys if p}  # the key itself, "/" or not
+    assert set(got) == expected
+
+
+def test_packed_ancestors_repeat_shared_ancestors_once_per_partition() -> None:
+    rows = [PartitionKey(i, "b", f"top/mid/leaf{i}/") for i in range(100)]
+    got = _packed_keys([*rows, PartitionKey(100, "b", "")])
+    assert got.count(filter_key("b", "top/")) == 100
+    assert len(got) == 300
+    assert len(_packed_keys([PartitionKey(0, "b", "")])) == 0

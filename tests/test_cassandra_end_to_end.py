@@ -217,28 +217,28 @@ def test_adversarial_dataset_is_cleaned_with_perfect_precision_within_budget(
 # -- 2. tombstones as Cassandra's tracing counts them ---------------------------------------------
 
 
-def test_a_wide_parent_gets_at_most_the_budget_of_row_tombstones_per_run(
+def test_a_wide_parent_holds_at_most_the_budget_over_all_runs_of_the_grace_period(
     ks_url: str, store: CassandraStore, bucket: str, tmp_path: Path
 ) -> None:
+    """Without rewrites, the first run spends the budget and the next runs of the grace period
+    (10 days here) find it spent in the ledger: the partition never holds more than N."""
     # Empty children in pairs between live ones: runs of two, too short for a range.
     children = [f"wide/c{i:03d}/obj" for i in range(300)]
     between = [f"wide/c{i:03d}k/obj" for i in range(1, 300, 2)]
     store.put_objects(bucket, [*children, *between, "wide/live/obj"], now_us())
     store.delete_objects(bucket, children, now_us())
     traced: list[int] = []
+    budget = ("--max-tombstones-per-partition", "100", "--max-rewrite-rows", "0")
     for attempt in range(3):
         audit = tmp_path / f"a{attempt}.jsonl"
-        summary = run(
-            ks_url, bucket, audit, "--fpr", "0.0001", "--max-tombstones-per-partition", "100"
-        )
-        assert summary["clean"]["plan"]["max_row_tombstones_in_a_partition"] == 100
+        summary = run(ks_url, bucket, audit, "--fpr", "0.0001", *budget)
         assert summary["clean"]["plan"]["range_deletes"] == 0
-        assert row_tombstones_per_partition(audit_entries(audit)) == {(bucket, "wide/"): 100}
+        assert summary["clean"]["budget"]["grace_source"] == "gc_grace_seconds"
+        spent = row_tombstones_per_partition(audit_entries(audit))
+        assert spent == ({(bucket, "wide/"): 100} if attempt == 0 else {})
         traced.append(store.tombstones_in_partition(bucket, "wide/"))
-    # Each run adds exactly its budget of row tombstones to the live partition, and no more.
-    assert traced == [100, 200, 300]
-    live = {f"wide/c{i:03d}k/" for i in range(1, 300, 2)}
-    assert listed(ks_url, bucket) == {"wide/", "wide/live/", *live}
+    assert traced == [100, 100, 100]
+    assert store.tombstones_charged([(bucket, "wide/")]) == {(bucket, "wide/"): 100}
 
 
 def test_a_run_of_adjacent_empty_children_costs_two_tombstones(
@@ -552,3 +552,46 @@ def test_dry_run_deletes_nothing(
     assert not audit.exists()
     # And Cassandra agrees: not a single tombstone where the plan would have put 312.
     assert store.tombstones_in_partition(bucket, "wide/2026-04-11/") == 0
+
+
+# -- 5. the budget over a (short) grace period -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grace_url(cassandra_url: str) -> str:
+    """A keyspace whose folders table keeps tombstones 60 s (gc_grace_seconds)."""
+    url = _init_keyspace(cassandra_url, "grace")
+    with CassandraStore.open(url) as opened:
+        cfg = opened.config
+        opened._session.execute(
+            f'ALTER TABLE "{cfg.keyspace}"."{cfg.tables.folders}" WITH gc_grace_seconds = 60'
+        )
+    return url
+
+
+def test_runs_inside_the_grace_period_never_exceed_the_budget_and_spend_again_after(
+    grace_url: str, tmp_path: Path
+) -> None:
+    bucket = f"grace-{SESSION}"
+    children = [f"wide/c{i:03d}/obj" for i in range(300)]
+    between = [f"wide/c{i:03d}k/obj" for i in range(1, 300, 2)]
+    with CassandraStore.open(grace_url) as store:
+        store.put_objects(bucket, [*children, *between, "wide/live/obj"], now_us())
+        store.delete_objects(bucket, children, now_us())
+        budget = ("--fpr", "0.0001", "--max-tombstones-per-partition", "100")
+        budget += ("--max-rewrite-rows", "0")
+        spent: list[int] = []
+        for attempt in range(3):
+            summary = run(grace_url, bucket, tmp_path / f"a{attempt}.jsonl", *budget)
+            assert summary["clean"]["budget"]["grace_seconds"] == 60
+            spent.append(summary["clean"]["row_tombstones"])
+            # Cassandra's tracing: never more than N of our tombstones in the live partition.
+            assert store.tombstones_in_partition(bucket, "wide/") <= 100
+        assert spent == [100, 0, 0]
+        # After the grace period the charges have expired: the next run may spend again.
+        deadline = time.monotonic() + 180
+        while store.tombstones_charged([(bucket, "wide/")]):
+            assert time.monotonic() < deadline, "the ledger's charges never expired"
+            time.sleep(1)
+        after = run(grace_url, bucket, tmp_path / "after.jsonl", *budget)
+        assert after["clean"]["row_tombstones"] == 100

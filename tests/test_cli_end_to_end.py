@@ -67,7 +67,7 @@ def dataset(tmp_path: Path) -> tuple[str, set[str], set[str], Path]:
 
 
 def listed(url: str) -> set[str]:
-    result = invoke(url, "list-dirs")
+    result = invoke(url, "list-dirs", "--bucket", "default")
     assert result.exit_code == 0, result.output
     return set(result.output.splitlines())
 
@@ -120,7 +120,9 @@ def test_first_run_defers_over_budget_and_reports_it(
     dataset: tuple[str, set[str], set[str], Path],
 ) -> None:
     url, _, _, tmp = dataset
-    result = run_eagerly(url, tmp / "a.jsonl", "--max-tombstones-per-partition", "1", "--json")
+    # Without rewrites: the budget of row and range deletes is what is tested.
+    budget = ("--max-tombstones-per-partition", "1", "--max-rewrite-rows", "0")
+    result = run_eagerly(url, tmp / "a.jsonl", *budget, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     plan = summary["clean"]["plan"]
@@ -276,6 +278,14 @@ def test_the_summary_reports_range_deletes(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert (
         "plan    1,228 directories: 0 partition tombstones, 20 row tombstones,"
-        " 69 range tombstones, 0 deferred by the per-partition budget"
+        " 69 range tombstones, 0 partitions rewritten (0 rows copied), 0 deferred by the"
+        " per-partition budget"
     ) in result.output
-    assert "(0 partition, 20 row and 69 range deletes; 0 retries)" in result.output
+    assert (
+        "(0 partition, 20 row and 69 range deletes, 0 rewrites of 0 rows; 0 retries)"
+        in result.output
+    )
+    assert (
+        "budget  500 tombstones per live partition within 10 days (default);"
+        " N is half the default tombstone_warn_threshold (1000)"
+    ) in result.output

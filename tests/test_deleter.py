@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.budget import charged_so_far, ledger_charger
 from dircleaner.deleter import (
     AdaptiveRate,
     AuditLog,
@@ -32,7 +33,6 @@ from dircleaner.plan import (
     PartitionFacts,
     plan_deletions,
 )
-from dircleaner.resume import row_deletes_already_made
 from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
@@ -351,8 +351,9 @@ def test_execute_deletes_the_plan_and_audits_every_entry_once(store: FaultyStore
     assert entries[("m/", "c3")]["via"] == "row"
     assert entries[("", "x")]["dir"] == "x/"
     assert all(e["dir"] == dir_of_row(str(e["parent"]), str(e["name"])) for e in entries.values())
-    # One tombstone per action: partitions x/ and x/y/ got one each, m/ got 5 row tombstones.
-    assert store.tombstones_in_partition(BUCKET, "x/") == 1
+    # Partitions x/ and x/y/ went with a partition deletion (no tombstone cell on reads), m/ got
+    # 5 row tombstones.
+    assert store.tombstones_in_partition(BUCKET, "x/") == 0
     assert store.tombstones_in_partition(BUCKET, "m/") == 5
     assert store.tombstones_in_partition(BUCKET, "") == 1
 
@@ -453,15 +454,19 @@ def test_actions_are_issued_in_plan_order(store: FaultyStore, concurrency: int) 
 def test_progress_is_reported_per_chunk(store: FaultyStore) -> None:
     populate(store)
     calls: list[tuple[str, int, int | None]] = []
+    plan = make_plan()
     execute_plan(
         store,
-        make_plan(),
+        plan,
         DELETE_TS,
         fast(concurrency=3),
         progress=lambda phase, done, total: calls.append((phase, done, total)),
         sleep=SleepLog(),
     )
-    assert calls == [("clean", 3, 8), ("clean", 6, 8), ("clean", 8, 8)]
+    # Directories, as the summary counts them (a partition delete takes several).
+    rows = [len(action.rows) for action in plan.actions]
+    assert (len(rows), sum(rows)) == (8, 9)
+    assert calls == [("clean", sum(rows[:3]), 9), ("clean", sum(rows[:6]), 9), ("clean", 9, 9)]
 
 
 def test_transient_failures_are_retried_with_capped_jittered_backoff(store: FaultyStore) -> None:
@@ -726,66 +731,62 @@ def test_audit_lines_of_a_batch_mixing_kinds_are_each_what_json_dumps_writes() -
         assert line == json.dumps(json.loads(line), ensure_ascii=False)
 
 
-# -- what a resumed run reads back of the budget an attempt spent ------------------------------
+# -- the ledger: what a resumed run reads back of the budget an attempt spent ------------------
 
 
-def write_audit(path: Path, generation: str, actions: Sequence[DeleteAction]) -> None:
-    with open_audit_log(path) as stream:
-        AuditLog(stream, generation, 1).record_many(actions)
+def test_the_ledger_is_charged_before_the_deletes_it_pays_for(store: FaultyStore) -> None:
+    populate(store)
+    plan = plan_deletions(range_facts(), 100)
+    assert plan.row_tombstones
+    real = ledger_charger(store, GENERATION, "run", 3600)
+    charged: list[DeleteAction] = []
+
+    def charge(actions: Sequence[DeleteAction]) -> None:
+        left = remaining(store)  # none of the batch's rows is deleted when it is charged
+        assert all((r.parent, r.name) in left for a in actions for r in a.rows)
+        charged.extend(actions)
+        real(actions)
+
+    execute_plan(store, plan, DELETE_TS, fast(), sleep=SleepLog(), charge=charge)
+    assert charged == list(plan.actions)
+    assert charged_so_far(store, range_facts()) == dict(plan.row_tombstones)
 
 
-def test_a_resumed_run_recounts_rows_as_one_and_ranges_as_two(tmp_path: Path) -> None:
-    log = tmp_path / "audit.jsonl"
-    m = [frow("m/", f"c{i}") for i in range(9)]
-    write_audit(
-        log,
-        GENERATION,
-        [
-            DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[0:4])),
-            DeleteAction(ActionKind.ROW, pkey("m/"), (m[5],)),
-            DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[6:9])),
-            DeleteAction(ActionKind.ROW, pkey(""), (frow("", "x"),)),
-            DeleteAction(ActionKind.PARTITION, pkey("x/"), (frow("x/", "y"), frow("x/", "z"))),
-        ],
+def test_every_batch_is_charged_once_before_it_is_issued(
+    store: FaultyStore,
+) -> None:
+    populate(store)
+    plan = plan_deletions(range_facts(), 100)
+    batches: list[int] = []
+    execute_plan(
+        store,
+        plan,
+        DELETE_TS,
+        ThrottleConfig(rate=0, concurrency=3),
+        sleep=SleepLog(),
+        charge=lambda actions: batches.append(len(actions)),
     )
-    # Another generation's deletes in the same log are not this generation's budget.
-    write_audit(log, "other", [DeleteAction(ActionKind.RANGE, pkey("m/"), tuple(m[0:4]))])
-    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 5, (BUCKET, ""): 1}
-    assert row_deletes_already_made(log, "other") == {(BUCKET, "m/"): 2}
-
-
-def test_a_range_written_by_two_attempts_is_charged_once(tmp_path: Path) -> None:
-    """An attempt killed after logging a range but before deleting it leaves its rows, and the
-    next attempt issues the same range again: one range tombstone, charged once. A range over
-    different bounds is another tombstone pair."""
-    log = tmp_path / "audit.jsonl"
-    m = tuple(frow("m/", f"c{i}") for i in range(5))
-    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m)])
-    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m)])
-    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 2}
-    write_audit(log, GENERATION, [DeleteAction(ActionKind.RANGE, pkey("m/"), m[1:])])
-    assert row_deletes_already_made(log, GENERATION) == {(BUCKET, "m/"): 4}
+    assert sum(batches) == len(plan.actions)
+    assert max(batches) == 3
 
 
 def test_a_resumed_plan_stays_within_the_budget_an_attempt_spent_on_ranges(
-    store: FaultyStore, tmp_path: Path
+    store: FaultyStore,
 ) -> None:
     populate(store)
-    log = tmp_path / "audit.jsonl"
     budget = 3
     first = plan_deletions(range_facts(), budget)
     # The attempt dies after its range delete: m/ has 2 of its 3 tombstones spent.
     (done,) = [a for a in first.actions if a.kind is ActionKind.RANGE]
-    with open_audit_log(log) as stream:
-        execute_plan(
-            store,
-            DeletionPlan((done,), ()),
-            DELETE_TS,
-            fast(),
-            AuditLog(stream, GENERATION, DELETE_TS),
-            sleep=SleepLog(),
-        )
-    used = row_deletes_already_made(log, GENERATION)
+    execute_plan(
+        store,
+        DeletionPlan((done,), ()),
+        DELETE_TS,
+        fast(),
+        sleep=SleepLog(),
+        charge=ledger_charger(store, GENERATION, "killed", 3600),
+    )
+    used = charged_so_far(store, range_facts())
     assert used == {(BUCKET, "m/"): 2}
     again = plan_deletions(range_facts(), budget, already_used=used)
     assert again.row_tombstones[(BUCKET, "m/")] == 1

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from dircleaner.keyfile import KeyLine, read_key_lines
+from dircleaner.keyfile import KeyLine, LineEndings, read_key_lines
 
 
 def read(*lines: bytes) -> list[KeyLine]:
@@ -22,13 +22,26 @@ def test_good_keys_are_returned_with_their_line_numbers() -> None:
 
 
 def test_only_the_trailing_newline_is_stripped() -> None:
-    assert read(b"crlf\r\n", b"  spaced  \n", b"\ttab\t\n", b"double\n\n", b"\r\n") == [
-        KeyLine(1, "crlf\r"),
-        KeyLine(2, "  spaced  "),
+    # The first line ends in LF alone: a Unix file, so a later CR is part of its key.
+    assert read(b"  spaced  \n", b"crlf\r\n", b"\ttab\t\n", b"double\n\n", b"\r\n") == [
+        KeyLine(1, "  spaced  "),
+        KeyLine(2, "crlf\r"),
         KeyLine(3, "\ttab\t"),
         KeyLine(4, "double\n"),
         KeyLine(5, "\r"),
     ]
+
+
+def test_a_file_starting_with_crlf_has_every_crlf_stripped() -> None:
+    endings = LineEndings()
+    lines = [b"a\r\n", b"b\n", b"c\r\n", b"d\r"]
+    assert list(read_key_lines(lines, endings)) == [
+        KeyLine(1, "a"),
+        KeyLine(2, "b"),
+        KeyLine(3, "c"),
+        KeyLine(4, "d\r"),
+    ]
+    assert endings == LineEndings(crlf=True, stripped=2)
 
 
 def test_binary_file_lines_split_on_newline_only() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 
 from dircleaner.metrics import render
@@ -70,4 +72,45 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
         url, "run", "--min-age", "0", "--max-delete-fraction", "0", "--metrics-file", str(metrics)
     )
     assert result.exit_code == 3
+    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0
+
+
+def _dataset(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = [f"m/{i}/obj" for i in range(40)]
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", keys))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", keys[:2]))).exit_code == 0
+    return url
+
+
+def test_the_file_is_readable_by_node_exporter_and_honours_the_umask(tmp_path: Path) -> None:
+    url = _dataset(tmp_path)
+    metrics = tmp_path / "dircleaner.prom"
+    metrics.write_text("old\n")
+    metrics.chmod(0o644)
+    audit = str(tmp_path / "a.jsonl")
+    old = os.umask(0o022)
+    try:
+        result = invoke(url, "run", "--metrics-file", str(metrics), "--audit-log", audit)
+        assert result.exit_code == 0, result.output
+        assert stat.S_IMODE(metrics.stat().st_mode) == 0o644
+        os.umask(0o027)
+        invoke(url, "run", "--metrics-file", str(metrics), "--audit-log", audit)
+        assert stat.S_IMODE(metrics.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    assert sorted(p.name for p in tmp_path.iterdir() if "prom" in p.name) == ["dircleaner.prom"]
+
+
+def test_an_unexpected_exception_still_marks_the_run_failed(tmp_path: Path) -> None:
+    url = _dataset(tmp_path)
+    metrics = tmp_path / "dircleaner.prom"
+    ok = invoke(url, "run", "--metrics-file", str(metrics), "--audit-log", str(tmp_path / "a"))
+    assert ok.exit_code == 0
+    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 1
+    (tmp_path / "file").write_text("")  # its audit log cannot be created: not a library error
+    audit = str(tmp_path / "file" / "audit.jsonl")
+    args = ["--min-age", "0", "--metrics-file", str(metrics), "--audit-log", audit]
+    result = invoke(url, "run", *args)
+    assert result.exit_code != 0
     assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0

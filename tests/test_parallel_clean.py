@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,7 +73,10 @@ def test_workers_delete_exactly_what_one_process_deletes(tmp_path: Path, workers
     many, left_n, audit_n = clean_copy(tmp_path, db, generation, workers)
     assert one.deleted is not None and one.deleted.directories > 100
     assert left_n == left1
-    assert sorted(e["dir"] for e in audit_n) == sorted(e["dir"] for e in audit1)
+    # The same directories, each removed the same way (partition, row, range or rewrite).
+    assert sorted((e["dir"], e["via"]) for e in audit_n) == sorted(
+        (e["dir"], e["via"]) for e in audit1
+    )
     assert many.plan == one.plan
     assert many.sweep.result.candidates == one.sweep.result.candidates
     assert many.sweep.result.swept_rows == one.sweep.result.swept_rows == len(before)
@@ -145,43 +149,44 @@ def test_sqlite_deletes_run_in_key_order_partition_by_partition(tmp_path: Path) 
     assert len(set(parents)) < len(parents)
 
 
-def test_only_a_generation_that_began_deleting_reads_the_audit_log(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_runs_of_one_grace_period_share_one_budget_whatever_their_audit_logs(
+    tmp_path: Path,
 ) -> None:
-    """The audit log grows every night: a clean of a new generation must not read it, and a
-    second clean of the same generation must, so the two stay within one budget."""
-    import dircleaner.job as job_module
-
+    """The spending is in the store's ledger: a second clean (another audit log, another
+    generation) only spends what the first left of each partition's budget; once the grace
+    period is over, a clean may spend again."""
     db, generation = make_db(tmp_path)
-    real = job_module.row_deletes_already_made
-    reads: list[str] = []
-
-    def spy(audit_log: Path | None, gen: str) -> object:
-        reads.append(gen)
-        return real(audit_log, gen)
-
-    monkeypatch.setattr(job_module, "row_deletes_already_made", spy)
-    audit = tmp_path / "audit.jsonl"
-    # Last night's history in the same log: another generation, nothing to charge.
-    older = {"bucket": BUCKET, "dir": "t/0/", "parent": "t/", "name": "0", "via": "row"}
-    audit.write_text(json.dumps({**older, "generation": "older"}) + "\n", encoding="utf-8")
     config = CleanConfig(
         sweep=SweepConfig(generation=generation, guards=GuardConfig(max_delete_fraction=0.9)),
         min_age_s=0,
         max_tombstones_per_partition=3,
+        max_rewrite_rows=0,  # row and range deletes only: their budget is what is tested
         throttle=ThrottleConfig(rate=0),
-        audit_log=audit,
+        grace_period_s=15,
     )
+    logs = [tmp_path / f"audit{i}.jsonl" for i in range(3)]
     with open_store(f"sqlite:///{db}") as store:
-        dry = run_clean(store, replace(config, dry_run=True))
-        first = run_clean(store, config)
-        assert reads == []
-        second = run_clean(store, config)
-    assert reads == [generation]
-    assert first.deleted is not None and first.plan.deferred > 0
-    assert dry.plan == first.plan
-    # The second clean of the generation charged the first one's deletes: no partition got more
-    # than its budget of tombstones (rows 1, ranges 2) from the two together.
-    assert second.plan.row_deletes < first.plan.deferred
-    entries = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()[1:]]
-    assert max(tombstones_per_partition(entries).values()) == 3
+        dry = run_clean(store, replace(config, dry_run=True, audit_log=logs[0]))
+        first = run_clean(store, replace(config, audit_log=logs[0]))
+        assert dry.plan == first.plan
+        assert first.deleted is not None and first.plan.deferred > 0
+        rebuilt = build_filter(store, BuildConfig(fpr=0.001, salt=7)).generation
+        second_config = replace(config, sweep=replace(config.sweep, generation=rebuilt))
+        second = run_clean(store, replace(second_config, audit_log=logs[1]))
+        assert second.plan.deferred > 0
+        entries = [
+            json.loads(line)
+            for log in logs[:2]
+            if log.exists()
+            for line in log.read_text(encoding="utf-8").splitlines()
+        ]
+        spent = tombstones_per_partition(entries)
+        assert max(spent.values()) == 3
+        assert store.tombstones_charged(list(spent)) == spent
+        # Once the grace period is over, the charges have expired and a clean spends again.
+        deadline = time.monotonic() + 120
+        while store.tombstones_charged(list(spent)):
+            assert time.monotonic() < deadline, "the charges never expired"
+            time.sleep(0.5)
+        third = run_clean(store, replace(second_config, audit_log=logs[2]))
+    assert third.plan.row_deletes + third.plan.range_deletes > 0

@@ -29,6 +29,7 @@ import pytest
 import dircleaner.build as build_module
 import dircleaner.job as job_module
 from dircleaner.build import BuildConfig, build_filter, scope_of
+from dircleaner.config import parse_cassandra_url
 from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import StoreUnavailable
 from dircleaner.filterformat import FilterHeader
@@ -82,7 +83,8 @@ def make_target(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Targ
         url, bucket = f"sqlite:///{tmp / 'meta.db'}", "default"
     else:
         base: str = request.getfixturevalue("cassandra_url")
-        url, bucket = base.rsplit("/", 1)[0] + "/dircleaner_test_resume", f"r{uuid.uuid4().hex}"
+        keyspace = parse_cassandra_url(base).keyspace or "dircleaner_test"
+        url, bucket = base.rsplit("/", 1)[0] + f"/{keyspace}_resume", f"r{uuid.uuid4().hex}"
     with open_store(url, create=True) as store:
         store.put_objects(bucket, LIVE + DEAD, now_us() - 3_600_000_000)
         store.delete_objects(bucket, DEAD, now_us() - 3_600_000_000)
@@ -95,7 +97,7 @@ def run_cli(target: Target, tmp: Path, workers: int = 1) -> subprocess.Popen[byt
         "--bucket", target.bucket, "--min-age", "0", "--fpr", "0.0001",
         "--max-delete-fraction", "1", "--rate", "150", "--concurrency", "8",
         "--max-tombstones-per-partition", str(BUDGET), "--audit-log", str(tmp / "audit.jsonl"),
-        "--workers", str(workers),
+        "--workers", str(workers), "--lease-ttl", "2s",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -104,6 +106,20 @@ def run_cli(target: Target, tmp: Path, workers: int = 1) -> subprocess.Popen[byt
 def finish(proc: subprocess.Popen[bytes]) -> None:
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, (out + err).decode()
+
+
+def finish_after_lease(target: Target, tmp: Path, workers: int) -> None:
+    """Run again until the killed run's lease (2 s TTL) has expired and the run proceeds."""
+    deadline = time.monotonic() + 60
+    while True:
+        proc = run_cli(target, tmp, workers)
+        out, err = proc.communicate(timeout=180)
+        if proc.returncode == 3 and b"holds this store's lease" in err:
+            assert time.monotonic() < deadline, "the killed run's lease never expired"
+            time.sleep(0.5)
+            continue
+        assert proc.returncode == 0, (out + err).decode()
+        return
 
 
 UNINTERRUPTED: dict[str, set[str]] = {}
@@ -141,7 +157,7 @@ def test_a_killed_run_resumes_to_the_same_result(
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert target.listed() >= LIVE_DIRS
-    finish(run_cli(target, tmp_path, workers))
+    finish_after_lease(target, tmp_path, workers)
     remaining = target.listed()
     assert remaining >= LIVE_DIRS, "a non-empty directory lost its entry"
     # One generation, one budget: the killed attempt and the resumed one share it.
@@ -362,7 +378,8 @@ def start_run(url: str, *extra: str) -> subprocess.Popen[bytes]:
     args = [
         sys.executable, "-m", "dircleaner", "--store", url, "run", "--workers", "2",
         "--fpr", "1e-7", "--min-age", "0", "--max-delete-fraction", "1", "--rate", "0",
-        "--max-tombstones-per-partition", "1000", "--audit-log", str(audit), *extra,
+        "--max-tombstones-per-partition", "1000", "--audit-log", str(audit), "--lease-ttl", "2s",
+        *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.Popen(
@@ -421,8 +438,13 @@ def test_a_run_killed_during_its_build_builds_only_the_missing_shard(
     if mid_build:
         assert listed(url) > live  # nothing deleted yet
 
-    proc = start_run(url, "--json")
-    out, err = proc.communicate(timeout=180)
+    deadline = time.monotonic() + 60
+    while True:  # until the killed run's lease (2 s TTL) has expired
+        proc = start_run(url, "--json")
+        out, err = proc.communicate(timeout=180)
+        if proc.returncode != 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert proc.returncode == 0, (out + err).decode()
     build = json.loads(out)["build"]
     assert build["resumed"] == generation
@@ -504,21 +526,3 @@ def test_a_dry_run_leaves_nothing_for_the_next_run_to_resume(tmp_path: Path) -> 
     assert real.build is not None and real.resumed_generation is None
     assert real.build.generation != dry.build.generation
     assert listed(url) >= BUILD_LIVE_DIRS
-
-
-def test_the_store_remembers_the_last_generations_that_began_deleting(tmp_path: Path) -> None:
-    from dircleaner.resume import REMEMBERED_DELETING, deletes_began, note_deletes_begin
-
-    with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
-        assert not deletes_began(store, "s", "g0")
-        for i in range(REMEMBERED_DELETING + 1):
-            note_deletes_begin(store, "s", f"g{i}")
-        note_deletes_begin(store, "s", "g5")  # already known: no change
-        assert not deletes_began(store, "s", "g0")  # the oldest was forgotten
-        assert all(deletes_began(store, "s", f"g{i}") for i in range(1, REMEMBERED_DELETING + 1))
-        assert not deletes_began(store, "other-scope", "g5")
-        # An unreadable record: any generation may have deleted, so the audit log decides.
-        store.put_state("deleting|s", "{not json")
-        assert deletes_began(store, "s", "anything")
-        note_deletes_begin(store, "s", "g9")
-        assert deletes_began(store, "s", "g9") and not deletes_began(store, "s", "g8")

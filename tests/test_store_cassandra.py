@@ -47,7 +47,14 @@ from dircleaner.errors import (
 from dircleaner.paths import split_key
 from dircleaner.plan import ActionKind, plan_deletions
 from dircleaner.store import open_store
-from dircleaner.store.base import MAX_TOKEN, MIN_TOKEN, FolderRange, PartitionKey, Shard
+from dircleaner.store.base import (
+    MAX_TOKEN,
+    MIN_TOKEN,
+    FolderRange,
+    FolderRow,
+    PartitionKey,
+    Shard,
+)
 from dircleaner.store.cassandra import (
     CassandraStore,
     RangeAwarePolicy,
@@ -288,6 +295,24 @@ class TestCassandraNode:
             assert folder_rows(small) == folder_rows(store)
             assert partitions(small) == partitions(store)
             assert partitions(small, Shard(1, 3)) == partitions(store, Shard(1, 3))
+
+    def test_walk_reads_in_small_chunks_and_pages_keep_partitions_whole(
+        self, store: CassandraStore
+    ) -> None:
+        """The prefix walk's IN reads: partitions cut across chunks of 4 and pages of 3 rows,
+        a wide one among them, come back whole, in clustering order, as the scan has them."""
+        store.put_objects("b", spread_keys(80), self.t0)
+        store.write_folder_rows([("b", "wide/", f"w{i:02d}") for i in range(25)], self.t0)
+        by_partition: dict[tuple[str, str], list[FolderRow]] = {}
+        for row in folder_rows(store):
+            by_partition.setdefault((row.bucket, row.parent), []).append(row)
+        asked = [*sorted(by_partition), ("b", "absent/"), ("c", "wide/")]
+        tiny = dataclasses.replace(store.config, fetch_size=3, verify_batch=4, concurrency=3)
+        with CassandraStore.from_config(tiny) as small:
+            got = list(small.folder_partitions(asked))
+        assert [key for key, _ in got] == asked
+        assert dict(got) == {**by_partition, ("b", "absent/"): [], ("c", "wide/"): []}
+        assert len(dict(got)[("b", "wide/")]) == 25
 
     def test_abandoning_a_scan_does_not_hang(self, store: CassandraStore) -> None:
         store.put_objects("b", spread_keys(200), self.t0)

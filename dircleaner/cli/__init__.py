@@ -15,6 +15,7 @@ from dircleaner.cli.data_commands import (
     restore_cmd,
 )
 from dircleaner.cli.filter_commands import filters
+from dircleaner.cli.global_options import LOG_LEVELS, accept_global_options
 from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
 from dircleaner.store import DEFAULT_STORE_URL
 
@@ -39,7 +40,7 @@ from dircleaner.store import DEFAULT_STORE_URL
 @click.option(
     "--log-level",
     envvar="DIRCLEANER_LOG_LEVEL",
-    type=click.Choice(["debug", "info", "warning", "error"]),
+    type=click.Choice(LOG_LEVELS),
     default="warning",
     show_default=True,
     help="Log what the job is doing (info) to stderr; credentials are never logged.",
@@ -55,7 +56,10 @@ def cli(ctx: click.Context, store_url: str, config_path: str | None, log_level: 
     Step by step:
       dircleaner build && dircleaner sweep && dircleaner clean --dry-run
 
-    Exit codes: 0 success, 1 error, 2 usage, 3 refused by a safety guard.
+    The global options are accepted after the command too (dircleaner list-dirs --store URL).
+
+    Exit codes: 0 success, 1 error, 2 usage, 3 refused by a safety guard
+    (or a dry run a real run would refuse), 130 Ctrl-C, 143 SIGTERM.
     """
     configure_logging(log_level)
     ctx.obj = AppContext(store_url, config_path)
@@ -75,6 +79,7 @@ for command in (
     filters,
 ):
     cli.add_command(command)
+accept_global_options(cli)
 
 
 def main() -> None:

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import click
 
+from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
+from dircleaner.interrupt import stop_on_signals
 from dircleaner.store import Store, open_store
+
+__all__ = ["TerminalProgress"]
 
 log = logging.getLogger("dircleaner")
 
@@ -37,16 +41,71 @@ class CliRefused(CliError):
 _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
+#: ``ctx.meta`` key set when the command was asked for ``--json``
+JSON_REQUESTED = "dircleaner.json"
+
+
+def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    """Option callback of ``--json``: an error is then reported as JSON on stdout too."""
+    if value:
+        ctx.meta[JSON_REQUESTED] = True
+    return value
+
+
 class DircleanerGroup(click.Group):
-    """Turns library errors into one-line messages and their exit codes."""
+    """Turns library errors into one-line messages and their exit codes (the one mapping)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with stop_on_signals():
+                return super().invoke(ctx)
         except DircleanerError as exc:
-            kind = "refused" if exc.exit_code == 3 else "failed"
-            log.info("%s %s: %s", ctx.invoked_subcommand or "command", kind, exc)
-            raise _BY_EXIT_CODE.get(exc.exit_code, CliError)(str(exc)) from exc
+            raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
+        except sqlite3.Error as exc:
+            app = ctx.find_object(AppContext)
+            where = app.store_url if app else "the SQLite metastore"
+            message = (
+                f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and rerun:"
+                " nothing is lost, the next run resumes"
+            )
+            raise fail(ctx, message, 1, type(exc).__name__) from exc
+        except OSError as exc:
+            what = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+            message = f"{what}; fix that and rerun: nothing is lost, the next run resumes"
+            raise fail(ctx, message, 1, type(exc).__name__) from exc
+
+
+def refused_without_json(message: str) -> CliError:
+    """The one line (exit 3) of a dry run a real run would refuse; its JSON summary says so."""
+    return _error_class(3)(f"a real run would be refused: {message}")
+
+
+def fail(
+    ctx: click.Context,
+    message: str,
+    exit_code: int,
+    kind: str,
+    details: dict[str, object] | None = None,
+) -> CliError:
+    """Log the failure, print it as JSON if ``--json`` was asked for, and return the one-line
+    error to raise (click prints it on stderr and exits with its code)."""
+    verdict = "refused" if exit_code == 3 else "failed"
+    log.info("%s %s: %s", ctx.invoked_subcommand or "command", verdict, message)
+    if ctx.meta.get(JSON_REQUESTED):
+        report = {"ok": False, "error": message, "error_type": kind, "exit_code": exit_code}
+        if details:
+            report["details"] = details
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    return _error_class(exit_code)(message)
+
+
+def _error_class(exit_code: int) -> type[CliError]:
+    """The one-line error class of an exit code (a new code gets its class on first use)."""
+    if exit_code not in _BY_EXIT_CODE:
+        _BY_EXIT_CODE[exit_code] = type(
+            f"CliError{exit_code}", (CliError,), {"exit_code": exit_code}
+        )
+    return _BY_EXIT_CODE[exit_code]
 
 
 @dataclass(frozen=True)
@@ -83,47 +142,19 @@ def configure_logging(level: str) -> None:
     _handler = handler
 
 
-class TerminalProgress:
-    """Rows per second and ETA on stderr, redrawn at most twice a second; silent if not a TTY."""
-
-    def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream = stream or sys.stderr
-        self._enabled = self._stream.isatty()
-        self._phase = ""
-        self._phase_started = 0.0
-        self._last_draw = 0.0
-
-    def __call__(self, phase: str, done: int, total: int | None) -> None:
-        now = time.monotonic()
-        if phase != self._phase:
-            log.info("%s: started", phase)
-            self._phase, self._phase_started = phase, now
-        if not self._enabled:
-            return
-        if now - self._last_draw < 0.5 and done != total:
-            return
-        self._last_draw = now
-        elapsed = max(now - self._phase_started, 1e-6)
-        rate = done / elapsed
-        text = f"{phase}: {done:,}" + (f"/{total:,}" if total else "") + f" ({rate:,.0f}/s"
-        if total and rate > 0:
-            text += f", ETA {max(total - done, 0) / rate:.0f}s"
-        self._stream.write("\r\033[K" + text + ")")
-        self._stream.flush()
-
-    def close(self) -> None:
-        if self._enabled and self._phase:
-            self._stream.write("\r\033[K")
-            self._stream.flush()
-
-
-def emit(summary: dict[str, Any], lines: list[str], as_json: bool) -> None:
+def emit(summary: dict[str, Any], lines: list[str], as_json: bool, *, ok: bool = True) -> None:
     """Print a summary: JSON for machines, aligned lines for people."""
     if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        click.echo(json.dumps({"ok": ok, **summary}, indent=2, sort_keys=True))
     else:
         for line in lines:
             click.echo(line)
+
+
+def warn_if_bucket_empty(bucket: str | None, what: str, found: int) -> None:
+    """A --bucket that matched nothing is most likely a typo: say so on stderr."""
+    if bucket is not None and found == 0:
+        click.echo(f"warning: bucket {bucket!r} has no {what}; is --bucket right?", err=True)
 
 
 def obj(ctx: click.Context) -> AppContext:

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import BinaryIO
 
 import click
 
 from dircleaner.cli.context import TerminalProgress, obj
-from dircleaner.keyfile import read_key_lines
+from dircleaner.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
-from dircleaner.restore import read_audit_entries, restore
-from dircleaner.store import backend_class
+from dircleaner.restore import AuditSelection, decoded_lines, plan_restore, restore
+from dircleaner.store import Store, backend_class
 from dircleaner.timeutil import now_us
 
 KEY_BATCH = 5000
@@ -24,26 +25,49 @@ bucket_option = click.option(
 
 
 def _apply_keys(
-    stream: BinaryIO, bucket: str, write: Callable[[Sequence[str]], None], verb: str
+    stream: BinaryIO, bucket: str, write: Callable[[Sequence[str]], int | None], verb: str
 ) -> None:
-    """Feed valid keys to ``write`` in batches; report bad lines; exit 1 if there were any."""
+    """Feed valid keys to ``write`` in batches; report bad lines; exit 1 if there were any.
+
+    ``write`` returns how many keys it found (a delete of a key that does not exist is no
+    delete), or None where the store cannot tell."""
     validate_bucket(bucket)
     batch: list[str] = []
     done = rejected = 0
-    for line in read_key_lines(stream):
+    found: int | None = 0
+
+    def flush(keys: list[str]) -> None:
+        nonlocal found
+        hit = write(keys)
+        found = None if hit is None or found is None else found + hit
+
+    endings = LineEndings()
+    progress = TerminalProgress()
+    for line in read_key_lines(stream, endings):
         if line.key is None:
             rejected += 1
             click.echo(f"line {line.number}: {line.error}; skipped", err=True)
             continue
         batch.append(line.key)
         if len(batch) >= KEY_BATCH:
-            write(batch)
+            flush(batch)
             done += len(batch)
             batch = []
+            progress(verb, done, None)
     if batch:
-        write(batch)
+        flush(batch)
         done += len(batch)
-    click.echo(f"{verb} {done:,} keys in bucket {bucket!r}; rejected {rejected:,} lines")
+    progress(verb, done, None)
+    progress.close()
+    if endings.crlf:
+        click.echo(
+            f"CRLF line endings (a Windows file): stripped the carriage return of"
+            f" {endings.stripped:,} lines",
+            err=True,
+        )
+    missing = "" if found is None else f" ({done - found:,} did not exist)"
+    count = done if found is None else found
+    click.echo(f"{verb} {count:,} keys in bucket {bucket!r}{missing}; rejected {rejected:,} lines")
     if rejected:
         sys.exit(1)
 
@@ -63,7 +87,11 @@ def import_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
       dircleaner --store sqlite:///meta.db import-keys keys.txt
     """
     with obj(ctx).open(create=True) as store:
-        _apply_keys(path, bucket, lambda keys: store.put_objects(bucket, keys, now_us()), "put")
+        _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
+
+
+def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
+    store.put_objects(bucket, keys, now_us())
 
 
 @click.command("delete-keys")
@@ -84,18 +112,27 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
 
 
 @click.command("list-dirs")
-@bucket_option
+@click.option("--bucket", help="Only this bucket, paths without it (default: every bucket).")
 @click.option("--sort", "sort_output", is_flag=True, help="Sort (holds every path in memory).")
 @click.pass_context
-def list_dirs(ctx: click.Context, bucket: str, sort_output: bool) -> None:
-    """Print every directory in the folder index, one full path (ending in '/') per line.
+def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None:
+    """Print every directory in the folder index, one per line: BUCKET<TAB>PATH, or only the
+    full PATH (ending in '/') with --bucket. Like run, it covers every bucket unless told.
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db list-dirs --sort > dirs.txt
+      dircleaner --store sqlite:///meta.db list-dirs --bucket photos --sort > dirs.txt
     """
+    if bucket is not None:
+        validate_bucket(bucket)
     with obj(ctx).open() as store:
-        paths = (dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket))
+        rows = store.iter_folder_rows(bucket)
+        paths = (
+            dir_of_row(r.parent, r.name)
+            if bucket is not None
+            else f"{r.bucket}\t{dir_of_row(r.parent, r.name)}"
+            for r in rows
+        )
         for path in sorted(paths) if sort_output else paths:
             sys.stdout.write(path + "\n")
 
@@ -146,19 +183,48 @@ def gen(
 
 
 @click.command("restore")
-@click.argument("audit_log", type=click.File("r", encoding="utf-8"))
+@click.argument("audit_log", type=click.File("rb"))
+@click.option("--generation", help="Only the entries of this filter generation (one night).")
+@click.option(
+    "--since", type=click.DateTime(), help="Only entries deleted at or after this time (UTC)."
+)
+@click.option("--until", type=click.DateTime(), help="Only entries deleted before this time (UTC).")
+@click.option(
+    "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
+)
 @click.pass_context
-def restore_cmd(ctx: click.Context, audit_log: IO[str]) -> None:
-    """Put back every directory entry an audit log says was deleted.
+def restore_cmd(
+    ctx: click.Context,
+    audit_log: BinaryIO,
+    generation: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    dry_run: bool,
+) -> None:
+    """Put back the directory entries an audit log says were deleted (all, or one night's).
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db restore dircleaner-audit.jsonl
+      dircleaner restore ~/.local/state/dircleaner/audit.jsonl --generation G --dry-run
     """
-    rows = read_audit_entries(audit_log)
+    selection = AuditSelection(generation, _utc_us(since), _utc_us(until))
+    plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
+    vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
+    of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
+    if dry_run:
+        click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
+        return
     with obj(ctx).open() as store:
-        result = restore(store, rows, now_us())
-    click.echo(f"restored {result.restored:,} directory entries")
+        result = restore(store, plan.rows, now_us())
+    click.echo(f"restored {result.restored:,} directory entries{of}")
+
+
+def _utc_us(moment: datetime | None) -> int | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1_000_000)
 
 
 @click.command("init-schema")

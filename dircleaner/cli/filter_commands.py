@@ -7,7 +7,7 @@ import time
 
 import click
 
-from dircleaner.cli.context import obj
+from dircleaner.cli.context import note_json, obj
 from dircleaner.filterstore import GenerationInfo, find_generation, list_generations
 from dircleaner.generation import fresh_generation_id
 from dircleaner.timeutil import format_duration, now_us
@@ -57,7 +57,7 @@ def filters() -> None:
 
 
 @filters.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, callback=note_json, help="Print JSON.")
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """List every generation with its age, size and completeness.

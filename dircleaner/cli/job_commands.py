@@ -11,7 +11,13 @@ from typing import Any
 import click
 
 from dircleaner.build import build_filter
-from dircleaner.cli.context import TerminalProgress, emit, obj
+from dircleaner.cli.context import (
+    TerminalProgress,
+    emit,
+    obj,
+    refused_without_json,
+    warn_if_bucket_empty,
+)
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -20,32 +26,40 @@ from dircleaner.cli.options import (
     clean_options,
     json_option,
     metrics_option,
+    open_workers,
     parse_shard,
+    prefix_clean_config,
+    prefix_options,
+    scheduler_option,
     shard_option,
     sweep_config,
     sweep_options,
     workers_option,
 )
-from dircleaner.errors import DircleanerError
 from dircleaner.job import run_clean, run_job, run_sweep
 from dircleaner.metrics import render, write_atomically
 from dircleaner.paths import dir_of_row
+from dircleaner.prefixclean import run_prefix_clean
 from dircleaner.report import (
     build_lines,
     build_summary,
     clean_lines,
     clean_summary,
+    prefix_lines,
+    prefix_summary,
     run_build_lines,
     run_summary,
     sweep_lines,
     sweep_summary,
 )
+from dircleaner.workers import Workers
 
 
 @click.command()
 @build_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--generation",
@@ -62,9 +76,11 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        result = build_filter(store, build_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        config = build_config(params, parse_shard(shard))
+        result = build_filter(store, config, progress, workers=workers)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
     emit(build_summary(result), build_lines(result), as_json)
 
 
@@ -72,6 +88,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @sweep_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @click.option(
     "--out",
@@ -90,9 +107,10 @@ def sweep_cmd(
       dircleaner --store sqlite:///meta.db sweep --out candidates.txt
     """
     progress = TerminalProgress()
-    with obj(ctx).open() as store:
-        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress)
+    with obj(ctx).open() as store, workers_for(params) as workers:
+        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.result.swept_rows)
     if out is not None:
         with click.open_file(out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
@@ -104,8 +122,10 @@ def sweep_cmd(
 @click.command()
 @sweep_options
 @clean_options
+@prefix_options
 @bucket_option
 @workers_option
+@scheduler_option
 @shard_option
 @json_option
 @metrics_option
@@ -115,18 +135,34 @@ def clean(
 ) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
+    With --prefix, clean one subtree now (after a mass delete): walk the folder index under
+    PREFIX, check each directory's objects, and delete the empty ones (no filter is used).
+
     \b
     Example:
       dircleaner --store sqlite:///meta.db clean --dry-run
+      dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
     progress = TerminalProgress()
+    if params["prefix"] is not None:
+        _clean_prefix(ctx, progress, as_json, shard, metrics_file, params)
+        return
     config = clean_config(params, parse_shard(shard))
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_clean(store, config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_clean(store, config, progress, workers=pool)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
-    write_metrics(metrics_file, {"clean": summary}, success=True)
-    emit(summary, clean_lines(report, _audit(config.audit_log)), as_json)
+    verdict = report.would_be_refused
+    write_metrics(metrics_file, {"clean": summary}, success=verdict is None)
+    emit(
+        summary,
+        clean_lines(report, _audit(config.audit_log), params["min_age"]),
+        as_json,
+        ok=verdict is None,
+    )
+    if verdict is not None:
+        raise refused_without_json(verdict)
 
 
 @click.command()
@@ -134,6 +170,7 @@ def clean(
 @clean_options
 @bucket_option
 @workers_option
+@scheduler_option
 @json_option
 @metrics_option
 @click.pass_context
@@ -147,13 +184,33 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
-        report = run_job(store, build_config(params, whole), config, progress)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+        report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
+    warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
-    write_metrics(metrics_file, summary, success=True)
-    lines = run_build_lines(report) + clean_lines(report.clean, _audit(config.audit_log))
-    emit(summary, lines, as_json)
+    verdict = report.clean.would_be_refused
+    write_metrics(metrics_file, summary, success=verdict is None)
+    lines = run_build_lines(report) + clean_lines(
+        report.clean, _audit(config.audit_log), params["min_age"]
+    )
+    emit(summary, lines, as_json, ok=verdict is None)
+    if verdict is not None:
+        raise refused_without_json(verdict)
+
+
+@contextlib.contextmanager
+def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
+    """The workers the options ask for; on a cluster, say where the tasks run and where to
+    watch them before any of them starts."""
+    workers = open_workers(params)
+    try:
+        if workers.outlives_client:
+            where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
+            click.echo(f"{workers.description}; {where}", err=True)
+        yield workers
+    finally:
+        workers.close()
 
 
 def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
@@ -164,13 +221,33 @@ def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -
 
 @contextlib.contextmanager
 def metrics_on_failure(path: str | None) -> Iterator[None]:
-    """On an error or refusal, still tell monitoring that the run failed."""
+    """On every way out but success (an error, a refusal, Ctrl-C, SIGTERM, a bug), still tell
+    monitoring that the run failed: an old ``last_run_success 1`` must not survive it."""
     try:
         yield
-    except DircleanerError:
-        write_metrics(path, {}, success=False)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            write_metrics(path, {}, success=False)
         raise
 
 
 def _audit(path: Path | None) -> str | None:
     return str(path) if path is not None else None
+
+
+def _clean_prefix(
+    ctx: click.Context,
+    progress: TerminalProgress,
+    as_json: bool,
+    shard: str | None,
+    metrics_file: str | None,
+    params: dict[str, Any],
+) -> None:
+    """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
+    config = prefix_clean_config(params, shard)
+    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
+        report = run_prefix_clean(store, config, progress)
+    progress.close()
+    summary = prefix_summary(report)
+    write_metrics(metrics_file, {"clean": summary}, success=True)
+    emit(summary, prefix_lines(report, _audit(config.audit_log), params["min_age"]), as_json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,16 +11,29 @@ import click
 
 from dircleaner.bloom import ENGINES
 from dircleaner.build import BuildConfig
+from dircleaner.cli.context import note_json
 from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
 from dircleaner.guards import GuardConfig
 from dircleaner.job import CleanConfig, SweepConfig
+from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.prefixclean import DEFAULT_MAX_DELETES, PrefixCleanConfig
+from dircleaner.prefixwalk import normalise_prefix
 from dircleaner.store.base import Shard
 from dircleaner.timeutil import parse_duration
+from dircleaner.workers import LocalWorkers, Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_AUDIT_LOG = "dircleaner-audit.jsonl"
+#: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
+AUDIT_LOG_DISPLAY = "$XDG_STATE_HOME/dircleaner/audit.jsonl (~/.local/state/dircleaner/...)"
+
+
+def default_audit_log() -> str:
+    """``$XDG_STATE_HOME/dircleaner/audit.jsonl``, else ``~/.local/state/dircleaner/audit.jsonl``:
+    a nightly job's state belongs in one place, not in whatever directory cron started it in."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state) / "dircleaner" / "audit.jsonl")
 
 
 def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
@@ -42,19 +56,65 @@ def parse_shard(text: str | None) -> Shard:
         raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
+json_option = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    callback=note_json,
+    help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …}).',
+)
 metrics_option = click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
     help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
 )
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+#: worker processes allowed per core: more only contend for the same cores and connections
+WORKERS_PER_CORE = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _check_workers(_ctx: click.Context, _param: click.Parameter, value: int) -> int:
+    cores = usable_cores()
+    if value > WORKERS_PER_CORE * cores:
+        raise UsageError(
+            f"--workers {value} is more than {WORKERS_PER_CORE} per core"
+            f" ({WORKERS_PER_CORE * cores} on {cores} cores): extra processes only contend;"
+            f" try --workers {cores}"
+        )
+    return value
+
+
 workers_option = click.option(
     "--workers",
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Processes that scan slices of the ring in parallel (e.g. one per core).",
+    callback=_check_workers,
+    help=f"Processes that scan slices of the ring in parallel (e.g. one per core; at most"
+    f" {WORKERS_PER_CORE} per core).",
+)
+scheduler_option = _apply(
+    [
+        click.option(
+            "--scheduler",
+            envvar="DIRCLEANER_SCHEDULER",
+            help="Run the slices as tasks on this Dask scheduler (tcp://host:8786) instead of"
+            " local processes. Env: DIRCLEANER_SCHEDULER.",
+        ),
+        click.option(
+            "--slices",
+            type=click.IntRange(min=1),
+            help="With --scheduler: slices of the ring, one task each (default: one per worker"
+            " thread for a build, four per thread for a sweep or clean).",
+        ),
+    ]
 )
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
@@ -107,12 +167,28 @@ clean_options = _apply(
         click.option(
             "--max-tombstones-per-partition",
             type=click.IntRange(min=0),
-            default=500,
+            default=None,
+            help=(
+                "Our tombstones one live partition may hold within the folders table's grace"
+                " period, over all runs (a row delete counts 1, a range delete 2); the rest is"
+                " deferred. Default: half the cluster's tombstone_warn_threshold (500)."
+            ),
+        ),
+        click.option(
+            "--max-rewrite-rows",
+            type=click.IntRange(min=0),
+            default=100_000,
             show_default=True,
             help=(
-                "Tombstones into one live partition per run (a row delete counts 1, a range"
-                " delete of adjacent empty siblings 2); the rest is deferred."
+                "Rewrite a live partition whose deletes exceed its budget when it has at most"
+                " this many live rows to copy (0: never; the rest is deferred)."
             ),
+        ),
+        click.option(
+            "--grace-period",
+            default=None,
+            hidden=True,
+            help="How long a tombstone counts (default: the table's gc_grace_seconds; 10d).",
         ),
         click.option(
             "--max-delete-fraction",
@@ -145,13 +221,72 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            default=DEFAULT_AUDIT_LOG,
-            show_default=True,
-            help="Append every deleted directory here (JSON lines).",
+            default=default_audit_log,
+            show_default=AUDIT_LOG_DISPLAY,
+            help="Append every deleted directory here (JSON lines; kept across runs).",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
+        click.option(
+            "--lease-ttl",
+            default="60s",
+            hidden=True,
+            help="How long the run lease outlives its last heartbeat (tests shorten it).",
+        ),
     ]
 )
+
+prefix_options = _apply(
+    [
+        click.option(
+            "--prefix",
+            help=(
+                "Clean only this directory and what is under it, now, by an exact walk (after a"
+                " mass delete); 'logs/2025' means 'logs/2025/'. Uses --bucket (default"
+                f" {DEFAULT_BUCKET!r}); no filter is read."
+            ),
+        ),
+        click.option(
+            "--max-deletes",
+            type=click.IntRange(min=1),
+            default=DEFAULT_MAX_DELETES,
+            show_default=True,
+            help="With --prefix: refuse (nothing deleted) a subtree of more directories.",
+        ),
+    ]
+)
+
+
+def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixCleanConfig:
+    """The --prefix clean's config; the nightly clean's filter and slicing options are refused."""
+    if shard is not None or params.get("generation") is not None:
+        raise UsageError("--prefix walks its subtree: --shard and --generation do not apply")
+    return PrefixCleanConfig(
+        prefix=normalise_prefix(params["prefix"]),
+        bucket=params["bucket"] or DEFAULT_BUCKET,
+        min_age_s=parse_duration(params["min_age"]),
+        max_tombstones_per_partition=params["max_tombstones_per_partition"],
+        max_rewrite_rows=params["max_rewrite_rows"],
+        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
+        grace_period_s=_grace_period(params),
+        max_deletes=params["max_deletes"],
+        dry_run=params["dry_run"],
+        throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
+        audit_log=Path(params["audit_log"]),
+    )
+
+
+def open_workers(params: dict[str, Any]) -> Workers:
+    """The mechanism the options ask for: a Dask cluster's tasks, or local processes."""
+    scheduler = params.get("scheduler")
+    if scheduler is None:
+        if params.get("slices") is not None:
+            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+        return LocalWorkers(params["workers"])
+    if params["workers"] != 1:
+        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
+    from dircleaner.daskworkers import DaskWorkers
+
+    return DaskWorkers(scheduler, params.get("slices"))
 
 
 def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
@@ -190,4 +325,19 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=Path(params["audit_log"]),
+        max_rewrite_rows=params["max_rewrite_rows"],
+        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
+        grace_period_s=_grace_period(params),
     )
+
+
+def _grace_period(params: dict[str, Any]) -> float | None:
+    text = params["grace_period"]
+    return parse_duration(text) if text is not None else None
+
+
+def _positive_duration(text: str, option: str) -> float:
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise UsageError(f"{option} must be more than 0")
+    return seconds

@@ -7,7 +7,7 @@ Everything else (filter storage, sizing, the job itself) is built on these, as f
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +17,12 @@ import mmh3
 
 from dircleaner.paths import directories_of, folder_row_of, split_key
 
+#: rows per page when a store reads one folders partition (a wide one takes several pages)
+PARTITION_PAGE_ROWS = 5_000
+
 MIN_TOKEN = -(2**63)
+#: gc_grace_seconds' default: how long a tombstone is kept when the store cannot tell
+DEFAULT_GRACE_S = 864_000.0
 MAX_TOKEN = 2**63 - 1
 
 # Filter cells are addressed (generation, shard, seq): chunks are seq 0..n-1, the header and the
@@ -95,6 +100,23 @@ class Shard:
         return [Shard(self.index * parts + j, self.count * parts) for j in range(parts)]
 
 
+class TombstoneCharge(NamedTuple):
+    """One entry of the tombstone ledger: what a run charged one live folders partition.
+
+    Written before the deletes it pays for and kept for the folders table's grace period (the
+    time Cassandra keeps a tombstone), so every run of that window, resumed or on another host,
+    sees what the partition already holds.
+    """
+
+    bucket: str
+    parent: str
+    generation: str
+    #: unique per write (run, slice, window): two charges never overwrite each other
+    charge_id: str
+    #: tombstones charged: 1 per row delete, 2 per range delete
+    cost: int
+
+
 @dataclass(frozen=True, slots=True)
 class DirCountEstimate:
     """How many directories the folder index holds, and how we know."""
@@ -129,6 +151,12 @@ class Store(abc.ABC):
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
+    #: folder rows this connection's deletes actually removed, where the store can tell (the
+    #: embedded store); None where a delete is a blind tombstone (Cassandra)
+    rows_removed: int | None = None
+    #: opened read-only (an embedded store on a read-only mount): it can be inspected and
+    #: swept, and every write fails
+    read_only: bool = False
 
     @classmethod
     @abc.abstractmethod
@@ -173,6 +201,35 @@ class Store(abc.ABC):
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         """An upper bound on the number of directories, for sizing the filter."""
 
+    # -- one folders partition (the prefix walk) ------------------------------------------------
+    @abc.abstractmethod
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """The folder rows of partition ``(bucket, parent)``, in clustering order, a page of at
+        most ``page_rows`` at a time (non-empty pages; none for an absent partition)."""
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """Each partition of ``keys`` (distinct) whole, as ``(key, rows)``, in ``keys`` order.
+
+        Read one after the other here; a backend that can overlaps the reads.
+        """
+        for bucket, parent in keys:
+            rows = [row for page in self.folder_partition_pages(bucket, parent) for row in page]
+            yield (bucket, parent), rows
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        """Whether the folder index lists ``directory`` (a row in its parent's partition).
+
+        Reads the parent's partition here; backends override it with a point read.
+        """
+        parent, name = folder_row_of(directory)
+        return any(
+            row.name == name for page in self.folder_partition_pages(bucket, parent) for row in page
+        )
+
     # -- emptiness re-check --------------------------------------------------------------------
     @abc.abstractmethod
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
@@ -205,6 +262,19 @@ class Store(abc.ABC):
     ) -> list[BaseException | None]:
         """Delete whole folders partitions as of ``timestamp_us``. One result per partition."""
 
+    @abc.abstractmethod
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        """Write every row of ``partition`` whose name is not in ``keep_out`` back at
+        ``timestamp_us`` (all its columns, as read at the sweep's consistency); how many.
+
+        The first half of a partition rewrite: once it returns, a partition delete at any time
+        before ``timestamp_us`` removes exactly the ``keep_out`` rows written by then. A row
+        already newer than ``timestamp_us`` keeps its newer write. Raises RewriteUnsupported
+        when a column cannot be copied faithfully.
+        """
+
     # -- filters table ----------------------------------------------------------------------------
     @abc.abstractmethod
     def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
@@ -223,6 +293,51 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_filter_generation(self, generation: str) -> None:
         """Remove every cell of a generation."""
+
+    # -- the run lease (one run at a time) -------------------------------------------------------
+    @abc.abstractmethod
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        """Take lease ``name`` for ``owner`` for ``ttl_s`` if nobody holds it (atomically).
+
+        None when taken, else the current holder's owner string. A lease not renewed within its
+        TTL expires by itself.
+        """
+
+    @abc.abstractmethod
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        """Extend ``owner``'s hold on ``name`` by ``ttl_s``; False if it no longer holds it."""
+
+    @abc.abstractmethod
+    def release_lease(self, name: str, owner: str) -> None:
+        """Give ``name`` up if ``owner`` holds it (a lease held by someone else is left alone)."""
+
+    @abc.abstractmethod
+    def lease_holder(self, name: str) -> str | None:
+        """The owner string holding ``name`` now (a linearizable read), or None."""
+
+    # -- the tombstone ledger ------------------------------------------------------------------
+    @abc.abstractmethod
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        """Record charges that expire after ``ttl_s`` (call before issuing the deletes)."""
+
+    @abc.abstractmethod
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        """The unexpired charges of each ``(bucket, parent)``, summed (absent: none)."""
+
+    def purge_expired(self, grace_s: float) -> None:
+        """Drop ledger entries and tombstone records past the grace period, where the store
+        does not expire them itself (Cassandra's TTL and compaction do)."""
+        return None
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        """How long the store keeps a folders tombstone, and where that figure came from."""
+        return DEFAULT_GRACE_S, "default"
+
+    def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        """The cluster's ``tombstone_warn_threshold`` and where it came from, if it can say."""
+        return None
 
     # -- small state (previous run's counts, checkpoints) ----------------------------------------
     @abc.abstractmethod
@@ -243,8 +358,13 @@ class Store(abc.ABC):
         """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
 
     @abc.abstractmethod
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched)."""
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
+        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched).
+
+        Returns how many rows existed and were removed, or None where the store cannot tell
+        (Cassandra deletes blindly)."""
 
     def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
         """An S3 put: upsert each object row and a folder row for every ancestor directory."""
@@ -256,9 +376,11 @@ class Store(abc.ABC):
         self.write_folder_rows(sorted(folders), timestamp_us)
         self.write_object_rows(objects, timestamp_us)
 
-    def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
-        """An S3 delete: remove only the object rows (lazy; directories are left behind)."""
-        self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
+    def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> int | None:
+        """An S3 delete: remove only the object rows (lazy; directories are left behind).
+
+        Returns how many of the keys existed, or None where the store cannot tell."""
+        return self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
 
     def iter_folder_rows(self, bucket: str | None = None) -> Iterator[FolderRow]:
         """Every folder row of the whole ring, one at a time."""

@@ -21,7 +21,7 @@ import re
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +52,7 @@ from cassandra.policies import (
 )
 from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import (
+    UNSET_VALUE,
     BatchStatement,
     BatchType,
     PreparedStatement,
@@ -65,20 +66,24 @@ from dircleaner.config import (
     parse_cassandra_url,
 )
 from dircleaner.errors import (
+    RewriteUnsupported,
     SchemaError,
     StoreUnavailable,
     TransientStoreError,
     UsageError,
 )
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
     MAX_TOKEN,
     MIN_TOKEN,
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
     Store,
+    TombstoneCharge,
 )
 
 __all__ = [
@@ -145,6 +150,11 @@ def map_error(exc: BaseException) -> BaseException:
 def _one_line(exc: BaseException, limit: int = 200) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _ttl(seconds: float) -> int:
+    """A TTL in whole seconds, never below 1 (0 would mean none)."""
+    return max(1, math.ceil(seconds))
 
 
 def _q(identifier: str) -> str:
@@ -321,6 +331,22 @@ def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
             "state",
             _TableSpec(cfg.tables.state, ("key",), (), True, (("key", "text"), ("value", "text"))),
         ),
+        (
+            "ledger",
+            _TableSpec(
+                cfg.tables.ledger,
+                ("bucket", "parent"),
+                ("generation", "charge"),
+                True,
+                (
+                    ("bucket", "text"),
+                    ("parent", "text"),
+                    ("generation", "text"),
+                    ("charge", "text"),
+                    ("cost", "int"),
+                ),
+            ),
+        ),
     ]
 
 
@@ -347,7 +373,7 @@ def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
         if table is None:
             hint = (
                 "run 'dircleaner init-schema'"
-                if role in ("filters", "state")
+                if role in ("filters", "state", "ledger")
                 else "check [cassandra.tables]"
             )
             raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
@@ -431,6 +457,14 @@ def _cluster(cfg: CassandraConfig) -> Any:
     profiles = {phase: profile(getattr(cfg.consistency, phase)) for phase in _PHASES}
     profiles[EXEC_PROFILE_DEFAULT] = profile(cfg.consistency.meta)
     profiles["trace"] = profile("ONE")
+    # The lease: Paxos at SERIAL (every DC agrees on one holder), committed at QUORUM.
+    profiles["lease"] = ExecutionProfile(
+        load_balancing_policy=policy,
+        consistency_level=ConsistencyLevel.QUORUM,
+        serial_consistency_level=ConsistencyLevel.SERIAL,
+        request_timeout=cfg.request_timeout_s,
+        row_factory=tuple_factory,
+    )
     options: dict[str, Any] = {}
     if cfg.protocol_version is not None:
         options["protocol_version"] = cfg.protocol_version
@@ -543,8 +577,12 @@ class CassandraStore(Store):
             *((cfg.columns.bucket,) if cfg.columns.bucket else ()),
             cfg.columns.parent,
         )
+        #: the partition rewrite's read and write, prepared from the table metadata on first use
+        self._rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None = None
         #: the verify re-check's IN reads by number of bind markers, prepared when first needed
         self._in_probes: dict[int, PreparedStatement] = {}
+        #: the prefix walk's IN reads of folders partitions, likewise
+        self._in_folder_reads: dict[int, PreparedStatement] = {}
         self._in_probes_lock = threading.Lock()
         self._prepare_all()
 
@@ -605,6 +643,8 @@ class CassandraStore(Store):
         self._scan_folders = p(f"SELECT {token}, {key}, {name} FROM {folders} WHERE {in_range}")
         self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
         self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
+        self._folder_partition_rows = p(f"SELECT {token}, {name} FROM {folders} WHERE {key_eq}")
+        self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
@@ -623,6 +663,23 @@ class CassandraStore(Store):
         self._list_parts = p(f"SELECT DISTINCT generation, shard FROM {filters}")
         self._delete_part = p(f"DELETE FROM {filters} WHERE generation = ? AND shard = ?")
         self._put_state = p(f'INSERT INTO {state} ("key", "value") VALUES (?, ?)')
+        self._lease_take = p(
+            f'INSERT INTO {state} ("key", "value") VALUES (?, ?) IF NOT EXISTS USING TTL ?'
+        )
+        self._lease_renew = p(
+            f'UPDATE {state} USING TTL ? SET "value" = ? WHERE "key" = ? IF "value" = ?'
+        )
+        self._lease_drop = p(f'DELETE FROM {state} WHERE "key" = ? IF "value" = ?')
+        ledger = f"{ks}.{_q(cfg.tables.ledger)}"
+        self._ledger_put = p(
+            f"INSERT INTO {ledger} (bucket, parent, generation, charge, cost)"
+            " VALUES (?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self._ledger_get = p(f"SELECT cost FROM {ledger} WHERE bucket = ? AND parent = ?")
+        self._grace = p(
+            "SELECT gc_grace_seconds FROM system_schema.tables"
+            " WHERE keyspace_name = ? AND table_name = ?"
+        )
         self._get_state = p(f'SELECT "value" FROM {state} WHERE "key" = ?')
         self._size_estimates = p(
             "SELECT range_start, range_end, partitions_count, mean_partition_size"
@@ -935,6 +992,78 @@ class CassandraStore(Store):
         mean_name = total / count if count else 0.0
         return mean_name + ROW_OVERHEAD_BYTES
 
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Paged by the driver (``fetch_size``), at the sweep consistency, routed to a replica."""
+        values = self._key_values(bucket, parent)
+        token = partition_token(cast(tuple[str, ...], values))
+        for page in self._pages(self._folder_partition_rows, values, "sweep", page_rows, token):
+            yield [FolderRow(int(row[0]), bucket, parent, row[1]) for row in page]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """The partitions read ``verify_batch`` at a time, ``concurrency`` reads in flight::
+
+            SELECT token(bucket, parent), bucket, parent, name FROM folders
+            WHERE bucket = ? AND parent IN (?, …)
+
+        chunked, routed and padded exactly as the re-check's reads are (see
+        ``nonempty_object_partitions``), at the sweep consistency, and paged by ``fetch_size``:
+        a wide partition takes as many pages as it needs. Cassandra returns each partition's rows
+        together and in clustering order. Yielded in ``keys`` order once all are read.
+        """
+        unique = list(dict.fromkeys(keys))
+        if not unique:
+            return
+        asked = set(unique)
+
+        def job(bucket: str, chunk: list[tuple[int, str]]) -> Callable[[], Iterator[Any]]:
+            size = in_size(len(chunk), self.config.verify_batch)
+            parents = [stored for _, stored in chunk]
+            parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
+            values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
+            stmt = self._in_folder_read(size)
+            fetch = self.config.fetch_size
+            return lambda: self._pages(stmt, values, "sweep", fetch, chunk[0][0])
+
+        found: dict[tuple[str, str], list[FolderRow]] = {}
+        jobs = [job(bucket, chunk) for bucket, chunk in self._verify_chunks(unique)]
+        for page in self._ordered(jobs):
+            for row in page:
+                key = self._bucket_of(row)
+                if key not in asked:
+                    raise SchemaError(
+                        f"the walk's read returned partition {key!r}, a key it did not ask for;"
+                        " check the [cassandra] mapping"
+                    )
+                found.setdefault(key, []).append(FolderRow(int(row[0]), *key, row[-1]))
+        for key in keys:
+            yield key, found.get(key, [])
+
+    def _in_folder_read(self, size: int) -> PreparedStatement:
+        """``SELECT token, key, name FROM folders WHERE … parent IN (size markers)``."""
+        with self._in_probes_lock:
+            stmt = self._in_folder_reads.get(size)
+            if stmt is None:
+                cfg = self.config
+                folders = f"{_q(cfg.keyspace)}.{_q(cfg.tables.folders)}"
+                key = ", ".join(_q(c) for c in self._key_columns)
+                bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
+                marks = ", ".join("?" * size)
+                stmt = self._in_folder_reads[size] = self._prepare(
+                    f"SELECT token({key}), {key}, {_q(cfg.columns.name)} FROM {folders}"
+                    f" WHERE {bucket_eq}{_q(cfg.columns.parent)} IN ({marks})"
+                )
+            return stmt
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
+        return bool(result.current_rows)
+
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
         result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
@@ -1121,6 +1250,69 @@ class CassandraStore(Store):
         params = [(timestamp_us, *self._key_values(k.bucket, k.parent)) for k in partitions]
         return self._outcomes(self._run_many(self._delete_folder_part, params, "delete"))
 
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        """Reads the partition at the sweep's consistency with every regular column, and writes
+        each kept row back whole at ``timestamp_us`` (null columns left unset, so the copy adds
+        no tombstone cell)."""
+        read, write, regular = self._rewrite_statements or self._prepare_rewrite()
+        key = self._key_values(partition.bucket, partition.parent)
+        drop = set(keep_out)
+        params: list[Params] = []
+        for page in self._pages(read, key, "sweep", self.config.fetch_size):
+            for row in page:
+                if row[0] in drop:
+                    continue
+                values = row[1 : 1 + regular]
+                ttls = row[1 + regular :]
+                if any(ttl is not None for ttl in ttls):
+                    raise RewriteUnsupported(
+                        f"folders row {partition.parent!r}/{row[0]!r} has a TTL, which a rewrite"
+                        " cannot keep; not rewriting its partition"
+                    )
+                cells = tuple(UNSET_VALUE if v is None else v for v in values)
+                params.append((*key, row[0], *cells, timestamp_us))
+        self._raise_first(self._run_many(write, params, "delete", retries=3))
+        return len(params)
+
+    def _prepare_rewrite(self) -> tuple[PreparedStatement, PreparedStatement, int]:
+        """The rewrite's statements, or RewriteUnsupported naming the column it cannot copy."""
+        cfg = self.config
+        self._cluster.refresh_table_metadata(cfg.keyspace, cfg.tables.folders)
+        table = self._cluster.metadata.keyspaces[cfg.keyspace].tables[cfg.tables.folders]
+        keys = {c.name for c in (*table.partition_key, *table.clustering_key)}
+        regular = [c for name, c in table.columns.items() if name not in keys]
+        where = f"{cfg.keyspace}.{cfg.tables.folders}"
+        for column in regular:
+            kind = str(column.cql_type)
+            if column.is_static:
+                why = "a static column"
+            elif kind == "counter":
+                why = "a counter"
+            elif kind.split("<", 1)[0] in ("list", "set", "map") or (
+                not kind.startswith("frozen<") and "." in kind
+            ):
+                why = f"a non-frozen {kind} (writing it whole adds a tombstone)"
+            else:
+                continue
+            raise RewriteUnsupported(
+                f"column {where}.{column.name} is {why}: a partition rewrite cannot copy it;"
+                " run with --max-rewrite-rows 0"
+            )
+        names = [_q(c.name) for c in regular]
+        key = ", ".join(_q(c) for c in self._key_columns)
+        key_eq = " AND ".join(f"{_q(c)} = ?" for c in self._key_columns)
+        name = _q(cfg.columns.name)
+        ref = f"{_q(cfg.keyspace)}.{_q(cfg.tables.folders)}"
+        selected = ", ".join([name, *names, *(f"TTL({n})" for n in names)])
+        read = self._prepare(f"SELECT {selected} FROM {ref} WHERE {key_eq}")
+        columns = ", ".join([key, name, *names])
+        marks = ", ".join("?" for _ in range(len(self._key_columns) + 1 + len(names)))
+        write = self._prepare(f"INSERT INTO {ref} ({columns}) VALUES ({marks}) USING TIMESTAMP ?")
+        self._rewrite_statements = (read, write, len(names))
+        return self._rewrite_statements
+
     @staticmethod
     def _outcomes(results: Sequence[Any]) -> list[BaseException | None]:
         return [map_error(r) if isinstance(r, BaseException) else None for r in results]
@@ -1175,6 +1367,68 @@ class CassandraStore(Store):
         for shard in shards:
             self._execute(self._delete_part, (generation, shard), "meta")
 
+    # -- the run lease ----------------------------------------------------------------------------
+    # A row of the state table, taken with a lightweight transaction and kept alive by a TTL.
+
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        row = self._lease(self._lease_take, (f"lease|{name}", owner, _ttl(ttl_s)))
+        if row[0]:
+            return None
+        return str(row[2]) if len(row) > 2 and row[2] is not None else "unknown"
+
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        row = self._lease(self._lease_renew, (_ttl(ttl_s), owner, f"lease|{name}", owner))
+        return bool(row[0])
+
+    def release_lease(self, name: str, owner: str) -> None:
+        self._lease(self._lease_drop, (f"lease|{name}", owner))
+
+    def lease_holder(self, name: str) -> str | None:
+        bound = self._get_state.bind((f"lease|{name}",))
+        bound.consistency_level = ConsistencyLevel.SERIAL  # a Paxos read: no stale answer
+        rows = self._execute(bound, None, "lease").current_rows
+        return None if not rows else cast(str | None, rows[0][0])
+
+    def _lease(self, stmt: PreparedStatement, params: Params) -> tuple[Any, ...]:
+        rows = self._execute(stmt, params, "lease").current_rows
+        return tuple(rows[0])
+
+    # -- the tombstone ledger ---------------------------------------------------------------------
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        ttl = _ttl(ttl_s)
+        params = [(*charge, ttl) for charge in charges]
+        self._raise_first(self._run_many(self._ledger_put, params, "meta", retries=3))
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        results = self._run_many(self._ledger_get, list(partitions), "meta", retries=3)
+        self._raise_first(results)
+        out: dict[tuple[str, str], int] = {}
+        for key, result in zip(partitions, results, strict=True):
+            total = sum(int(cost) for (cost,) in result.current_rows)
+            if total:
+                out[key] = total
+        return out
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        cfg = self.config
+        rows = self._execute(self._grace, (cfg.keyspace, cfg.tables.folders), "meta").current_rows
+        if not rows:
+            raise SchemaError(f"no table {cfg.keyspace}.{cfg.tables.folders} in system_schema")
+        return float(rows[0][0]), "gc_grace_seconds"
+
+    def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        try:
+            rows = self._session.execute(
+                "SELECT value FROM system_views.settings WHERE name = 'tombstone_warn_threshold'",
+                execution_profile="meta",
+            ).current_rows
+            return (int(rows[0][0]), "system_views.settings") if rows else None
+        except Exception:  # a node without virtual tables: the caller's default
+            log.debug("system_views.settings unreadable", exc_info=True)
+            return None
+
     # -- small state ------------------------------------------------------------------------------
     def put_state(self, key: str, value: str) -> None:
         self._execute(self._put_state, (key, value), "meta")
@@ -1190,9 +1444,12 @@ class CassandraStore(Store):
     def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
         self._write("folders", [(b, p, n, timestamp_us) for b, p, n in rows])
 
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
         params = [(timestamp_us, *self._key_values(b, p), n) for b, p, n in rows]
         self._raise_first(self._run_many(self._delete_object_row, params, "write", retries=3))
+        return None  # a blind delete: Cassandra does not say whether the row existed
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert ``(token_ignored, bucket, parent, name, ts)`` rows (generator fast path)."""

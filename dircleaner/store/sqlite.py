@@ -8,21 +8,44 @@ a ledger so tests can count tombstones per partition the way Cassandra's tracing
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
+    DEFAULT_GRACE_S,
+    PARTITION_PAGE_ROWS,
     DirCountEstimate,
     FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
     Store,
+    TombstoneCharge,
     murmur_token,
 )
+from dircleaner.timeutil import now_us
+
+log = logging.getLogger(__name__)
+
+
+def _readable_read_only(path: Path) -> bool:
+    """Whether ``path`` is a database file this process can read but not write to."""
+    return path.is_file() and (
+        not os.access(path, os.W_OK)
+        or not os.access(path.parent, os.W_OK)
+        or _on_read_only_mount(path)
+    )
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
 
 SCAN_BATCH = 10_000
 #: candidate directories re-checked per SQLite statement (bounds the temporary table)
@@ -31,6 +54,13 @@ _RECHECK_PROBE = (
     "SELECT bucket, parent FROM temp.dircleaner_recheck AS r WHERE EXISTS"
     " (SELECT 1 FROM objects AS o"
     "  WHERE o.token = r.token AND o.bucket = r.bucket AND o.parent = r.parent)"
+)
+
+_WALK_READ = (
+    "SELECT f.token, f.bucket, f.parent, f.name FROM temp.dircleaner_walk AS w"
+    " CROSS JOIN folders AS f"
+    " ON f.token = w.token AND f.bucket = w.bucket AND f.parent = w.parent"
+    " ORDER BY w.rowid, f.name"
 )
 
 SCHEMA = """
@@ -55,7 +85,8 @@ CREATE TABLE IF NOT EXISTS tombstones (
     bucket TEXT    NOT NULL,
     parent TEXT    NOT NULL,
     name   TEXT,              -- NULL for a partition tombstone
-    ts     INTEGER NOT NULL
+    ts     INTEGER NOT NULL,
+    written_us INTEGER        -- when it was written (its grace period runs from then)
 );
 CREATE INDEX IF NOT EXISTS tombstones_by_partition ON tombstones (token, bucket, parent);
 CREATE TABLE IF NOT EXISTS filters (
@@ -71,7 +102,27 @@ CREATE TABLE IF NOT EXISTS state (
 ) WITHOUT ROWID;
 """
 
+#: tables added after the first release: created on open, so older files keep working
+LATER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS leases (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    expires_us INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ledger (
+    bucket     TEXT    NOT NULL,
+    parent     TEXT    NOT NULL,
+    generation TEXT    NOT NULL,
+    charge     TEXT    NOT NULL,
+    cost       INTEGER NOT NULL,
+    expires_us INTEGER NOT NULL,
+    PRIMARY KEY (bucket, parent, generation, charge)
+) WITHOUT ROWID;
+"""
+
 REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
+#: ledger lookups per statement
+LEDGER_CHUNK = 500
 
 
 def path_from_url(url: str) -> Path:
@@ -97,6 +148,9 @@ class SqliteStore(Store):
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self._conn = conn
+        #: how long a tombstone counts against its partition (no gc_grace_seconds to read here)
+        self.grace_s = DEFAULT_GRACE_S
+        self.rows_removed: int | None = 0
 
     @classmethod
     def open(
@@ -121,6 +175,22 @@ class SqliteStore(Store):
             conn.execute("PRAGMA temp_store=MEMORY")
             if create:
                 conn.executescript(SCHEMA)
+            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "state" in have and not {"leases", "ledger"} <= have:
+                conn.executescript(LATER_SCHEMA)
+            if "tombstones" in have:
+                columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
+                if "written_us" not in columns:
+                    conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
+        except sqlite3.OperationalError as exc:
+            with contextlib.suppress(NameError):
+                conn.close()
+            # Opening for writing failed: on a read-only mount, reading still works.
+            if not _readable_read_only(path):
+                raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+            if create:
+                raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
+            return cls._open_read_only(path)
         except sqlite3.DatabaseError as exc:
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -131,6 +201,33 @@ class SqliteStore(Store):
                 f"{path} is not a dircleaner metastore (missing table {missing[0]})"
             )
         return cls(path, conn)
+
+    @classmethod
+    def _open_read_only(cls, path: Path) -> SqliteStore:
+        """A database this process cannot write (a read-only mount): open it for reading, so
+        that it can still be listed, inspected and swept. ``immutable`` lets SQLite read a WAL
+        database without creating its shared-memory file, which a read-only directory forbids;
+        nobody can write through a read-only mount meanwhile."""
+        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            conn.close()
+            conn = sqlite3.connect(
+                uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
+            )
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in REQUIRED_TABLES if t not in have]
+        if missing:
+            conn.close()
+            raise StoreNotFound(
+                f"{path} is not a dircleaner metastore (missing table {missing[0]})"
+            )
+        log.info("%s is not writable: opened read-only", path)
+        store = cls(path, conn)
+        store.read_only = True
+        return store
 
     def scope_id(self) -> str:
         return "sqlite:objects,folders"
@@ -183,6 +280,79 @@ class SqliteStore(Store):
             int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
         )
 
+    # -- one folders partition ----------------------------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        """Keyset paging: each page starts after the last name of the one before."""
+        if page_rows < 1:
+            raise ValueError("page_rows must be >= 1")
+        token = murmur_token(bucket, parent)
+        after: str | None = None
+        while True:
+            if after is None:
+                sql = "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                params: tuple[object, ...] = (token, bucket, parent, page_rows)
+            else:
+                sql = (
+                    "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
+                    " AND name > ?"
+                )
+                params = (token, bucket, parent, after, page_rows)
+            names = [
+                str(row[0]) for row in self._conn.execute(f"{sql} ORDER BY name LIMIT ?", params)
+            ]
+            if not names:
+                return
+            yield [FolderRow(token, bucket, parent, name) for name in names]
+            if len(names) < page_rows:
+                return
+            after = names[-1]
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        """One set-based query per chunk of keys instead of a Python round trip per partition.
+
+        The keys go into a temporary table in token order, which drives the join (``CROSS JOIN``
+        keeps SQLite from scanning the folders table instead), so the reads walk the B-tree in
+        key order.
+        """
+        conn = self._conn
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_walk"
+            " (token INTEGER NOT NULL, bucket TEXT NOT NULL, parent TEXT NOT NULL)"
+        )
+        try:
+            for start in range(0, len(keys), RECHECK_CHUNK):
+                chunk = keys[start : start + RECHECK_CHUNK]
+                probe = sorted(
+                    (murmur_token(bucket, parent), bucket, parent) for bucket, parent in chunk
+                )
+                found: dict[tuple[str, str], list[FolderRow]] = {}
+                conn.execute("BEGIN")  # deferred: only the temp table is written
+                try:
+                    conn.execute("DELETE FROM temp.dircleaner_walk")
+                    conn.executemany("INSERT INTO temp.dircleaner_walk VALUES (?, ?, ?)", probe)
+                    for token, bucket, parent, name in conn.execute(_WALK_READ):
+                        found.setdefault((bucket, parent), []).append(
+                            FolderRow(token, bucket, parent, name)
+                        )
+                finally:
+                    conn.execute("COMMIT")
+                for key in chunk:
+                    yield key, found.pop(key, [])
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_walk")
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        parent, name = folder_row_of(directory)
+        row = self._conn.execute(
+            "SELECT 1 FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+            (murmur_token(bucket, parent), bucket, parent, name),
+        ).fetchone()
+        return row is not None
+
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
         row = self._conn.execute(
@@ -227,14 +397,16 @@ class SqliteStore(Store):
         self, rows: Sequence[FolderRow], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
                 [(*row, timestamp_us) for row in rows],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
-                [(*row, timestamp_us) for row in rows],
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*row, timestamp_us, now_us()) for row in rows],
             )
         return [None] * len(rows)
 
@@ -244,15 +416,17 @@ class SqliteStore(Store):
         """Each range removes its rows written at or before the timestamp; the ledger gets one
         tombstone per bound, as Cassandra counts a range tombstone's two markers."""
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ?"
                 " AND name >= ? AND name <= ? AND ts <= ?",
                 [(r.token, r.bucket, r.parent, r.low, r.high, timestamp_us) for r in ranges],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (r.token, r.bucket, r.parent, bound, timestamp_us)
+                    (r.token, r.bucket, r.parent, bound, timestamp_us, now_us())
                     for r in ranges
                     for bound in (r.low, r.high)
                 ],
@@ -263,25 +437,159 @@ class SqliteStore(Store):
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
         with self._transaction() as conn:
-            conn.executemany(
+            removed = conn.executemany(
                 "DELETE FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND ts <= ?",
                 [(*key, timestamp_us) for key in partitions],
             )
+            self._count_removed(removed.rowcount)
             conn.executemany(
-                "INSERT INTO tombstones (token, bucket, parent, name, ts)"
-                " VALUES (?, ?, ?, NULL, ?)",
-                [(*key, timestamp_us) for key in partitions],
+                "INSERT INTO tombstones (token, bucket, parent, name, ts, written_us)"
+                " VALUES (?, ?, ?, NULL, ?, ?)",
+                [(*key, timestamp_us, now_us()) for key in partitions],
             )
         return [None] * len(partitions)
 
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        """Moves each kept row's write time up to ``timestamp_us`` (a newer one stays): the
+        embedded store's rows have no other columns to copy."""
+        token, bucket, parent = partition
+        with self._transaction() as conn:
+            names = [
+                str(name)
+                for (name,) in conn.execute(
+                    "SELECT name FROM folders WHERE token = ? AND bucket = ? AND parent = ?",
+                    (token, bucket, parent),
+                )
+            ]
+            drop = set(keep_out)
+            kept = [(timestamp_us, token, bucket, parent, n) for n in names if n not in drop]
+            conn.executemany(
+                "UPDATE folders SET ts = max(ts, ?)"
+                " WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+                kept,
+            )
+        return len(kept)
+
+    def _count_removed(self, rowcount: int) -> None:
+        if self.rows_removed is not None:
+            self.rows_removed += max(rowcount, 0)
+
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
-        """How many tombstones were written into one folders partition: one per row or partition
-        delete, two per range delete (its bounds)."""
+        """How many tombstone cells a read of one folders partition meets, as Cassandra counts
+        them: one per row delete, two per range delete (its bounds), none for a partition
+        delete (a partition-level deletion is no cell). Tombstones older than the grace period
+        are purged, as compaction would."""
         (count,) = self._conn.execute(
-            "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?",
-            (murmur_token(bucket, parent), bucket, parent),
+            "SELECT count(*) FROM tombstones WHERE token = ? AND bucket = ? AND parent = ?"
+            " AND name IS NOT NULL AND (written_us IS NULL OR written_us >= ?)",
+            (murmur_token(bucket, parent), bucket, parent, self._grace_cutoff_us()),
         ).fetchone()
         return int(count)
+
+    def _grace_cutoff_us(self) -> int:
+        return now_us() - int(self.grace_s * 1_000_000)
+
+    # -- the run lease ----------------------------------------------------------------------------
+    def _lease_conn(self) -> sqlite3.Connection:
+        # Its own connection per call: the heartbeat thread must never meet the job's open
+        # transaction on the shared one.
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
+        conn.execute("PRAGMA busy_timeout=60000")
+        return conn
+
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                now = now_us()
+                row = conn.execute(
+                    "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now)
+                ).fetchone()
+                if row is not None:
+                    return str(row[0])
+                conn.execute(
+                    "INSERT OR REPLACE INTO leases (name, owner, expires_us) VALUES (?, ?, ?)",
+                    (name, owner, now + int(ttl_s * 1_000_000)),
+                )
+                return None
+        finally:
+            conn.close()
+
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                now = now_us()
+                cursor = conn.execute(
+                    "UPDATE leases SET expires_us = ?"
+                    " WHERE name = ? AND owner = ? AND expires_us > ?",
+                    (now + int(ttl_s * 1_000_000), name, owner, now),
+                )
+                return cursor.rowcount == 1
+        finally:
+            conn.close()
+
+    def release_lease(self, name: str, owner: str) -> None:
+        conn = self._lease_conn()
+        try:
+            with _Transaction(conn):
+                conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
+        finally:
+            conn.close()
+
+    def lease_holder(self, name: str) -> str | None:
+        conn = self._lease_conn()
+        try:
+            row = conn.execute(
+                "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now_us())
+            ).fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            conn.close()
+
+    # -- the tombstone ledger ---------------------------------------------------------------------
+    def purge_expired(self, grace_s: float) -> None:
+        """Ledger entries past their TTL, and tombstones older than the grace period from the
+        tombstones table (what compaction purges on Cassandra). Once per clean: both are full
+        scans."""
+        now = now_us()
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM ledger WHERE expires_us <= ?", (now,))
+            conn.execute(
+                "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
+            )
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        expires = now_us() + int(ttl_s * 1_000_000)
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO ledger"
+                " (bucket, parent, generation, charge, cost, expires_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*charge, expires) for charge in charges],
+            )
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        now = now_us()
+        for start in range(0, len(partitions), LEDGER_CHUNK):
+            chunk = partitions[start : start + LEDGER_CHUNK]
+            where = " OR ".join("(bucket = ? AND parent = ?)" for _ in chunk)
+            params: list[object] = [v for key in chunk for v in key]
+            rows = self._conn.execute(
+                f"SELECT bucket, parent, sum(cost) FROM ledger WHERE ({where})"
+                " AND expires_us > ? GROUP BY bucket, parent",
+                [*params, now],
+            )
+            out.update(((str(b), str(p)), int(c)) for b, p, c in rows)
+        return out
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        return self.grace_s, "default" if self.grace_s == DEFAULT_GRACE_S else "configured"
 
     # -- filters table ----------------------------------------------------------------------------
     def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
@@ -331,13 +639,16 @@ class SqliteStore(Store):
         with self._transaction() as conn:
             conn.executemany(sql, [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows])
 
-    def delete_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
         with self._transaction() as conn:
-            conn.executemany(
+            cursor = conn.executemany(
                 "DELETE FROM objects WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
                 [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows],
             )
+            return max(cursor.rowcount, 0)
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert pre-tokenised ``(token, bucket, parent, name, ts)`` rows (generator fast path)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -50,6 +51,33 @@ def audited_dirs(path: Path, bucket: str) -> list[str]:
             for e in iter_audit_entries(stream)
             if e["bucket"] == bucket
         ]
+
+
+def tombstones_by_partition(path: Path, bucket: str) -> Counter[tuple[str, str]]:
+    """Tombstone cells an audit log's deletes left per live partition: 1 per row delete, 2 per
+    distinct range (its two bounds); partition deletes and rewrites leave none."""
+    out: Counter[tuple[str, str]] = Counter()
+    ranges: set[tuple[str, str, str]] = set()
+    with path.open(encoding="utf-8") as stream:
+        for e in iter_audit_entries(stream):
+            if e["bucket"] != bucket:
+                continue
+            if e.get("via") == "row":
+                out[(bucket, e["parent"])] += 1
+            elif e.get("via") == "range":
+                first, last = e["range"]
+                if (e["parent"], first, last) not in ranges:
+                    ranges.add((e["parent"], first, last))
+                    out[(bucket, e["parent"])] += 2
+    return out
+
+
+def percentile(values: list[int], q: float) -> int:
+    """The ``q`` quantile (0..1) of ``values`` by nearest rank (0 for none)."""
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def audited_by_via(path: Path, bucket: str) -> Counter[str]:

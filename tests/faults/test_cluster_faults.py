@@ -20,9 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cassandra"
 URL = "cassandra://127.0.0.1,127.0.0.2,127.0.0.3:9042/dircleaner_faults"
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("DIRCLEANER_FAULTS") != "1", reason="fault tests: run `make test-faults`"
-)
+# Collected only with DIRCLEANER_FAULTS=1 (`make test-faults`; see tests/conftest.py).
 
 
 def node(action: str, number: int) -> None:

@@ -1,0 +1,212 @@
+"""Scaling benchmark: the build and the clean at 1, 2, 4, … workers, locally and on Dask.
+
+    python bench/scale.py --dirs 200000 --workers 1,2 --modes local,dask,localcluster
+
+Modes (each at every worker count, on a fresh copy of one cached synthetic SQLite dataset):
+
+* ``local``: the default, one forked process per slice (``--workers N``);
+* ``dask``: a ``dask scheduler`` and N ``dask worker --nthreads 1`` processes started here on
+  loopback, the job as a client of it (``--scheduler``), sliced as the CLI slices it;
+* ``localcluster``: a ``distributed.LocalCluster`` of N one-thread worker processes, to decide
+  whether it could replace the fork pool as the local default.
+
+Per phase (build; the clean's sweep + re-check; its plan + deletes): seconds, directories per
+second, and speedup over one worker of the same mode; the ratio of each mode to ``local`` at the
+same N. Per-task overheads: opening a store connection, loading the filter, and a no-op task's
+round trip through the mechanism. JSON (``--out``) and a Markdown table. Ratios within one run are
+what count: absolute seconds on a shared machine are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
+from dircleaner.build import BuildConfig, build_filter  # noqa: E402
+from dircleaner.deleter import ThrottleConfig  # noqa: E402
+from dircleaner.guards import GuardConfig  # noqa: E402
+from dircleaner.job import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
+from dircleaner.store import open_store  # noqa: E402
+from dircleaner.store.base import Shard, Store  # noqa: E402
+from dircleaner.synth import SynthSpec  # noqa: E402
+from dircleaner.workers import LocalWorkers, Workers  # noqa: E402
+from tests.daskcluster import LoopbackCluster  # noqa: E402
+
+
+@contextmanager
+def mechanism(mode: str, n: int, logs: Path) -> Iterator[Workers]:
+    """The workers of ``mode`` with ``n`` one-thread workers; started (not timed) and torn down."""
+    if mode == "local":
+        yield LocalWorkers(n)
+        return
+    from dircleaner.daskworkers import DaskWorkers
+
+    if mode == "dask":
+        cluster = LoopbackCluster(logs, workers=n)
+        try:
+            pool = DaskWorkers(cluster.address)
+            try:
+                yield pool
+            finally:
+                pool.close()
+        finally:
+            cluster.close()
+        return
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as local:
+        pool = DaskWorkers(local.scheduler_address)
+        try:
+            yield pool
+        finally:
+            pool.close()
+
+
+def _noop(store: Store, shard: Shard, progress: Any) -> int:
+    return shard.index
+
+
+def overheads(pool: Workers, db: Path, generation: str) -> dict[str, float]:
+    """What a task pays before its work: a store connection, the filter, the round trip."""
+    started = time.perf_counter()
+    with open_store(store_url(db)) as store:
+        connect_s = time.perf_counter() - started
+        started = time.perf_counter()
+        load_filter(store, SweepConfig(generation=generation))
+        filter_s = time.perf_counter() - started
+        shards = Shard().split(32)
+        started = time.perf_counter()
+        pool.map_shards(store, shards, _noop, "noop")
+        task_s = (time.perf_counter() - started) / len(shards)
+    return {"connect_s": connect_s, "filter_load_s": filter_s, "noop_task_s": task_s}
+
+
+def one(mode: str, n: int, src: Path, work: Path, dirs: int) -> dict[str, Any]:
+    db = work / f"scale-{mode}-{n}.db"
+    copy_dataset(src, db)
+    url = store_url(db)
+    out: dict[str, Any] = {"mode": mode, "workers": n}
+    with mechanism(mode, n, work) as pool, open_store(url) as store:
+        out["slices_build"] = len(pool.slices(Shard(), "build"))
+        out["slices_clean"] = len(pool.slices(Shard(), "clean"))
+        started = time.perf_counter()
+        built = build_filter(store, BuildConfig(fpr=0.01, workers=n), workers=pool)
+        out["build_s"] = time.perf_counter() - started
+        config = CleanConfig(
+            sweep=SweepConfig(
+                generation=built.generation,
+                workers=n,
+                guards=GuardConfig(max_delete_fraction=1.0),
+            ),
+            min_age_s=0,
+            throttle=ThrottleConfig(rate=0, concurrency=1000),
+            audit_log=work / f"scale-{mode}-{n}.jsonl",
+        )
+        phases: dict[str, float] = {}
+
+        def timing(phase: str, done: int, total: int | None) -> None:
+            phases.setdefault(phase, time.perf_counter())
+
+        started = time.perf_counter()
+        report = run_clean(store, config, timing, workers=pool)
+        ended = time.perf_counter()
+        out["clean_s"] = ended - started
+        # The first progress of the second phase ends the first (sweep + re-check).
+        second = phases.get("clean", ended)
+        out["sweep_verify_s"] = second - started
+        out["plan_delete_s"] = ended - second
+        out["deleted"] = report.deleted.directories if report.deleted else 0
+        out["phase_seconds"] = report.phase_seconds
+        out.update(overheads(pool, db, built.generation))
+    for phase in ("build", "sweep_verify", "clean"):
+        out[f"{phase}_dirs_per_s"] = dirs / out[f"{phase}_s"] if out[f"{phase}_s"] else None
+    for suffix in ("", "-wal", "-shm", ".jsonl"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    Path(work / f"scale-{mode}-{n}.jsonl").unlink(missing_ok=True)
+    return out
+
+
+def ratios(rows: list[dict[str, Any]]) -> None:
+    """Speedup over one worker of the same mode; each mode against ``local`` at the same N."""
+    by = {(r["mode"], r["workers"]): r for r in rows}
+    for r in rows:
+        base = by.get((r["mode"], 1))
+        local = by.get(("local", r["workers"]))
+        for phase in ("build", "sweep_verify", "plan_delete", "clean"):
+            if base:
+                r[f"{phase}_speedup"] = base[f"{phase}_s"] / r[f"{phase}_s"]
+            if local:
+                r[f"{phase}_vs_local"] = r[f"{phase}_s"] / local[f"{phase}_s"]
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| mode | N | slices b/c | build s (×) | sweep+verify s (×) | plan+delete s (×) |"
+        " clean s (×) | vs local: build / clean | task rtt ms | connect ms | filter ms |"
+    )
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+
+        def cell(phase: str, r: dict[str, Any] = r) -> str:
+            return f"{r[f'{phase}_s']:.2f} ({r.get(f'{phase}_speedup', 0):.2f})"
+
+        lines.append(
+            f"| {r['mode']} | {r['workers']} | {r['slices_build']}/{r['slices_clean']} |"
+            f" {cell('build')} | {cell('sweep_verify')} | {cell('plan_delete')} |"
+            f" {cell('clean')} |"
+            f" {r.get('build_vs_local', 0):.2f} / {r.get('clean_vs_local', 0):.2f} |"
+            f" {r['noop_task_s'] * 1e3:.1f} | {r['connect_s'] * 1e3:.1f} |"
+            f" {r['filter_load_s'] * 1e3:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--dirs", type=int, required=True)
+    ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    ap.add_argument("--modes", default="local,dask,localcluster")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per point (the fastest is kept)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    src_dir, meta = ensure_dataset(args.cache_dir, SynthSpec(dirs=args.dirs, seed=args.seed))
+    src = src_dir / "meta.db"
+    counts = [int(x) for x in args.workers.split(",")]
+    rows = []
+    for n in counts:
+        # Modes interleaved at each N, so a noisy neighbour hits them alike.
+        for mode in args.modes.split(","):
+            runs = [one(mode, n, src, args.cache_dir, meta["dirs"]) for _ in range(args.repeat)]
+            best = min(runs, key=lambda r: r["build_s"] + r["clean_s"])
+            rows.append(best)
+            print(json.dumps(best), file=sys.stderr, flush=True)
+    rows.sort(key=lambda r: (r["mode"], r["workers"]))
+    ratios(rows)
+    result = {
+        "dirs": meta["dirs"],
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+        "rows": rows,
+    }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    print(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()

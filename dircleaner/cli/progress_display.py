@@ -1,0 +1,93 @@
+"""Progress of long phases: redrawn on a terminal, logged every ~30 s and per phase otherwise."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import IO
+
+from dircleaner.interrupt import check as check_interrupted
+
+log = logging.getLogger("dircleaner")
+
+#: seconds between progress log lines when nobody watches a terminal (cron, systemd)
+LOG_INTERVAL_S = 30.0
+
+
+def _log_interval() -> float:
+    try:
+        return float(os.environ.get("DIRCLEANER_PROGRESS_SECONDS", LOG_INTERVAL_S))
+    except ValueError:
+        return LOG_INTERVAL_S
+
+
+class TerminalProgress:
+    """Items per second and ETA: redrawn on a terminal at most twice a second; without one, an
+    info log line every ~30 s (``DIRCLEANER_PROGRESS_SECONDS``) and at the end of each phase.
+
+    Phases run back to back, so a phase is timed from the end of the one before: a phase that
+    reports once, at its end (the re-check), gets its real rate."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty()
+        self._interval = _log_interval()
+        self._phase = ""
+        self._phase_started = time.monotonic()
+        self._last_draw = 0.0
+        self._last_log = 0.0
+        self._last_report = self._phase_started
+        self._done = 0
+        self._total: int | None = None
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        check_interrupted()  # between batches: where a signal stops the run
+        now = time.monotonic()
+        if phase != self._phase:
+            self._end_phase(self._last_report)
+            log.info("%s: started", phase)
+            self._phase, self._last_log = phase, now
+        self._done, self._total, self._last_report = done, total, now
+        if not self._tty:
+            if now - self._last_log >= self._interval and done != total:
+                self._last_log = now
+                log.info("%s", self._text(now))
+            return
+        if now - self._last_draw < 0.5 and done != total:
+            return
+        self._last_draw = now
+        self._stream.write("\r\033[K" + self._text(now))
+        self._stream.flush()
+
+    def _text(self, now: float) -> str:
+        elapsed = max(now - self._phase_started, 1e-3)
+        rate = self._done / elapsed
+        total = self._total
+        text = f"{self._phase}: {self._done:,}" + (f"/{total:,}" if total else "")
+        text += f" ({rate:,.0f}/s"
+        if total and rate > 0 and self._done < total:
+            text += f", ETA {max(total - self._done, 0) / rate:.0f}s"
+        return text + ")"
+
+    def _end_phase(self, ended: float) -> None:
+        """Log the phase that ended at ``ended`` (its last report); the next starts there."""
+        if self._phase:
+            elapsed = max(ended - self._phase_started, 1e-3)
+            log.info(
+                "%s: done: %s in %.1fs (%s/s)",
+                self._phase,
+                f"{self._done:,}",
+                elapsed,
+                f"{self._done / elapsed:,.0f}",
+            )
+        self._phase_started = ended
+
+    def close(self) -> None:
+        """End the last phase (its log line) and clear the terminal line."""
+        self._end_phase(self._last_report)
+        self._phase = ""
+        if self._tty:
+            self._stream.write("\r\033[K")
+            self._stream.flush()

@@ -1,0 +1,167 @@
+"""One run at a time: a lease in the store, renewed by a heartbeat, expiring by itself.
+
+A run or clean takes the lease before it deletes anything. On Cassandra it is a row of our state
+table taken with a lightweight transaction (``IF NOT EXISTS … USING TTL``) and renewed with
+``UPDATE … USING TTL … IF value = owner``; on SQLite the same in one transaction, with an expiry
+time. A second run finds it held and refuses (``LeaseHeld``, exit 3). A run killed with ``kill -9``
+stops renewing, so its lease expires after its TTL and the next run proceeds with no manual step.
+A process that lost its lease (paused past the TTL, partitioned away) stops deleting before its
+next batch: the deleter asks ``lease_still_held`` with its own store connection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from types import TracebackType
+
+from dircleaner.errors import LeaseHeld, LeaseLost
+from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
+
+__all__ = [
+    "DEFAULT_LEASE_TTL_S",
+    "Lease",
+    "LeaseHeld",
+    "LeaseLost",
+    "describe_owner",
+    "lease_check",
+    "lease_name",
+    "lease_still_held",
+]
+
+DEFAULT_LEASE_TTL_S = 60.0
+#: the heartbeat renews this many times per TTL (two renewals may fail before the lease lapses)
+RENEWALS_PER_TTL = 3
+#: a deleter asks the store at most this often whether its run still holds the lease
+CHECK_INTERVAL_S = 1.0
+
+
+def lease_name(store: Store) -> str:
+    """The lease that guards one metastore (its folders and objects tables)."""
+    return f"run|{store.scope_id()}"
+
+
+def new_owner() -> str:
+    """A unique owner id that also says who holds the lease: host, pid, since when."""
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_us() / 1e6))
+    return json.dumps(
+        {"host": socket.gethostname(), "pid": os.getpid(), "since": since, "id": uuid.uuid4().hex},
+        sort_keys=True,
+    )
+
+
+def describe_owner(owner: str) -> str:
+    """``host H, pid P, since S`` from an owner id (the raw id if it is not one of ours)."""
+    try:
+        data = json.loads(owner)
+        return f"host {data['host']}, pid {data['pid']}, since {data['since']}"
+    except (ValueError, KeyError, TypeError):
+        return repr(owner)
+
+
+def lease_still_held(store: Store, owner: str) -> bool:
+    """Whether ``owner`` holds the store's lease now (any process, with its own connection)."""
+    return store.lease_holder(lease_name(store)) == owner
+
+
+def lease_check(store: Store, owner: str | None) -> Callable[[], None]:
+    """A hook for the delete path: raises LeaseLost once ``owner`` no longer holds the lease.
+
+    Asks the store at most once per ``CHECK_INTERVAL_S``; a process paused for longer asks
+    before its very next batch. No owner: no check (a library caller without a lease).
+    """
+    if owner is None:
+        return lambda: None
+    last = -float("inf")
+
+    def check() -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < CHECK_INTERVAL_S:
+            return
+        if not lease_still_held(store, owner):
+            raise LeaseLost(
+                f"this run lost the store's lease ({describe_owner(owner)}); stopped deleting"
+            )
+        last = time.monotonic()
+
+    return check
+
+
+class Lease:
+    """The store's run lease, held by ``owner``. As a context manager, a heartbeat thread
+    renews it every TTL / ``RENEWALS_PER_TTL`` and it is released on exit."""
+
+    def __init__(self, store: Store, owner: str, ttl_s: float) -> None:
+        self.store = store
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self.name = lease_name(store)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: set by the heartbeat when a renewal finds the lease gone
+        self.lost = False
+
+    @classmethod
+    def acquire(cls, store: Store, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
+        """Take the store's lease, or raise LeaseHeld naming the holder."""
+        if ttl_s <= 0:
+            raise ValueError("the lease TTL must be > 0")
+        owner = new_owner()
+        holder = store.try_acquire_lease(lease_name(store), owner, ttl_s)
+        if holder is not None:
+            raise LeaseHeld(
+                f"another run holds this store's lease ({describe_owner(holder)});"
+                f" it expires {ttl_s:g}s after that run stops renewing it"
+            )
+        return cls(store, owner, ttl_s)
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the store still shows us as the holder."""
+        if self.lost or not lease_still_held(self.store, self.owner):
+            self.lost = True
+            raise LeaseLost(f"this run lost the store's lease ({describe_owner(self.owner)})")
+
+    def renew(self) -> bool:
+        """Extend the lease by its TTL; False (and ``lost``) when it was no longer ours."""
+        ok = self.store.renew_lease(self.name, self.owner, self.ttl_s)
+        if not ok:
+            self.lost = True
+        return ok
+
+    def release(self) -> None:
+        """Stop the heartbeat and give the lease up (left alone if another run holds it)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self.store.release_lease(self.name, self.owner)
+
+    def __enter__(self) -> Lease:
+        self._thread = threading.Thread(
+            target=self._heartbeat, name="dircleaner-lease", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def _heartbeat(self) -> None:
+        interval = self.ttl_s / RENEWALS_PER_TTL
+        while not self._stop.wait(interval):
+            try:
+                if not self.renew():
+                    return  # lost: the deleters find out through lease_still_held
+            except Exception:  # the beat must outlive one failed renewal
+                continue  # retried at the next beat, still within the TTL

@@ -1,0 +1,41 @@
+"""The default audit log lives under $XDG_STATE_HOME (or ~/.local/state), not in the cwd."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import EAGER, invoke, write_lines
+
+
+@pytest.mark.parametrize("xdg", [True, False])
+def test_run_without_audit_log_writes_under_the_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, xdg: bool
+) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    if xdg:
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+        expected = tmp_path / "state" / "dircleaner" / "audit.jsonl"
+    else:
+        monkeypatch.delenv("XDG_STATE_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        expected = tmp_path / "home" / ".local" / "state" / "dircleaner" / "audit.jsonl"
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = write_lines(tmp_path / "k", ["a/b/x", "a/c/y"])
+    assert invoke(url, "import-keys", str(keys)).exit_code == 0
+    assert invoke(url, "delete-keys", "-", input="a/c/y\n").exit_code == 0
+    result = invoke(url, "run", *EAGER)
+    assert result.exit_code == 0, result.output
+    assert f"        audit log: {expected}\n" in result.output
+    assert list(work.iterdir()) == []
+    entries = [json.loads(line) for line in expected.read_text().splitlines()]
+    assert [(e["parent"], e["name"]) for e in entries] == [("a/", "c")]
+
+
+def test_help_documents_the_default() -> None:
+    result = invoke("sqlite:///x.db", "run", "--help")
+    assert "$XDG_STATE_HOME/dircleaner/audit.jsonl" in " ".join(result.output.split())

@@ -1,0 +1,52 @@
+"""A dry run shows the plan and the guard's verdict, even when a real run would be refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import invoke
+
+VERDICT = (
+    "3 of 11 directories (27.3%) would be deleted, over --max-delete-fraction 0.1; check the"
+    " store, then rerun with a higher --max-delete-fraction or --force"
+)
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    store = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(store, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    return store
+
+
+def test_dry_run_prints_the_plan_and_the_verdict(url: str) -> None:
+    assert invoke(url, "build").exit_code == 0
+    result = invoke(url, "clean", "--dry-run", "--min-age", "0")
+    assert result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["sweep", "verify", "plan", "budget", "clean"]
+    assert lines[2] == (
+        "plan    3 directories: 0 partition tombstones, 0 row tombstones, 1 range tombstones,"
+        " 0 partitions rewritten (0 rows copied), 0 deferred by the per-partition budget"
+    )
+    assert result.stderr == f"Error: a real run would be refused: {VERDICT}\n"
+    before = invoke(url, "list-dirs").output
+    assert "default\td/1/\n" in before
+
+
+def test_dry_run_json_says_what_a_real_run_would_meet(url: str) -> None:
+    result = invoke(url, "run", "--dry-run", "--min-age", "0", "--json")
+    assert result.exit_code == 3
+    summary = json.loads(result.stdout)
+    assert (summary["ok"], summary["clean"]["would_be_refused"]) == (False, VERDICT)
+    assert summary["clean"]["plan"]["directories"] == 3
+
+
+def test_a_dry_run_that_would_pass_says_nothing_more(url: str) -> None:
+    result = invoke(url, "run", "--dry-run", "--min-age", "0", "--max-delete-fraction", "0.5")
+    assert (result.exit_code, result.stderr) == (0, "")

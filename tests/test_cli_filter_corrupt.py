@@ -1,0 +1,99 @@
+"""A damaged filter header or completion marker: corrupt (exit 3), never a silent fallback."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import invoke
+
+HEADER, MARKER = -1, -2
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    store = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(30))
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    return store
+
+
+def build(url: str) -> str:
+    result = invoke(url, "build", "--json")
+    assert result.exit_code == 0, result.output
+    return str(json.loads(result.stdout)["generation"])
+
+
+def poke(tmp_path: Path, generation: str, seq: int, offset: int) -> None:
+    with sqlite3.connect(tmp_path / "meta.db") as conn:
+        (data,) = conn.execute(
+            "SELECT data FROM filters WHERE generation = ? AND seq = ?", (generation, seq)
+        ).fetchone()
+        data = bytearray(data)
+        data[offset] ^= 0x5A
+        conn.execute(
+            "UPDATE filters SET data = ? WHERE generation = ? AND seq = ?",
+            (bytes(data), generation, seq),
+        )
+
+
+@pytest.mark.parametrize(
+    ("seq", "offset", "problem"),
+    [
+        (HEADER, 0, "corrupt header: bad magic"),
+        (HEADER, 30, "corrupt header: header checksum mismatch"),
+        (MARKER, 20, "corrupt: completion marker checksum mismatch"),
+    ],
+)
+def test_the_newest_filter_damaged_is_corrupt_not_missing_nor_an_older_one(
+    url: str, tmp_path: Path, seq: int, offset: int, problem: str
+) -> None:
+    older = build(url)
+    newest = build(url)
+    poke(tmp_path, newest, seq, offset)
+    result = invoke(url, "clean", "--dry-run")
+    assert result.exit_code == 3
+    assert result.output == (
+        f"Error: filter {newest} is corrupt (shard 0: {problem}); not falling back to the older"
+        f" {older} silently: rebuild ('dircleaner build'), or pass --force or --generation"
+        f" {older} to use it\n"
+    )
+    forced = invoke(url, "clean", "--dry-run", "--force", "--json")
+    assert forced.exit_code == 0
+    assert json.loads(forced.stdout)["sweep"]["generation"] == older
+
+
+def test_a_damaged_filter_alone_is_corrupt(url: str, tmp_path: Path) -> None:
+    only = build(url)
+    poke(tmp_path, only, MARKER, 20)
+    result = invoke(url, "sweep")
+    assert (result.exit_code, result.output) == (
+        3,
+        f"Error: filter {only} is corrupt (shard 0: corrupt: completion marker checksum"
+        " mismatch); rebuild it with 'dircleaner build'\n",
+    )
+    listed = invoke(url, "filters", "list", "--json")
+    assert json.loads(listed.stdout)[0]["fill"] is None  # not a fill of 1.9e13
+
+
+def test_a_version_1_marker_is_still_read(url: str, tmp_path: Path) -> None:
+    generation = build(url)
+    with sqlite3.connect(tmp_path / "meta.db") as conn:
+        (data,) = conn.execute(
+            "SELECT data FROM filters WHERE generation = ? AND seq = ?", (generation, MARKER)
+        ).fetchone()
+        _magic, chunks, body_crc, set_bits = struct.unpack_from("<8sIIQ", data)
+        old = struct.pack("<8sIIQ", b"DCDONE\x00\x00", chunks, body_crc, set_bits)
+        conn.execute(
+            "UPDATE filters SET data = ? WHERE generation = ? AND seq = ?",
+            (old, generation, MARKER),
+        )
+    assert zlib.crc32(old) != 0
+    result = invoke(url, "sweep", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["generation"] == generation

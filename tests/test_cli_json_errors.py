@@ -1,0 +1,60 @@
+"""--json on a refusal or an error: a JSON verdict on stdout, the one line on stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import invoke
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    store = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(store, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    return store
+
+
+def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
+    result = invoke(url, "run", "--min-age", "0", "--json", "--audit-log", str(tmp_path / "a"))
+    assert result.exit_code == 3
+    message = (
+        "3 of 11 directories (27.3%) would be deleted, over --max-delete-fraction 0.1; check the"
+        " store, then rerun with a higher --max-delete-fraction or --force"
+    )
+    assert result.stderr == f"Error: {message}\n"
+    report = json.loads(result.stdout)
+    generation = report["details"].pop("generation")
+    assert report == {
+        "ok": False,
+        "error": message,
+        "error_type": "TooManyCandidates",
+        "exit_code": 3,
+        "details": {"swept_dirs": 11, "candidates": 3, "max_delete_fraction": 0.1},
+    }
+    stored = json.loads(invoke(url, "filters", "list", "--json").output)
+    assert [g["generation"] for g in stored] == [generation]
+
+
+def test_an_error_says_so_in_json(tmp_path: Path) -> None:
+    result = invoke(f"sqlite:///{tmp_path}/absent.db", "clean", "--json")
+    assert result.exit_code == 1
+    message = (
+        f"no metastore at {tmp_path}/absent.db (create one with 'dircleaner gen' or 'import-keys')"
+    )
+    assert result.stderr == f"Error: {message}\n"
+    assert json.loads(result.stdout) == {
+        "ok": False,
+        "error": message,
+        "error_type": "StoreNotFound",
+        "exit_code": 1,
+    }
+
+
+def test_success_says_ok(url: str, tmp_path: Path) -> None:
+    result = invoke(url, "build", "--json")
+    assert (result.exit_code, json.loads(result.stdout)["ok"]) == (0, True)

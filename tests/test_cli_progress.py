@@ -1,0 +1,54 @@
+"""Unattended runs (no terminal) log progress per phase; the clean counts directories."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import EAGER, invoke
+
+
+def phase_lines(stderr: str) -> list[str]:
+    """The progress log lines, with timings and rates taken out."""
+    out = []
+    for line in stderr.splitlines():
+        message = line.split(" dircleaner: ", 1)[-1]
+        if re.match(r"^[a-z-]+: (started|done: )", message):
+            out.append(re.sub(r" in [0-9.]+s \([0-9,]+/s\)$", "", message))
+    return out
+
+
+def test_every_phase_logs_its_start_and_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "3600")
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    put = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
+    assert phase_lines(put.stderr) == ["put: started", "put: done: 10"]
+    assert invoke(url, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    audit = str(tmp_path / "a.jsonl")
+    result = invoke(url, "--log-level", "info", "run", *EAGER, "--audit-log", audit)
+    assert result.exit_code == 0, result.output
+    assert phase_lines(result.stderr) == [
+        "build: started",
+        "build: done: 7",  # object partitions scanned
+        "sweep: started",
+        "sweep: done: 11",
+        "verify: started",
+        "verify: done: 3",
+        "clean: started",
+        "clean: done: 3",  # three directories, in one range delete
+    ]
+
+
+def test_a_long_phase_logs_every_interval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "0")
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"k/{i}\n" for i in range(12000))
+    result = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
+    messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
+    progress = [re.sub(r" \([0-9,]+/s\)$", "", m) for m in messages if m.startswith("put: ")]
+    assert progress[:3] == ["put: started", "put: 5,000", "put: 10,000"]

@@ -1,0 +1,45 @@
+"""restore --generation / --since / --until / --dry-run: one night out of an appended log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import EAGER, invoke
+
+
+def test_restore_one_night_of_two(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    audit = tmp_path / "audit.jsonl"
+    keys = "".join(f"n/{i}/x\n" for i in range(20))
+    assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
+    nights = []
+    for dead in (["n/1/x"], ["n/5/x", "n/6/x", "n/7/x"]):
+        assert invoke(url, "delete-keys", "-", input="\n".join(dead) + "\n").exit_code == 0
+        result = invoke(url, "run", *EAGER, "--audit-log", str(audit), "--json")
+        assert result.exit_code == 0, result.output
+        nights.append(json.loads(result.stdout)["build"]["generation"])
+    first, second = nights
+
+    dry = invoke(url, "restore", str(audit), "--generation", second, "--dry-run")
+    assert (dry.exit_code, dry.output) == (
+        0,
+        f"would restore 3 directory entries (by 3 range; generations: {second})\n",
+    )
+    assert "n/5/" not in invoke(url, "list-dirs").output  # a dry run writes nothing
+
+    done = invoke(url, "restore", str(audit), "--generation", first)
+    assert (done.exit_code, done.output) == (
+        0,
+        f"restored 1 directory entries (by 1 row; generations: {first})\n",
+    )
+    listed = invoke(url, "list-dirs", "--bucket", "default").output.splitlines()
+    assert "n/1/" in listed
+    assert not {"n/5/", "n/6/", "n/7/"} & set(listed)
+
+    later = invoke(url, "restore", str(audit), "--since", "2100-01-01", "--dry-run")
+    assert later.output == "would restore 0 directory entries (by none; generations: none)\n"
+    every = invoke(url, "restore", str(audit), "--until", "2100-01-01T00:00:00", "--dry-run")
+    assert every.output == (
+        f"would restore 4 directory entries (by 3 range, 1 row; generations: {first}, {second})\n"
+    )

@@ -1,0 +1,320 @@
+"""The build and the clean as tasks on a real Dask cluster (a scheduler and two workers on
+loopback), on SQLite (one shared file) and on the Cassandra node: the same deletes as one process
+with the same filter, perfect precision, a worker killed mid-clean, the client killed mid-clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from dircleaner.build import BuildConfig, build_filter
+from dircleaner.daskworkers import DaskWorkers
+from dircleaner.deleter import ThrottleConfig
+from dircleaner.errors import DircleanerError
+from dircleaner.guards import GuardConfig
+from dircleaner.job import CleanConfig, RunReport, SweepConfig, run_clean, run_job
+from dircleaner.lease import CHECK_INTERVAL_S
+from dircleaner.paths import dir_of_row, directories_of
+from dircleaner.store import open_store
+from dircleaner.store.base import Shard, Store
+from dircleaner.timeutil import now_us
+from dircleaner.workers import SliceFailed
+from tests.daskcluster import ROOT, LoopbackCluster
+from tests.helpers import audit_entries, invoke, tombstones_per_partition
+
+OLD = now_us() - 10**10
+SESSION = secrets.token_hex(4)
+BUDGET = 40
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackCluster]:
+    started = LoopbackCluster(tmp_path_factory.mktemp("dask"), workers=2)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture()
+def workers(cluster: LoopbackCluster) -> Iterator[DaskWorkers]:
+    cluster.wait_for_workers(2)  # a worker killed by an earlier test is back
+    pool = DaskWorkers(cluster.address)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@dataclass
+class Dataset:
+    url: str
+    bucket: str
+    live: set[str]
+    every: set[str]
+
+
+def keys_of(n: int) -> tuple[list[str], list[str]]:
+    """Keys at several depths, and the ones deleted: empty leaves, an empty subtree."""
+    keys = [f"t/{i % 7}/{i % 23}/{i % 151}/{i}/obj" for i in range(n)]
+    dead = set(keys[::3]) | {k for k in keys if k.startswith("t/3/")}
+    return keys, sorted(dead)
+
+
+def fill(store: Store, bucket: str, n: int) -> tuple[set[str], set[str]]:
+    keys, dead = keys_of(n)
+    store.put_objects(bucket, keys, OLD)
+    store.delete_objects(bucket, dead, OLD)
+    gone = set(dead)
+    every = {d for k in keys for d in directories_of(k)}
+    live = {d for k in keys if k not in gone for d in directories_of(k)}
+    return every, live
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+def dataset(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dataset]:
+    """1500 keys in a store the workers reach: a SQLite file, or a bucket of the Cassandra node."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'meta.db'}"
+        bucket = "default"
+        with open_store(url, create=True) as store:
+            every, live = fill(store, bucket, 1500)
+        yield Dataset(url, bucket, live, every)
+        return
+    from tests.test_cassandra_end_to_end import _init_keyspace, forget_bucket
+
+    url = _init_keyspace(request.getfixturevalue("cassandra_url"), "dask")
+    bucket = f"{request.node.name}-{SESSION}"
+    with open_store(url) as store:
+        every, live = fill(store, bucket, 1500)
+        try:
+            yield Dataset(url, bucket, live, every)
+        finally:
+            forget_bucket(store, bucket)  # type: ignore[arg-type]
+
+
+def listed(url: str, bucket: str) -> set[str]:
+    with open_store(url) as store:
+        return {
+            dir_of_row(r.parent, r.name)
+            for batch in store.scan_folder_rows(Shard(), bucket)
+            for r in batch
+        }
+
+
+def clean_config(data: Dataset, audit: Path, **throttle: float) -> CleanConfig:
+    return CleanConfig(
+        sweep=SweepConfig(bucket=data.bucket, guards=GuardConfig(max_delete_fraction=0.9)),
+        min_age_s=0,
+        max_tombstones_per_partition=BUDGET,
+        throttle=ThrottleConfig(**throttle) if throttle else ThrottleConfig(rate=0),
+        audit_log=audit,
+    )
+
+
+def assert_precise(data: Dataset) -> set[str]:
+    """No directory that holds an object lost its entry; the directories left."""
+    left = listed(data.url, data.bucket)
+    assert data.live <= left, sorted(data.live - left)[:5]
+    return left
+
+
+def test_same_filter_same_deletes_as_one_process(
+    dataset: Dataset, workers: DaskWorkers, tmp_path: Path
+) -> None:
+    with open_store(dataset.url) as store:
+        built = build_filter(store, BuildConfig(fpr=0.01, bucket=dataset.bucket), workers=workers)
+        # The build's slices are shards of one generation, merged at load.
+        assert built.header.shard_count == workers.threads == 2
+        config = clean_config(dataset, tmp_path / "audit.jsonl")
+        one = run_clean(store, replace(config, dry_run=True))  # one process, deletes nothing
+        assert one.deletion_plan is not None
+        planned = sorted(
+            dir_of_row(r.parent, r.name) for a in one.deletion_plan.actions for r in a.rows
+        )
+        many = run_clean(store, config, workers=workers)
+    assert len(planned) > 100
+    assert many.sweep.loaded.generation == one.sweep.loaded.generation == built.generation
+    # The same directories; the form may differ: a partition whose own directory is a false
+    # positive but whose row is a candidate of its (absent) parent's partition goes by a
+    # partition delete when one process sees both, by row deletes when a slice sees only it.
+    assert many.plan.directories == one.plan.directories
+    assert many.sweep.result.candidates == one.sweep.result.candidates
+    deleted = sorted(e["dir"] for e in audit_entries(tmp_path / "audit.jsonl"))
+    assert deleted == planned
+    left = assert_precise(dataset)
+    assert left == listed_expected(dataset, set(planned))
+
+
+def listed_expected(data: Dataset, deleted: set[str]) -> set[str]:
+    return {d for d in data.every} - deleted
+
+
+def test_a_fresh_run_through_the_cli_is_precise(
+    dataset: Dataset, cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    result = invoke(
+        dataset.url,
+        "run",
+        "--bucket",
+        dataset.bucket,
+        "--fpr",
+        "0.001",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "1",
+        "--rate",
+        "0",
+        "--audit-log",
+        str(audit),
+        "--json",
+        "--scheduler",
+        cluster.address,
+    )
+    assert result.exit_code == 0, result.output
+    # Where the tasks run and where to watch them, before anything else.
+    assert result.stderr.splitlines()[0] == (
+        f"Dask scheduler {cluster.address}: 2 workers, 2 threads;"
+        f" dashboard http://127.0.0.1:{cluster.dashboard_port}/status"
+    )
+    summary = json.loads(result.stdout)
+    left = assert_precise(dataset)
+    empty = dataset.every - dataset.live
+    deleted = {e["dir"] for e in audit_entries(audit)}
+    assert deleted <= empty
+    assert left == dataset.every - deleted
+    assert len(deleted) >= 0.95 * len(empty)  # recall: only false positives survive
+    assert summary["clean"]["deleted_dirs"] == len(deleted)
+
+
+def test_a_worker_killed_mid_clean_the_run_completes(
+    dataset: Dataset, cluster: LoopbackCluster, workers: DaskWorkers, tmp_path: Path
+) -> None:
+    audit = tmp_path / "audit.jsonl"
+    config = clean_config(dataset, audit, rate=150, concurrency=4)
+    build = BuildConfig(fpr=0.01, bucket=dataset.bucket)
+    outcome: list[RunReport | BaseException] = []
+
+    def job() -> None:
+        try:
+            with open_store(dataset.url) as store:
+                outcome.append(run_job(store, build, config, workers=workers))
+        except DircleanerError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not audit_entries(audit) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert thread.is_alive(), "the clean ended before a worker could be killed"
+    victim = sorted(cluster.worker_pids().values())[0]
+    os.kill(victim, signal.SIGKILL)
+    thread.join(timeout=240)
+    assert not thread.is_alive()
+    [first] = outcome
+    if isinstance(first, BaseException):
+        # Failed for good: one line naming the slice; the next run finishes the rest.
+        assert isinstance(first, SliceFailed), first
+        assert "\n" not in str(first) and " of slice " in str(first)
+        cluster.wait_for_workers(2)
+        with open_store(dataset.url) as store:
+            second = run_job(store, build, config, workers=workers)
+        assert second.build is None  # the interrupted run's filter, reused
+        assert second.clean.slices_already_clean
+    left = assert_precise(dataset)
+    entries = audit_entries(audit)
+    deleted = {e["dir"] for e in entries}
+    assert left == dataset.every - deleted
+    assert len(deleted) >= 0.9 * len(dataset.every - dataset.live)
+    # A task run again re-issues the same deletes (the same tombstones): the budget still holds.
+    distinct = list({json.dumps(e, sort_keys=True): e for e in entries}.values())
+    assert max(tombstones_per_partition(distinct).values(), default=0) <= BUDGET
+
+
+def test_the_client_killed_no_worker_deletes_after_its_lease_expired(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        every, live = fill(store, "default", 1500)
+        build_filter(store, BuildConfig(fpr=0.01))
+    ttl_s = 2.0
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dircleaner",
+            "--store",
+            url,
+            "clean",
+            "--scheduler",
+            cluster.address,
+            "--min-age",
+            "0",
+            "--max-delete-fraction",
+            "1",
+            "--rate",
+            "20",
+            "--concurrency",
+            "1",
+            "--audit-log",
+            str(tmp_path / "audit.jsonl"),
+            "--lease-ttl",
+            f"{ttl_s:g}s",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while len(listed(url, "default")) == len(every) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.poll() is None, "the clean ended before its client could be killed"
+    client.send_signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    client.wait()
+    # The last heartbeat was at most now: the lease is gone ttl_s later. A task asks the store
+    # at most once a second (lease.CHECK_INTERVAL_S), and a batch that passed its check just
+    # before then may still be in flight for a moment.
+    time.sleep(max(0.0, killed_at + ttl_s + CHECK_INTERVAL_S + 1.5 - time.monotonic()))
+    after_expiry = listed(url, "default")
+    time.sleep(5)
+    assert listed(url, "default") == after_expiry  # nobody deleted since
+    # The workers were still deleting when the client died, and stopped short of the end.
+    assert live <= after_expiry
+    assert len(after_expiry) > len(live) + 50
+    assert len(after_expiry) < len(every)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--slices", "8"), "Error: --slices needs --scheduler"),
+        (("--scheduler", "tcp://127.0.0.1:1", "--workers", "2"), "Error: --workers is for local"),
+    ],
+)
+def test_options_that_do_not_go_together_are_one_line(
+    tmp_path: Path, extra: tuple[str, ...], message: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        fill(store, "default", 50)
+    result = invoke(url, "run", *extra)
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(message), line
+    assert listed(url, "default") == {d for k in keys_of(50)[0] for d in directories_of(k)}

@@ -1,0 +1,173 @@
+"""One run at a time: the store's lease, its heartbeat, and a deleter that lost it.
+
+Both backends: a SQLite file and the real Cassandra node (a lightweight transaction on our state
+table). The CLI's refusal of a second run and the recovery after ``kill -9`` are end-to-end
+tests with real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dircleaner.errors import LeaseHeld, LeaseLost
+from dircleaner.lease import Lease, lease_check, lease_name, lease_still_held
+from dircleaner.paths import dir_of_row, directories_of
+from dircleaner.store import Store, open_store
+from dircleaner.timeutil import now_us
+from tests.helpers import EAGER, invoke
+
+BACKENDS = ["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'meta.db'}"
+    else:
+        url = request.getfixturevalue("cassandra_url")
+    with open_store(url, create=True) as opened:
+        holder = opened.lease_holder(lease_name(opened))
+        if holder is not None:  # a test before this one was killed while holding it
+            opened.release_lease(lease_name(opened), holder)
+        yield opened
+
+
+def test_a_second_acquire_is_refused_naming_the_holder(store: Store) -> None:
+    with Lease.acquire(store, ttl_s=30) as first:
+        with pytest.raises(LeaseHeld) as refused:
+            Lease.acquire(store, ttl_s=30)
+        message = str(refused.value)
+        assert f"host {socket.gethostname()}, pid {os.getpid()}, since " in message
+        assert "\n" not in message
+        assert lease_still_held(store, first.owner)
+        first.check()
+    # Released on exit: the next run takes it at once.
+    with Lease.acquire(store, ttl_s=30) as second:
+        assert second.owner != first.owner
+        assert not lease_still_held(store, first.owner)
+        with pytest.raises(LeaseLost):
+            first.check()
+
+
+def test_the_heartbeat_keeps_a_lease_alive_past_its_ttl(store: Store) -> None:
+    with Lease.acquire(store, ttl_s=1.5) as lease:
+        time.sleep(4)
+        assert lease_still_held(store, lease.owner)
+        assert not lease.lost
+        with pytest.raises(LeaseHeld):
+            Lease.acquire(store, ttl_s=1.5)
+
+
+def test_an_abandoned_lease_expires_and_the_next_run_proceeds(store: Store) -> None:
+    abandoned = Lease.acquire(store, ttl_s=1)  # no heartbeat: as after kill -9
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            taken = Lease.acquire(store, ttl_s=30)
+            break
+        except LeaseHeld:
+            assert time.monotonic() < deadline, "the abandoned lease never expired"
+            time.sleep(0.2)
+    with taken:
+        assert not abandoned.renew() and abandoned.lost
+        with pytest.raises(LeaseLost):
+            abandoned.check()
+
+
+def test_a_deleter_check_stops_once_another_process_holds_the_lease(store: Store) -> None:
+    lease = Lease.acquire(store, ttl_s=30)
+    check = lease_check(store, lease.owner)
+    check()  # still ours
+    lease.release()
+    other = Lease.acquire(store, ttl_s=30)
+    try:
+        time.sleep(1.1)  # past the check's interval: the next batch asks the store
+        with pytest.raises(LeaseLost, match="stopped deleting"):
+            check()
+    finally:
+        other.release()
+
+
+# -- the CLI: two runs at once, and kill -9 ---------------------------------------------------
+
+LIVE = [f"p{i:02d}/live/obj" for i in range(6)]
+DEAD = [f"p{i:02d}/c{j:03d}/x/obj" for i in range(6) for j in range(40)]
+LIVE_DIRS = {d for k in LIVE for d in directories_of(k)}
+
+
+def dataset(tmp: Path) -> str:
+    url = f"sqlite:///{tmp / 'meta.db'}"
+    with open_store(url, create=True) as opened:
+        opened.put_objects("default", LIVE + DEAD, now_us() - 3_600_000_000)
+        opened.delete_objects("default", DEAD, now_us() - 3_600_000_000)
+    return url
+
+
+def listed(url: str) -> set[str]:
+    with open_store(url) as opened:
+        return {dir_of_row(r.parent, r.name) for r in opened.iter_folder_rows()}
+
+
+def slow_run(url: str, tmp: Path) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable, "-m", "dircleaner", "--store", url, "run", *EAGER[:-2], "--rate", "40",
+        "--concurrency", "4", "--lease-ttl", "2s", "--audit-log", str(tmp / "slow.jsonl"),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+
+
+def wait_for_holder(url: str, proc: subprocess.Popen[bytes]) -> str:
+    deadline = time.monotonic() + 60
+    with open_store(url) as opened:
+        while (holder := opened.lease_holder(lease_name(opened))) is None:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    return holder
+
+
+def test_two_concurrent_runs_one_proceeds_one_exits_3(tmp_path: Path) -> None:
+    url = dataset(tmp_path)
+    first = slow_run(url, tmp_path)
+    holder = json.loads(wait_for_holder(url, first))
+    before = listed(url)
+    second = invoke(url, "run", *EAGER, "--audit-log", str(tmp_path / "second.jsonl"))
+    assert second.exit_code == 3
+    assert second.output.count("\n") == 1
+    assert f"host {holder['host']}, pid {holder['pid']}, since {holder['since']}" in second.output
+    assert not (tmp_path / "second.jsonl").exists()
+    assert listed(url) <= before  # the first run may have deleted meanwhile; never the second
+    out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, (out + err).decode()
+    assert listed(url) == LIVE_DIRS
+    with open_store(url) as opened:
+        assert opened.lease_holder(lease_name(opened)) is None  # released at the end
+
+
+def test_after_kill_9_the_next_run_proceeds_once_the_lease_expires(tmp_path: Path) -> None:
+    url = dataset(tmp_path)
+    killed = slow_run(url, tmp_path)
+    wait_for_holder(url, killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    deadline = time.monotonic() + 60
+    while True:
+        result = invoke(url, "run", *EAGER, "--lease-ttl", "2s")
+        if result.exit_code != 3:
+            break
+        assert "holds this store's lease" in result.output
+        assert time.monotonic() < deadline, "the killed run's lease never expired"
+        time.sleep(0.3)
+    assert result.exit_code == 0, result.output
+    assert listed(url) == LIVE_DIRS
