@@ -43,10 +43,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dircleaner.bloom import new_filter
-from dircleaner.build import ancestor_keys
-from dircleaner.job import SweepConfig, load_filter
+from dircleaner.filter.bloom import new_filter
+from dircleaner.job.run import SweepConfig, load_filter
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
+from dircleaner.pipeline.build import ancestor_keys
 from dircleaner.store import open_store
 from dircleaner.store.base import Shard, Store
 from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner import build
-from dircleaner.build import ancestor_keys
 from dircleaner.paths import ancestors_inclusive, filter_key
+from dircleaner.pipeline import build
+from dircleaner.pipeline.build import ancestor_keys
 from dircleaner.store.base import PartitionKey
 
 segment = st.sampled_from(["a", "b", "c", "dé", "x y"])

@@ -25,17 +25,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from dircleaner.build import BuildConfig, build_filter, scope_of, swept_count_key
 from dircleaner.cli import cli
-from dircleaner.config import parse_cassandra_url
-from dircleaner.deleter import ThrottleConfig, execute_plan
-from dircleaner.filterstore import list_generations
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.filter.stored import list_generations
+from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.plan import ActionKind, plan_deletions
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of, swept_count_key
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.plan import ActionKind, plan_deletions
 from dircleaner.store.base import PartitionKey, Shard
-from dircleaner.store.cassandra import CassandraStore
+from dircleaner.store.cassandra.config import parse_cassandra_url
+from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us
 from tests.helpers import (
     EAGER,

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dircleaner.cli import cli
-from dircleaner.config import load_cassandra_config, parse_cassandra_url
+from dircleaner.store.cassandra.config import load_cassandra_config, parse_cassandra_url
 
 SECRET = "s3cr3t-Pa55-do-not-log"
 ENV_SECRET = "env-0nly-s3cr3t"

@@ -10,15 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.budget import charged_so_far, ledger_charger
-from dircleaner.deleter import (
-    AdaptiveRate,
-    AuditLog,
-    DeleteFailed,
-    ThrottleConfig,
-    execute_plan,
-    open_audit_log,
-)
 from dircleaner.errors import (
     DircleanerError,
     StoreUnavailable,
@@ -26,7 +17,16 @@ from dircleaner.errors import (
     UsageError,
 )
 from dircleaner.paths import dir_of_row
-from dircleaner.plan import (
+from dircleaner.pipeline.budget import charged_so_far, ledger_charger
+from dircleaner.pipeline.delete import (
+    AdaptiveRate,
+    AuditLog,
+    DeleteFailed,
+    ThrottleConfig,
+    execute_plan,
+    open_audit_log,
+)
+from dircleaner.pipeline.plan import (
     ActionKind,
     DeleteAction,
     DeletionPlan,

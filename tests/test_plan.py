@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dircleaner.paths import dir_of_row, directories_of, folder_row_of
-from dircleaner.plan import (
+from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
     RANGE_TOMBSTONES,
     ActionKind,

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dircleaner.paths import dir_of_row
-from dircleaner.plan import (
+from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
     ActionKind,
     DeletionPlan,

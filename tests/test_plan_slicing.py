@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dircleaner.paths import dir_of_row, parent_of_dir
-from dircleaner.plan import DeleteAction, PartitionFacts, drop_nonempty, plan_deletions
+from dircleaner.pipeline.plan import DeleteAction, PartitionFacts, drop_nonempty, plan_deletions
 from dircleaner.store.base import FolderRow, PartitionKey
 from tests.test_plan import worlds
 

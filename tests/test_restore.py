@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner import restore as restore_module
-from dircleaner.deleter import AuditLog, ThrottleConfig, execute_plan
+from dircleaner import audit as restore_module
+from dircleaner.audit import BadAuditLog, RestoreResult, read_audit_entries, restore
 from dircleaner.errors import UsageError
-from dircleaner.plan import PartitionFacts, plan_deletions
-from dircleaner.restore import BadAuditLog, RestoreResult, read_audit_entries, restore
+from dircleaner.pipeline.delete import AuditLog, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import PartitionFacts, plan_deletions
 from dircleaner.store import open_store
 from dircleaner.store.base import FolderRow, PartitionKey, Store, murmur_token
 from dircleaner.store.sqlite import SqliteStore

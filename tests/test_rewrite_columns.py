@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from dircleaner.config import parse_cassandra_url
 from dircleaner.errors import RewriteUnsupported
 from dircleaner.store.base import PartitionKey, Shard
-from dircleaner.store.cassandra import CassandraStore
+from dircleaner.store.cassandra.config import parse_cassandra_url
+from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us
 from tests.test_cassandra_end_to_end import keyspace_url
 

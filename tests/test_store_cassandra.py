@@ -26,17 +26,7 @@ from cassandra.policies import HostDistance
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import SimpleStatement
 
-import dircleaner.store.cassandra as cassandra_module
-from dircleaner.config import (
-    Auth,
-    CassandraConfig,
-    CassandraUrl,
-    Columns,
-    Tables,
-    load_cassandra_config,
-    parse_cassandra_url,
-)
-from dircleaner.deleter import ThrottleConfig, execute_plan
+import dircleaner.store.cassandra.store as cassandra_module
 from dircleaner.errors import (
     SchemaError,
     StoreUnavailable,
@@ -45,7 +35,9 @@ from dircleaner.errors import (
     UsageError,
 )
 from dircleaner.paths import split_key
-from dircleaner.plan import ActionKind, plan_deletions
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import ActionKind, plan_deletions
+from dircleaner.pipeline.sweep import sweep
 from dircleaner.store import open_store
 from dircleaner.store.base import (
     MAX_TOKEN,
@@ -55,7 +47,16 @@ from dircleaner.store.base import (
     PartitionKey,
     Shard,
 )
-from dircleaner.store.cassandra import (
+from dircleaner.store.cassandra.config import (
+    Auth,
+    CassandraConfig,
+    CassandraUrl,
+    Columns,
+    Tables,
+    load_cassandra_config,
+    parse_cassandra_url,
+)
+from dircleaner.store.cassandra.store import (
     CassandraStore,
     RangeAwarePolicy,
     cql_token_bounds,
@@ -68,7 +69,6 @@ from dircleaner.store.cassandra import (
     schema_cql,
     stored_parent,
 )
-from dircleaner.sweep import sweep
 from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
 from tests.test_sweep import SetFilter, dir_key
 

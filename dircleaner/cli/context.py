@@ -14,7 +14,7 @@ import click
 
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
-from dircleaner.interrupt import stop_on_signals
+from dircleaner.job.interrupt import stop_on_signals
 from dircleaner.store import Store, open_store
 
 __all__ = ["TerminalProgress"]

@@ -9,19 +9,19 @@ from typing import Any, TypeVar
 
 import click
 
-from dircleaner.bloom import ENGINES
-from dircleaner.build import BuildConfig
 from dircleaner.cli.context import note_json
-from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig
+from dircleaner.filter.bloom import ENGINES
+from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
+from dircleaner.job.run import CleanConfig, SweepConfig
+from dircleaner.job.workers import LocalWorkers, Workers
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.prefixclean import DEFAULT_MAX_DELETES, PrefixCleanConfig
-from dircleaner.prefixwalk import normalise_prefix
+from dircleaner.pipeline.build import BuildConfig
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.prefix import normalise_prefix
 from dircleaner.store.base import Shard
 from dircleaner.timeutil import parse_duration
-from dircleaner.workers import LocalWorkers, Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -284,7 +284,7 @@ def open_workers(params: dict[str, Any]) -> Workers:
         return LocalWorkers(params["workers"])
     if params["workers"] != 1:
         raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
-    from dircleaner.daskworkers import DaskWorkers
+    from dircleaner.job.daskcluster import DaskWorkers
 
     return DaskWorkers(scheduler, params.get("slices"))
 

@@ -18,7 +18,7 @@ DEFAULT_STORE_URL = "sqlite:///dircleaner.db"
 BACKENDS = MappingProxyType(
     {
         "sqlite": "dircleaner.store.sqlite:SqliteStore",
-        "cassandra": "dircleaner.store.cassandra:CassandraStore",
+        "cassandra": "dircleaner.store.cassandra.store:CassandraStore",
     }
 )
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dircleaner.audit import iter_audit_entries
 from dircleaner.paths import dir_of_row
-from dircleaner.restore import iter_audit_entries
 
 
 @dataclass(frozen=True)

@@ -7,34 +7,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.bloom import Filter, start_loading_kernels
-from dircleaner.budget import TombstoneBudget, resolve_budget
-from dircleaner.build import (
-    BuildConfig,
-    BuildResult,
-    PartialBuild,
-    build_filter,
-    find_partial_build,
-    new_generation,
-    scope_of,
-    swept_count_key,
-)
-from dircleaner.deleter import DeleteStats, ThrottleConfig
 from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
-from dircleaner.filterformat import FilterHeader
-from dircleaner.filterstore import (
+from dircleaner.filter.bloom import Filter, start_loading_kernels
+from dircleaner.filter.format import FilterHeader
+from dircleaner.filter.generation import parse_generation_id
+from dircleaner.filter.sizing import record_clean
+from dircleaner.filter.stored import (
     collect_garbage,
     find_generation,
     latest_complete,
     load_generation,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.generation import parse_generation_id
-from dircleaner.guards import GuardConfig, check_filter, check_sweep
-from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
-from dircleaner.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
-from dircleaner.progress import Progress, no_progress
-from dircleaner.resume import (
+from dircleaner.job.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.job.resume import (
     MAX_CHECKPOINTED_NONEMPTY,
     PHASE_BUILD,
     PHASE_CLEAN,
@@ -44,7 +30,23 @@ from dircleaner.resume import (
     load_run_state,
     save_run_state,
 )
-from dircleaner.shardclean import (
+from dircleaner.job.sharedfilter import SharedFilter
+from dircleaner.job.workers import CLEAN, LocalWorkers, Workers
+from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
+from dircleaner.pipeline.build import (
+    BuildConfig,
+    BuildResult,
+    PartialBuild,
+    build_filter,
+    find_partial_build,
+    new_generation,
+    scope_of,
+    swept_count_key,
+)
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.pipeline.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
+from dircleaner.pipeline.slice import (
     DeleteOrders,
     ShardCleaned,
     ShardSwept,
@@ -52,12 +54,10 @@ from dircleaner.shardclean import (
     plan_and_delete,
     sweep_and_recheck,
 )
-from dircleaner.sharedfilter import SharedFilter
-from dircleaner.sizing import record_clean
+from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
+from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Shard, Store
-from dircleaner.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.timeutil import now_us
-from dircleaner.workers import CLEAN, LocalWorkers, Workers
 
 #: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
 DEFAULT_MAX_REWRITE_ROWS = 100_000

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from dircleaner.errors import GuardRefused, UsageError
 from dircleaner.paths import SEP, parent_of_dir, validate_bucket, validate_key
-from dircleaner.plan import PartitionFacts
+from dircleaner.pipeline.plan import PartitionFacts
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import FolderRow, PartitionKey, Store
 from dircleaner.timeutil import now_us

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from dircleaner.bloom import Filter, engine_class
 from dircleaner.errors import FilterCorrupt, FilterMismatch
+from dircleaner.filter.bloom import Filter, engine_class
 
 MAGIC = b"DCBLOOM\x00"
 FORMAT_VERSION = 1

@@ -8,7 +8,7 @@ bits are portable. Hashing is the only per-key Python work; positions and bit up
 numpy operations on chunks of keys so temporaries stay small.
 
 The batch paths (``add_many``, ``contains_many`` and their packed forms, which take the keys as one
-byte buffer plus offsets) run compiled kernels (``dircleaner.bloomkernel``: the same MurmurHash3,
+byte buffer plus offsets) run compiled kernels (``dircleaner.filter.kernel``: the same MurmurHash3,
 written for numba, bit for bit equal to ``mmh3``) once ``load_kernels()`` has loaded them; until
 then, and wherever numba is missing, they take the ``mmh3`` path, which sets the same bits.
 
@@ -75,7 +75,7 @@ def load_kernels() -> bool:
     with _kernels_lock:
         if _kernels is None and sys.byteorder == "little":  # the kernels read words natively
             try:
-                from dircleaner import bloomkernel
+                from dircleaner.filter import kernel as bloomkernel
 
                 bloomkernel.warm_up()
             except Exception as exc:  # e.g. no writable cache: the mmh3 path sets the same bits

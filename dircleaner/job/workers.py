@@ -3,8 +3,8 @@
 Two mechanisms implement it:
 
 - ``LocalWorkers`` (the zero set-up default): one forked process per slice on this machine
-  (``dircleaner.parallel``); the workers die with the parent.
-- ``DaskWorkers`` (``--scheduler``, in ``dircleaner.daskworkers``): tasks on a Dask distributed
+  (``dircleaner.job.local``); the workers die with the parent.
+- ``DaskWorkers`` (``--scheduler``, in ``dircleaner.job.daskcluster``): tasks on a Dask distributed
   cluster, the ring cut into many more slices than worker threads.
 
 A task is ``task(store, shard, progress)``; the mechanism hands it a store connection of its own
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from dircleaner import parallel
 from dircleaner.errors import DircleanerError, UsageError
-from dircleaner.parallel import FirstPhase, SecondPhase, ShardTask
+from dircleaner.job import local as parallel
+from dircleaner.job.local import FirstPhase, SecondPhase, ShardTask
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Shard, Store
 

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dircleaner.bloom import Filter, count_set_bits
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
-from dircleaner.filterformat import FilterHeader, decode_header, deserialize, merge_shards
+from dircleaner.filter.bloom import Filter, count_set_bits
+from dircleaner.filter.format import FilterHeader, decode_header, deserialize, merge_shards
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
 
 CHUNK_BYTES = 1 << 20

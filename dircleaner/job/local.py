@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
-from dircleaner import interrupt
-from dircleaner.bloom import finish_loading_kernels
 from dircleaner.errors import DircleanerError
+from dircleaner.filter.bloom import finish_loading_kernels
+from dircleaner.job import interrupt
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.store.base import Shard

@@ -60,11 +60,6 @@ from cassandra.query import (
     tuple_factory,
 )
 
-from dircleaner.config import (
-    CassandraConfig,
-    load_cassandra_config,
-    parse_cassandra_url,
-)
 from dircleaner.errors import (
     RewriteUnsupported,
     SchemaError,
@@ -84,6 +79,11 @@ from dircleaner.store.base import (
     Shard,
     Store,
     TombstoneCharge,
+)
+from dircleaner.store.cassandra.config import (
+    CassandraConfig,
+    load_cassandra_config,
+    parse_cassandra_url,
 )
 
 __all__ = [

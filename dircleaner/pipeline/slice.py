@@ -20,10 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dircleaner.budget import charged_so_far, ledger_charger
-from dircleaner.deleter import AuditLog, DeleteStats, ThrottleConfig, execute_plan, open_audit_log
-from dircleaner.lease import lease_check
-from dircleaner.plan import (
+from dircleaner.job.lease import lease_check
+from dircleaner.pipeline.budget import charged_so_far, ledger_charger
+from dircleaner.pipeline.delete import (
+    AuditLog,
+    DeleteStats,
+    ThrottleConfig,
+    execute_plan,
+    open_audit_log,
+)
+from dircleaner.pipeline.plan import (
     BucketDir,
     DeletionPlan,
     PartitionFacts,
@@ -31,9 +37,9 @@ from dircleaner.plan import (
     drop_nonempty,
     plan_deletions,
 )
+from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
 from dircleaner.progress import Progress
 from dircleaner.store.base import Shard, Store
-from dircleaner.sweep import MembershipFilter, SweepTotals, sweep
 
 #: candidate directories handed to the store's re-check at once
 RECHECK_BATCH = 100_000

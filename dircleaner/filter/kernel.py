@@ -6,8 +6,8 @@ key as a prefix of that key's bytes, without copying); one call hashes every key
 tests its ``k`` bits, with no Python work per key. The hash is MurmurHash3 x64 128 (Austin
 Appleby's public-domain algorithm), written here from its description, and must equal
 ``mmh3.hash_bytes(key, seed)`` bit for bit: the bit positions are ``(h1 + i*h2) mod 2**64 mod m``
-of its two little-endian 64-bit halves, exactly as ``dircleaner.bloom`` computed them with the
-``mmh3`` package, so filters stored before these kernels load and answer the same
+of its two little-endian 64-bit halves, exactly as ``dircleaner.filter.bloom`` computed them
+with the ``mmh3`` package, so filters stored before these kernels load and answer the same
 (``tests/test_bloomkernel.py`` checks both).
 
 Compiled by numba on first use and cached on disk (``cache=True``), so later processes load the

@@ -16,33 +16,33 @@ from typing import TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from dircleaner.bloom import finish_loading_kernels, new_filter, start_loading_kernels
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
-from dircleaner.filterformat import (
+from dircleaner.filter.bloom import finish_loading_kernels, new_filter, start_loading_kernels
+from dircleaner.filter.format import (
     FilterHeader,
     decode_header,
     deserialize,
     merge_params,
     serialize,
 )
-from dircleaner.filterstore import (
+from dircleaner.filter.generation import new_generation_id, parse_generation_id
+from dircleaner.filter.sizing import (
+    SizingRecord,
+    distinct_keys,
+    save_sizing_record,
+    size_from_last_filter,
+)
+from dircleaner.filter.stored import (
     GenerationInfo,
     find_generation,
     read_filter_part,
     save_filter_part,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.generation import new_generation_id, parse_generation_id
+from dircleaner.job.workers import BUILD, LocalWorkers, Workers
 from dircleaner.progress import Progress, no_progress
-from dircleaner.sizing import (
-    SizingRecord,
-    distinct_keys,
-    save_sizing_record,
-    size_from_last_filter,
-)
 from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
 from dircleaner.timeutil import now_us
-from dircleaner.workers import BUILD, LocalWorkers, Workers
 
 #: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys
 #: arrive in token order, so siblings are far apart; at 30M directories 2**20 entries cut the

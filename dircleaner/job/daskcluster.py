@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
-from dircleaner.parallel import FirstPhase, SecondPhase, ShardTask
+from dircleaner.job.local import FirstPhase, SecondPhase, ShardTask
+from dircleaner.job.workers import BUILD, SliceFailed
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Shard, Store
-from dircleaner.workers import BUILD, SliceFailed
 
 R = TypeVar("R")
 T = TypeVar("T")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dircleaner.budget import TombstoneBudget
-from dircleaner.build import BuildResult
-from dircleaner.deleter import DeleteStats
-from dircleaner.job import CleanReport, CleanSweep, RunReport, SweepReport
-from dircleaner.plan import PlanSummary
-from dircleaner.prefixclean import PrefixCleanReport
+from dircleaner.job.prefix import PrefixCleanReport
+from dircleaner.job.run import CleanReport, CleanSweep, RunReport, SweepReport
+from dircleaner.pipeline.budget import TombstoneBudget
+from dircleaner.pipeline.build import BuildResult
+from dircleaner.pipeline.delete import DeleteStats
+from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.timeutil import format_duration
 
 Summary = dict[str, Any]

@@ -25,15 +25,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dircleaner.budget import TombstoneBudget, resolve_budget
-from dircleaner.deleter import DeleteStats, ThrottleConfig
-from dircleaner.generation import fresh_generation_id
-from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.filter.generation import fresh_generation_id
+from dircleaner.job.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.plan import PlanSummary
-from dircleaner.prefixwalk import MAX_DEPTH, PrefixWalk, WaveHook, walk_prefix
+from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, WaveHook, walk_prefix
+from dircleaner.pipeline.slice import DeleteOrders, plan_and_delete
 from dircleaner.progress import Progress, no_progress
-from dircleaner.shardclean import DeleteOrders, plan_and_delete
 from dircleaner.store.base import Store
 
 #: the default of --max-deletes: directories a prefix clean walks (and so may delete) at most

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from dircleaner.paths import parent_of_dir
-from dircleaner.plan import PartitionFacts
+from dircleaner.pipeline.plan import PartitionFacts
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import FolderRow, PartitionKey
 

@@ -24,7 +24,7 @@ from dircleaner.errors import (
     UsageError,
 )
 from dircleaner.paths import dir_of_row
-from dircleaner.plan import ActionKind, DeleteAction, DeletionPlan
+from dircleaner.pipeline.plan import ActionKind, DeleteAction, DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
 

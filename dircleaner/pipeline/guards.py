@@ -10,7 +10,7 @@ from dircleaner.errors import (
     FilterTooFull,
     TooManyCandidates,
 )
-from dircleaner.filterformat import FilterHeader
+from dircleaner.filter.format import FilterHeader
 from dircleaner.timeutil import format_duration
 
 

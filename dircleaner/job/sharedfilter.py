@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dircleaner.bloom import Filter
-from dircleaner.build import scope_of
-from dircleaner.filterstore import find_generation, load_generation
+from dircleaner.filter.bloom import Filter
+from dircleaner.filter.stored import find_generation, load_generation
+from dircleaner.pipeline.build import scope_of
 from dircleaner.store.base import Store
 
 _lock = threading.Lock()

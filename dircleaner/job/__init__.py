@@ -1,0 +1,1 @@
+"""The job around the steps: run, resume, the lease, the workers (local or Dask)."""
