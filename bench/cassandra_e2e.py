@@ -60,12 +60,13 @@ from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
 
 from dircleaner.job.local import map_shards  # noqa: E402
 from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
+from dircleaner.model import FolderRow, Shard  # noqa: E402
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
 from dircleaner.pipeline.build import BuildConfig, size_filter  # noqa: E402
 from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
 from dircleaner.progress import Progress  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import FolderRow, Shard, Store  # noqa: E402
+from dircleaner.store.base import Store  # noqa: E402
 from dircleaner.store.cassandra.store import CassandraStore, stored_parent  # noqa: E402
 from dircleaner.synth import SynthSpec, generate  # noqa: E402
 from dircleaner.synth.groundtruth import (  # noqa: E402

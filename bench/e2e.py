@@ -45,10 +45,11 @@ from typing import Any
 
 from dircleaner.filter.bloom import new_filter
 from dircleaner.job.run import SweepConfig, load_filter
+from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.pipeline.build import ancestor_keys
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard, Store
+from dircleaner.store.base import Store
 from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 from dircleaner.synth.groundtruth import (
     audited_by_via,

@@ -35,11 +35,12 @@ sys.path.insert(0, str(ROOT))
 from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
 from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
 from dircleaner.job.workers import LocalWorkers, Workers  # noqa: E402
+from dircleaner.model import Shard  # noqa: E402
 from dircleaner.pipeline.build import BuildConfig, build_filter  # noqa: E402
 from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
 from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Shard, Store  # noqa: E402
+from dircleaner.store.base import Store  # noqa: E402
 from dircleaner.synth import SynthSpec  # noqa: E402
 from tests.daskcluster import LoopbackCluster  # noqa: E402
 

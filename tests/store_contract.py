@@ -18,17 +18,9 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
-from dircleaner.store.base import (
-    HEADER_SEQ,
-    MARKER_SEQ,
-    FolderRange,
-    FolderRow,
-    PartitionKey,
-    Shard,
-    Store,
-    TombstoneCharge,
-)
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store, TombstoneCharge
 
 T0 = 1_000_000
 

@@ -20,15 +20,16 @@ import pytest
 
 from dircleaner.errors import DircleanerError
 from dircleaner.job.daskcluster import DaskWorkers
-from dircleaner.job.lease import CHECK_INTERVAL_S
 from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_clean, run_job
 from dircleaner.job.workers import SliceFailed
+from dircleaner.lease import CHECK_INTERVAL_S
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard, Store
+from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from tests.daskcluster import ROOT, LoopbackCluster
 from tests.helpers import audit_entries, invoke, tombstones_per_partition

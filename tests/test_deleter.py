@@ -10,30 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.errors import (
     DircleanerError,
     StoreUnavailable,
     TransientStoreError,
     UsageError,
 )
+from dircleaner.model import FolderRange, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
-from dircleaner.pipeline.delete import (
-    AdaptiveRate,
-    AuditLog,
-    DeleteFailed,
-    ThrottleConfig,
-    execute_plan,
-    open_audit_log,
-)
-from dircleaner.pipeline.plan import (
-    ActionKind,
-    DeleteAction,
-    DeletionPlan,
-    PartitionFacts,
-    plan_deletions,
-)
-from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
+from dircleaner.pipeline.delete import AdaptiveRate, DeleteFailed, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import ActionKind, DeleteAction, DeletionPlan, plan_deletions
+from dircleaner.store.base import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.errors import LeaseHeld, LeaseLost
-from dircleaner.job.lease import Lease, lease_check, lease_name, lease_still_held
+from dircleaner.lease import Lease, lease_check, lease_name, lease_still_held
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us

@@ -8,10 +8,10 @@ from pathlib import Path
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import find_generation, load_generation
 from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard
 from dircleaner.timeutil import now_us
 
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dircleaner.model import FolderRange, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row, directories_of, folder_row_of
 from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
@@ -18,7 +19,6 @@ from dircleaner.pipeline.plan import (
     ActionKind,
     DeleteAction,
     DeletionPlan,
-    PartitionFacts,
     PlanSummary,
     drop_nonempty,
     empty_dirs_of,
@@ -26,7 +26,7 @@ from dircleaner.pipeline.plan import (
     round_robin,
     with_ancestors,
 )
-from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
+from dircleaner.store.base import murmur_token
 
 B = "bkt"
 

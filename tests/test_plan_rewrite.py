@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
     ActionKind,
     DeletionPlan,
-    PartitionFacts,
     choose_rewrite,
     dead_partitions,
     deletes_cost,
@@ -29,7 +29,6 @@ from dircleaner.pipeline.plan import (
     plan_deletions,
     with_ancestors,
 )
-from dircleaner.store.base import FolderRow, PartitionKey
 from tests.test_plan import perfect_facts, worlds
 
 World = tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from dircleaner import audit as restore_module
-from dircleaner.audit import BadAuditLog, RestoreResult, read_audit_entries, restore
+from dircleaner.audit import AuditLog, BadAuditLog, RestoreResult, read_audit_entries, restore
 from dircleaner.errors import UsageError
-from dircleaner.pipeline.delete import AuditLog, ThrottleConfig, execute_plan
-from dircleaner.pipeline.plan import PartitionFacts, plan_deletions
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import open_store
-from dircleaner.store.base import FolderRow, PartitionKey, Store, murmur_token
+from dircleaner.store.base import Store, murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

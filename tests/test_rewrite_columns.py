@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from dircleaner.errors import RewriteUnsupported
-from dircleaner.store.base import PartitionKey, Shard
+from dircleaner.model import PartitionKey, Shard
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us

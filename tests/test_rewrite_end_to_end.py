@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.job.lease import lease_name
+from dircleaner.lease import lease_name
 from dircleaner.paths import dir_of_row
 from dircleaner.store import Store, open_store
 from dircleaner.store.cassandra.config import parse_cassandra_url

@@ -15,12 +15,12 @@ from dircleaner.filter.bloom import ENGINES
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
 from dircleaner.job.run import CleanConfig, SweepConfig
 from dircleaner.job.workers import LocalWorkers, Workers
+from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.build import BuildConfig
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
-from dircleaner.store.base import Shard
 from dircleaner.timeutil import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dircleaner.filter.generation import fresh_generation_id
-from dircleaner.job.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig

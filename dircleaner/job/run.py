@@ -19,7 +19,6 @@ from dircleaner.filter.stored import (
     load_generation,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.job.resume import (
     MAX_CHECKPOINTED_NONEMPTY,
     PHASE_BUILD,
@@ -32,6 +31,8 @@ from dircleaner.job.resume import (
 )
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.job.workers import CLEAN, LocalWorkers, Workers
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.model import BucketDir, PartitionFacts, Shard
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
 from dircleaner.pipeline.build import (
     BuildConfig,
@@ -45,7 +46,7 @@ from dircleaner.pipeline.build import (
 )
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
-from dircleaner.pipeline.plan import BucketDir, DeletionPlan, PartitionFacts, PlanSummary
+from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
 from dircleaner.pipeline.slice import (
     DeleteOrders,
     ShardCleaned,
@@ -56,7 +57,7 @@ from dircleaner.pipeline.slice import (
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import Shard, Store
+from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 
 #: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute

@@ -21,8 +21,9 @@ from typing import Protocol, TypeVar
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.job import local as parallel
 from dircleaner.job.local import FirstPhase, SecondPhase, ShardTask
+from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import Shard, Store
+from dircleaner.store.base import Store
 
 R = TypeVar("R")
 T = TypeVar("T")

@@ -40,8 +40,9 @@ from dircleaner.filter.stored import (
 )
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.workers import BUILD, LocalWorkers, Workers
+from dircleaner.model import PartitionKey, Shard
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import DirCountEstimate, PartitionKey, Shard, Store
+from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
 
 #: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys

@@ -7,15 +7,12 @@ object after T keeps its entry whatever this module does.
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring as _escape
-from pathlib import Path
-from typing import IO
 
+from dircleaner.audit import AuditLog
 from dircleaner.errors import (
     DircleanerError,
     RewriteUnsupported,
@@ -23,7 +20,6 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.plan import ActionKind, DeleteAction, DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
@@ -31,10 +27,6 @@ from dircleaner.store.base import Store
 
 class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
-
-
-class AuditLogFailed(DircleanerError):
-    """The audit log could not be written; nothing more was deleted."""
 
 
 @dataclass(frozen=True)
@@ -117,70 +109,6 @@ class DeleteStats:
     #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
     #: rest of ``directories`` were written after the delete timestamp and kept
     rows_removed: int | None = None
-
-
-class AuditLog:
-    """JSON lines, one per deleted directory entry; ``dircleaner restore`` replays them.
-
-    ``via`` says how the entry went: ``partition``, ``row``, ``range`` or ``rewrite`` (the
-    partition was rewritten without it and deleted at the timestamp). Each line of a range
-    delete also carries the range's bounds (``"range": [first, last]``, in clustering order), so
-    that a resumed run can tell its lines apart from another range's and charge each range
-    delete once, at its cost of two tombstones.
-    """
-
-    def __init__(self, stream: IO[str], generation: str, timestamp_us: int) -> None:
-        self._stream = stream
-        self._generation = generation
-        self._timestamp_us = timestamp_us
-        # Every line is the dict ``json.dumps(..., ensure_ascii=False)`` would write, built from
-        # pre-encoded constant parts and one C-level string escape per field: a dict and an
-        # encoder pass per line was most of the audit cost of large runs. Same bytes.
-        tail = json.dumps(
-            {"delete_ts_us": timestamp_us, "generation": generation}, ensure_ascii=False
-        )[1:]
-        self._tail = tail
-        self._tails = {kind: f'"via": {_escape(kind.value)}, {tail}\n' for kind in ActionKind}
-
-    def record(self, action: DeleteAction) -> None:
-        self.record_many((action,))
-
-    def record_many(self, actions: Iterable[DeleteAction]) -> None:
-        """Write the lines of several actions with one write."""
-        escape = _escape
-        self._stream.write(
-            "".join(
-                f'{{"bucket": {escape(row.bucket)}, '
-                f'"dir": {escape(dir_of_row(row.parent, row.name))}, '
-                f'"parent": {escape(row.parent)}, "name": {escape(row.name)}, {tail}'
-                for action in actions
-                for tail in (self._tail_of(action),)
-                for row in action.rows
-            )
-        )
-
-    def _tail_of(self, action: DeleteAction) -> str:
-        """What follows the name on each of an action's lines."""
-        if action.kind is not ActionKind.RANGE:
-            return self._tails[action.kind]
-        first, last = _escape(action.rows[0].name), _escape(action.rows[-1].name)
-        return f'"via": "range", "range": [{first}, {last}], {self._tail}\n'
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    def write_ahead(self, actions: Sequence[DeleteAction]) -> None:
-        """Record a batch before it is deleted; a failed write stops the run before it."""
-        try:
-            self.record_many(actions)
-            self.flush()
-        except OSError as exc:
-            name = getattr(self._stream, "name", "the audit log")
-            raise AuditLogFailed(
-                f"cannot write the audit log {name}: {exc.strerror or exc}; nothing of this"
-                " batch was deleted; free space (or give another --audit-log) and rerun: the"
-                " next run resumes"
-            ) from exc
 
 
 def execute_plan(
@@ -316,9 +244,3 @@ def _count(stats: DeleteStats, action: DeleteAction) -> None:
 def _chunks(items: Sequence[DeleteAction], size: int) -> Iterator[Sequence[DeleteAction]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def open_audit_log(path: Path) -> IO[str]:
-    """Open an audit log for appending (one JSON object per line)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.open("a", encoding="utf-8")

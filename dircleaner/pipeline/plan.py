@@ -45,10 +45,9 @@ from enum import Enum
 from itertools import chain
 from typing import TypeVar
 
+from dircleaner.model import BucketDir, FolderRange, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
-from dircleaner.store.base import FolderRange, FolderRow, PartitionKey
 
-BucketDir = tuple[str, str]
 T = TypeVar("T")
 
 #: the shortest run of adjacent candidates deleted with one range tombstone (a run of two costs
@@ -57,49 +56,6 @@ MIN_RANGE_ROWS = 3
 #: what a range delete costs against a partition's budget: Cassandra writes it as two bound
 #: markers, and a read of the partition counts each as a tombstone
 RANGE_TOMBSTONES = 2
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionFacts:
-    """What the sweep saw of one folders partition that holds candidates."""
-
-    key: PartitionKey
-    total_rows: int
-    candidates: tuple[FolderRow, ...]
-    #: the partition's own directory was absent from the filter (so every row is a candidate)
-    dir_absent: bool = False
-    #: each candidate's position (0-based) among all the partition's rows in clustering order,
-    #: parallel to ``candidates``; empty when unknown (then no two candidates count as adjacent)
-    ordinals: tuple[int, ...] = ()
-    #: the partition's parent directory was absent from the filter, so the partition's own
-    #: directory is empty even if it is a false positive (its row in the parent's partition, a
-    #: candidate, may sit in another worker's slice: this keeps the decision local)
-    parent_dir_absent: bool = False
-
-    def __post_init__(self) -> None:
-        if len(self.candidates) > self.total_rows:
-            raise ValueError(f"partition {self.key.parent!r}: more candidates than rows")
-        if self.ordinals and (
-            len(self.ordinals) != len(self.candidates)
-            or self.ordinals[0] < 0
-            or self.ordinals[-1] >= self.total_rows
-        ):
-            raise ValueError(f"partition {self.key.parent!r}: ordinals do not fit the candidates")
-
-    def __reduce__(self) -> tuple[type[PartitionFacts], tuple[object, ...]]:
-        # Sweep workers send facts back pickled; the dataclass default for frozen slots classes
-        # (``fields()`` and a setattr per field on every load) was a visible cost at scale.
-        return (
-            PartitionFacts,
-            (
-                self.key,
-                self.total_rows,
-                self.candidates,
-                self.dir_absent,
-                self.ordinals,
-                self.parent_dir_absent,
-            ),
-        )
 
 
 class ActionKind(Enum):

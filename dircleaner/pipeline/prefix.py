@@ -30,10 +30,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from dircleaner.errors import GuardRefused, UsageError
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import SEP, parent_of_dir, validate_bucket, validate_key
-from dircleaner.pipeline.plan import PartitionFacts
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import FolderRow, PartitionKey, Store
+from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 
 #: levels below PREFIX the walk goes down at most: a key is at most 1024 UTF-8 bytes, so no real

@@ -20,29 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dircleaner.job.lease import lease_check
+from dircleaner.audit import AuditLog, open_audit_log
+from dircleaner.lease import lease_check
+from dircleaner.model import BucketDir, PartitionFacts, Shard
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
-from dircleaner.pipeline.delete import (
-    AuditLog,
-    DeleteStats,
-    ThrottleConfig,
-    execute_plan,
-    open_audit_log,
-)
-from dircleaner.pipeline.plan import (
-    BucketDir,
-    DeletionPlan,
-    PartitionFacts,
-    PlanSummary,
-    drop_nonempty,
-    plan_deletions,
-)
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
+from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
 from dircleaner.progress import Progress
-from dircleaner.store.base import Shard, Store
-
-#: candidate directories handed to the store's re-check at once
-RECHECK_BATCH = 100_000
+from dircleaner.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -106,34 +93,6 @@ def sweep_and_recheck(
         progress("verify", checked, checked)
     swept = ShardSwept(result.totals(), checked, time.monotonic() - started, frozenset(nonempty))
     return swept, result.facts
-
-
-def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> tuple[set[BucketDir], int]:
-    """Re-check every empty directory's objects partition: (the non-empty ones, how many checked).
-
-    Streams the directories in chunks rather than building one set of them all: each candidate
-    row is a distinct directory, and an absent partition's own directory is almost always also a
-    candidate row of its parent partition, so only the few that are not are kept aside (in a
-    slice, its parent partition may be in another slice: then it is checked here too).
-    """
-    orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
-    nonempty: set[BucketDir] = set()
-    checked = 0
-    chunk: list[BucketDir] = []
-    for fact in facts:
-        for row in fact.candidates:
-            directory = (row.bucket, row.parent + row.name + "/")
-            orphans.discard(directory)
-            chunk.append(directory)
-        if len(chunk) >= RECHECK_BATCH:
-            nonempty |= store.nonempty_object_partitions(chunk)
-            checked += len(chunk)
-            chunk = []
-    chunk.extend(sorted(orphans))
-    if chunk:
-        nonempty |= store.nonempty_object_partitions(chunk)
-        checked += len(chunk)
-    return nonempty, checked
 
 
 def plan_and_delete(

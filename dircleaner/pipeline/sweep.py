@@ -20,10 +20,9 @@ from typing import Protocol
 
 import numpy as np
 
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import parent_of_dir
-from dircleaner.pipeline.plan import PartitionFacts
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import FolderRow, PartitionKey
 
 
 class MembershipFilter(Protocol):

@@ -23,7 +23,8 @@ from typing import IO
 
 from dircleaner.errors import UsageError
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.store.base import BulkLoader, Shard, Store
+from dircleaner.model import Shard
+from dircleaner.store.base import BulkLoader, Store
 from dircleaner.synth.layouts import (
     DEEP_CHAIN_EMPTIES,
     TMP_DIRS,

@@ -67,19 +67,9 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
+from dircleaner.model import MAX_TOKEN, MIN_TOKEN, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
-from dircleaner.store.base import (
-    MAX_TOKEN,
-    MIN_TOKEN,
-    PARTITION_PAGE_ROWS,
-    DirCountEstimate,
-    FolderRange,
-    FolderRow,
-    PartitionKey,
-    Shard,
-    Store,
-    TombstoneCharge,
-)
+from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate, Store, TombstoneCharge
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
     load_cassandra_config,
