@@ -67,7 +67,8 @@ from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
 from dircleaner.progress import Progress  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
 from dircleaner.store.base import Store  # noqa: E402
-from dircleaner.store.cassandra.store import CassandraStore, stored_parent  # noqa: E402
+from dircleaner.store.cassandra.mapping import stored_parent  # noqa: E402
+from dircleaner.store.cassandra.store import CassandraStore  # noqa: E402
 from dircleaner.synth import SynthSpec, generate  # noqa: E402
 from dircleaner.synth.groundtruth import (  # noqa: E402
     audited_dirs,

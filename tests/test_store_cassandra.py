@@ -49,19 +49,11 @@ from dircleaner.store.cassandra.config import (
     load_cassandra_config,
     parse_cassandra_url,
 )
-from dircleaner.store.cassandra.store import (
-    CassandraStore,
-    RangeAwarePolicy,
-    cql_token_bounds,
-    in_size,
-    init_schema,
-    map_error,
-    model_parent,
-    partition_token,
-    ring_splits,
-    schema_cql,
-    stored_parent,
-)
+from dircleaner.store.cassandra.mapping import in_size, model_parent, partition_token, stored_parent
+from dircleaner.store.cassandra.ring import RangeAwarePolicy, cql_token_bounds, ring_splits
+from dircleaner.store.cassandra.schema import init_schema, schema_cql
+from dircleaner.store.cassandra.session import map_error
+from dircleaner.store.cassandra.store import CassandraStore
 from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
 from tests.test_sweep import SetFilter, dir_key
 

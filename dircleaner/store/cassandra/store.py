@@ -12,62 +12,37 @@ replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictl
 from __future__ import annotations
 
 import bisect
-import itertools
 import logging
 import math
 import queue
 import random
 import re
-import ssl
 import threading
-import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from cassandra import (
     ConsistencyLevel,
-    OperationTimedOut,
-    ReadTimeout,
-    Unavailable,
-    WriteTimeout,
 )
-from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import (
-    EXEC_PROFILE_DEFAULT,
-    Cluster,
-    ExecutionProfile,
-    NoHostAvailable,
     Session,
 )
 from cassandra.concurrent import execute_concurrent
-from cassandra.connection import ConnectionException
-from cassandra.metadata import Murmur3Token
-from cassandra.policies import (
-    DCAwareRoundRobinPolicy,
-    HostDistance,
-    TokenAwarePolicy,
-)
-from cassandra.protocol import IsBootstrappingErrorMessage, OverloadedErrorMessage
 from cassandra.query import (
     UNSET_VALUE,
     BatchStatement,
     BatchType,
     PreparedStatement,
-    SimpleStatement,
-    tuple_factory,
 )
 
 from dircleaner.errors import (
     RewriteUnsupported,
     SchemaError,
-    StoreUnavailable,
-    TransientStoreError,
     UsageError,
 )
-from dircleaner.model import MAX_TOKEN, MIN_TOKEN, FolderRange, FolderRow, PartitionKey, Shard
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate, Store, TombstoneCharge
 from dircleaner.store.cassandra.config import (
@@ -75,19 +50,25 @@ from dircleaner.store.cassandra.config import (
     load_cassandra_config,
     parse_cassandra_url,
 )
+from dircleaner.store.cassandra.mapping import (
+    _q,
+    in_size,
+    model_parent,
+    partition_token,
+    stored_parent,
+)
+from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
+from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
+from dircleaner.store.cassandra.session import (
+    TRANSIENT_ERRORS,
+    _backoff,
+    _connect,
+    _one_line,
+    _ttl,
+    map_error,
+)
 
-__all__ = [
-    "CassandraStore",
-    "RangeAwarePolicy",
-    "cql_token_bounds",
-    "init_schema",
-    "map_error",
-    "model_parent",
-    "partition_token",
-    "ring_splits",
-    "schema_cql",
-    "stored_parent",
-]
+__all__ = ["CassandraStore"]
 
 log = logging.getLogger(__name__)
 
@@ -111,423 +92,11 @@ VERIFY_WAVE_READS = 1000
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
 
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    ReadTimeout,
-    WriteTimeout,
-    Unavailable,
-    OperationTimedOut,
-    OverloadedErrorMessage,
-    IsBootstrappingErrorMessage,
-    NoHostAvailable,
-    ConnectionException,
-)
 
 _TRACE_COUNTS = re.compile(r"Read (\d+) live (?:rows )?and (\d+) tombstone cells")
 
 T = TypeVar("T")
 Params = tuple[object, ...]
-
-
-def map_error(exc: BaseException) -> BaseException:
-    """A driver timeout/overload becomes TransientStoreError (worth a retry); others unchanged."""
-    if isinstance(exc, TRANSIENT_ERRORS) and not isinstance(exc, TransientStoreError):
-        mapped = TransientStoreError(f"{type(exc).__name__}: {_one_line(exc)}")
-        mapped.__cause__ = exc
-        return mapped
-    return exc
-
-
-def _one_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _ttl(seconds: float) -> int:
-    """A TTL in whole seconds, never below 1 (0 would mean none)."""
-    return max(1, math.ceil(seconds))
-
-
-def _q(identifier: str) -> str:
-    """Double-quote a validated identifier (config validated it as [A-Za-z_][A-Za-z0-9_]*)."""
-    return f'"{identifier}"'
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.1 * 2**attempt, 2.0) * (0.5 + random.random()))
-
-
-def stored_parent(cfg: CassandraConfig, parent: str) -> str:
-    """Model parent → stored value; a bijection, so no two parents share a partition.
-
-    The root ``""`` is stored as ``root_parent``. With a ``parent_prefix`` every other parent is
-    stored behind it (``a/`` → ``/a/``). Without one, parents are stored as they are, except
-    that a parent starting with the root's value gets it once more in front (``/`` → ``//``),
-    so a key such as ``/x`` cannot land in the root's partition.
-    """
-    root, prefix = cfg.root_parent, cfg.parent_prefix
-    if parent == "":
-        return root
-    if prefix:
-        return prefix + parent
-    return root + parent if parent.startswith(root) else parent
-
-
-def model_parent(cfg: CassandraConfig, stored: str) -> str:
-    """Stored value → model parent (the inverse of stored_parent)."""
-    root, prefix = cfg.root_parent, cfg.parent_prefix
-    if stored == root:
-        return ""
-    if prefix:
-        if not stored.startswith(prefix):
-            raise SchemaError(
-                f"stored parent {stored!r} lacks the configured parent_prefix {prefix!r};"
-                " check the [cassandra] mapping"
-            )
-        return stored[len(prefix) :]
-    return stored[len(root) :] if stored.startswith(root) else stored
-
-
-def partition_token(values: Sequence[str]) -> int:
-    """The Murmur3 token Cassandra gives a partition key of text columns, computed here.
-
-    The routing key is what the driver builds for a bound statement: a single column's UTF-8
-    bytes, or for a composite key each component as a 2-byte length, the bytes and a 0 byte.
-    """
-    parts = [value.encode("utf-8") for value in values]
-    if any(len(part) > 0xFFFF for part in parts):
-        raise UsageError("a partition key component is longer than 65535 bytes")
-    if len(parts) == 1:
-        key = parts[0]
-    else:
-        key = b"".join(len(part).to_bytes(2, "big") + part + b"\0" for part in parts)
-    return int(Murmur3Token.hash_fn(key))
-
-
-def in_size(keys: int, batch: int) -> int:
-    """The ``IN`` size a chunk of ``keys`` partitions is padded to: a power of two or ``batch``."""
-    return min(1 << (keys - 1).bit_length(), batch)
-
-
-# -- token ranges -----------------------------------------------------------------------------
-
-
-def ring_splits(
-    ring: Sequence[int], splits_per_range: int, lo: int = MIN_TOKEN, hi: int = MAX_TOKEN
-) -> list[tuple[int, int]]:
-    """Inclusive, sorted, disjoint token splits covering exactly ``[lo, hi]``.
-
-    Each ring token owns ``(previous token, token]``; the range past the last token wraps to
-    ``[MIN_TOKEN, first token]``. Each range is cut into ``splits_per_range`` equal splits.
-    """
-    tokens = sorted(set(ring))
-    bounds: list[tuple[int, int]] = []
-    if not tokens:
-        bounds.append((MIN_TOKEN, MAX_TOKEN))
-    else:
-        bounds.append((MIN_TOKEN, tokens[0]))
-        bounds.extend((a + 1, b) for a, b in itertools.pairwise(tokens))
-        if tokens[-1] < MAX_TOKEN:
-            bounds.append((tokens[-1] + 1, MAX_TOKEN))
-    out: list[tuple[int, int]] = []
-    for start, end in bounds:
-        width = end - start + 1
-        parts = min(splits_per_range, width)
-        for j in range(parts):
-            s = start + width * j // parts
-            e = start + width * (j + 1) // parts - 1
-            s, e = max(s, lo), min(e, hi)
-            if s <= e:
-                out.append((s, e))
-    return out
-
-
-def cql_token_bounds(lo: int, hi: int) -> tuple[int, int] | None:
-    """``(a, b)`` for ``token > a AND token <= b`` covering inclusive ``[lo, hi]``, or None.
-
-    Murmur3 never gives a partition MIN_TOKEN (the partitioner maps it to MAX_TOKEN), so
-    ``token > MIN_TOKEN`` loses nothing, and a split that holds only MIN_TOKEN is empty: it must
-    not be sent, because Cassandra reads ``(MIN, MIN]`` as the whole ring.
-    """
-    if hi <= MIN_TOKEN:
-        return None
-    return (lo - 1 if lo > MIN_TOKEN else MIN_TOKEN), hi
-
-
-class RangeAwarePolicy(TokenAwarePolicy):  # type: ignore[misc]
-    """TokenAwarePolicy that also routes token-range reads to a replica of their range.
-
-    The driver can only route by partition key; a statement carrying a ``routing_token``
-    attribute (set by our scans) is sent first to the live local replicas owning that token,
-    then to the child policy's other hosts, so failover still works.
-    """
-
-    def make_query_plan(self, working_keyspace: Any = None, query: Any = None) -> Iterator[Any]:
-        token = getattr(query, "routing_token", None)
-        metadata = self._cluster_metadata
-        keyspace = (query.keyspace if query is not None else None) or working_keyspace
-        if token is None or keyspace is None or metadata is None or metadata.token_map is None:
-            yield from super().make_query_plan(working_keyspace, query)
-            return
-        child = self._child_policy
-        replicas = metadata.token_map.get_replicas(keyspace, Murmur3Token(token))
-        for replica in replicas:
-            if replica.is_up and child.distance(replica) == HostDistance.LOCAL:
-                yield replica
-        for host in child.make_query_plan(keyspace, query):
-            if host not in replicas or child.distance(host) == HostDistance.REMOTE:
-                yield host
-
-
-# -- schema -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _TableSpec:
-    """What the mapping expects of one table: key columns and column types."""
-
-    name: str
-    partition_key: tuple[str, ...]
-    clustering: tuple[str, ...]
-    #: the clustering key must be exactly this (False: only start with it)
-    exact_clustering: bool
-    types: tuple[tuple[str, str], ...]
-
-    def ddl(self, keyspace: str) -> str:
-        cols = ", ".join(f"{_q(col)} {typ}" for col, typ in self.types)
-        pk = "(" + ", ".join(_q(c) for c in self.partition_key) + ")"
-        key = ", ".join([pk, *(_q(c) for c in self.clustering)])
-        table = f"{_q(keyspace)}.{_q(self.name)}"
-        return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({key}))"
-
-
-def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
-    """(role, spec) of every table the mapping names."""
-    key = (*((cfg.columns.bucket,) if cfg.columns.bucket else ()), cfg.columns.parent)
-    index_types = tuple((col, "text") for col in (*key, cfg.columns.name))
-    return [
-        ("objects", _TableSpec(cfg.tables.objects, key, (cfg.columns.name,), False, index_types)),
-        ("folders", _TableSpec(cfg.tables.folders, key, (cfg.columns.name,), True, index_types)),
-        (
-            "filters",
-            _TableSpec(
-                cfg.tables.filters,
-                ("generation", "shard"),
-                ("seq",),
-                True,
-                (("generation", "text"), ("shard", "int"), ("seq", "int"), ("data", "blob")),
-            ),
-        ),
-        (
-            "state",
-            _TableSpec(cfg.tables.state, ("key",), (), True, (("key", "text"), ("value", "text"))),
-        ),
-        (
-            "ledger",
-            _TableSpec(
-                cfg.tables.ledger,
-                ("bucket", "parent"),
-                ("generation", "charge"),
-                True,
-                (
-                    ("bucket", "text"),
-                    ("parent", "text"),
-                    ("generation", "text"),
-                    ("charge", "text"),
-                    ("cost", "int"),
-                ),
-            ),
-        ),
-    ]
-
-
-def schema_cql(cfg: CassandraConfig) -> list[str]:
-    """The DDL ``init-schema`` runs (idempotent: IF NOT EXISTS), for review or manual use."""
-    keyspace = (
-        f"CREATE KEYSPACE IF NOT EXISTS {_q(cfg.keyspace)} WITH replication = "
-        f"{{'class': 'SimpleStrategy', 'replication_factor': {int(cfg.replication_factor)}}}"
-    )
-    return [keyspace, *(spec.ddl(cfg.keyspace) for _, spec in _table_specs(cfg))]
-
-
-def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
-    """Raise SchemaError naming the first missing or mis-shaped keyspace, table or column."""
-    ks = metadata.keyspaces.get(cfg.keyspace)
-    if ks is None:
-        raise SchemaError(
-            f"keyspace {cfg.keyspace!r} does not exist at {cfg.contact}"
-            " (check the URL or config; 'dircleaner init-schema' creates the reference schema)"
-        )
-    for role, spec in _table_specs(cfg):
-        where = f"{cfg.keyspace}.{spec.name}"
-        table = ks.tables.get(spec.name)
-        if table is None:
-            hint = (
-                "run 'dircleaner init-schema'"
-                if role in ("filters", "state", "ledger")
-                else "check [cassandra.tables]"
-            )
-            raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
-        for col, typ in spec.types:
-            column = table.columns.get(col)
-            if column is None:
-                raise SchemaError(
-                    f"column {col!r} does not exist in table {where} (check [cassandra.columns];"
-                    " names are case-sensitive)"
-                )
-            actual = str(column.cql_type)
-            if actual.replace("varchar", "text") != typ:
-                raise SchemaError(f"column {where}.{col} is {actual}, expected {typ}")
-        partition = tuple(c.name for c in table.partition_key)
-        if partition != spec.partition_key:
-            raise SchemaError(
-                f"table {where} is partitioned by ({', '.join(partition)}), the mapping expects"
-                f" ({', '.join(spec.partition_key)})"
-            )
-        clustering = tuple(c.name for c in table.clustering_key)
-        expected = spec.clustering
-        if clustering[: len(expected)] != expected or (
-            spec.exact_clustering and clustering != expected
-        ):
-            raise SchemaError(
-                f"table {where} has clustering columns ({', '.join(clustering)}), the mapping"
-                f" expects ({', '.join(expected)}{'' if spec.exact_clustering else ', …'})"
-            )
-
-
-def _missing_schema(metadata: Any, cfg: CassandraConfig) -> list[str]:
-    """Human names of the keyspace/tables init-schema would create."""
-    ks = metadata.keyspaces.get(cfg.keyspace)
-    if ks is None:
-        return [f"keyspace {cfg.keyspace}"] + [
-            f"table {cfg.keyspace}.{spec.name}" for _, spec in _table_specs(cfg)
-        ]
-    return [
-        f"table {cfg.keyspace}.{spec.name}"
-        for _, spec in _table_specs(cfg)
-        if spec.name not in ks.tables
-    ]
-
-
-# -- connecting -------------------------------------------------------------------------------
-
-_PHASES = ("build", "sweep", "verify", "delete", "write", "meta")
-
-
-def _ssl_context(cfg: CassandraConfig) -> ssl.SSLContext | None:
-    if not cfg.tls.enabled:
-        return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    try:
-        if cfg.tls.verify:
-            if cfg.tls.ca_file is not None:
-                ctx.load_verify_locations(cafile=str(cfg.tls.ca_file))
-            else:
-                ctx.load_default_certs()
-        else:
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        if cfg.tls.cert_file is not None and cfg.tls.key_file is not None:
-            ctx.load_cert_chain(str(cfg.tls.cert_file), str(cfg.tls.key_file))
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot load TLS files: {_one_line(exc)}") from exc
-    return ctx
-
-
-def _cluster(cfg: CassandraConfig) -> Any:
-    policy = RangeAwarePolicy(DCAwareRoundRobinPolicy(local_dc=cfg.local_dc))
-
-    def profile(level: str) -> Any:
-        return ExecutionProfile(
-            load_balancing_policy=policy,
-            consistency_level=getattr(ConsistencyLevel, level),
-            request_timeout=cfg.request_timeout_s,
-            row_factory=tuple_factory,
-        )
-
-    profiles = {phase: profile(getattr(cfg.consistency, phase)) for phase in _PHASES}
-    profiles[EXEC_PROFILE_DEFAULT] = profile(cfg.consistency.meta)
-    profiles["trace"] = profile("ONE")
-    # The lease: Paxos at SERIAL (every DC agrees on one holder), committed at QUORUM.
-    profiles["lease"] = ExecutionProfile(
-        load_balancing_policy=policy,
-        consistency_level=ConsistencyLevel.QUORUM,
-        serial_consistency_level=ConsistencyLevel.SERIAL,
-        request_timeout=cfg.request_timeout_s,
-        row_factory=tuple_factory,
-    )
-    options: dict[str, Any] = {}
-    if cfg.protocol_version is not None:
-        options["protocol_version"] = cfg.protocol_version
-    auth = (
-        PlainTextAuthProvider(username=cfg.auth.username, password=cfg.auth.password)
-        if cfg.auth.username is not None
-        else None
-    )
-    return Cluster(
-        contact_points=list(cfg.hosts),
-        port=cfg.port,
-        execution_profiles=profiles,
-        auth_provider=auth,
-        ssl_context=_ssl_context(cfg),
-        connect_timeout=cfg.connect_timeout_s,
-        control_connection_timeout=cfg.connect_timeout_s,
-        **options,
-    )
-
-
-def _connect(cfg: CassandraConfig) -> tuple[Any, Session]:
-    """Connect with bounded retries; StoreUnavailable (one line) when no host answers."""
-    reason = "no attempt made"
-    for attempt in range(1, cfg.connect_retries + 1):
-        cluster = _cluster(cfg)
-        try:
-            return cluster, cluster.connect()
-        except NoHostAvailable as exc:
-            errors = list(getattr(exc, "errors", {}).values())
-            reason = _one_line(errors[0]) if errors else _one_line(exc)
-            auth_failed = any(
-                "AuthenticationFailed" in type(e).__name__ or "Bad credentials" in str(e)
-                for e in errors
-            )
-        except (OperationTimedOut, ConnectionException, OSError) as exc:
-            reason, auth_failed = _one_line(exc), False
-        cluster.shutdown()
-        if auth_failed:
-            raise StoreUnavailable(
-                f"Cassandra at {cfg.contact} refused our credentials ([cassandra.auth] or"
-                f" DIRCLEANER_CASSANDRA_USERNAME/PASSWORD): {reason}"
-            )
-        if attempt < cfg.connect_retries:
-            _backoff(attempt + 2)
-    raise StoreUnavailable(
-        f"cannot reach Cassandra at {cfg.contact} after {cfg.connect_retries} attempts: {reason}"
-    )
-
-
-def init_schema(url: str, *, config_path: Path | None = None) -> list[str]:
-    """Create the keyspace and tables the mapping names where missing; the names created.
-
-    Existing tables are left untouched (a real metastore keeps its own), then the whole mapping
-    is checked as ``open`` does. Idempotent: a second call returns ``[]``.
-    """
-    cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
-    cluster, session = _connect(cfg)
-    try:
-        created = _missing_schema(cluster.metadata, cfg)
-        _create_schema(cluster, session, cfg)
-        return created
-    finally:
-        cluster.shutdown()
-
-
-def _create_schema(cluster: Any, session: Session, cfg: CassandraConfig) -> None:
-    if not _missing_schema(cluster.metadata, cfg):
-        _check_schema(cluster.metadata, cfg)
-        return
-    for ddl in schema_cql(cfg):
-        session.execute(SimpleStatement(ddl), timeout=max(cfg.request_timeout_s, 60.0))
-    cluster.refresh_schema_metadata()
-    _check_schema(cluster.metadata, cfg)
 
 
 # -- the store ---------------------------------------------------------------------------------
