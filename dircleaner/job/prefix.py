@@ -1,8 +1,8 @@
 """``clean --prefix``: clean one subtree now, after a mass delete, without the store-wide job.
 
-The prefix walk (``prefixwalk``) decides exactly which directories under PREFIX are empty and
+The prefix walk (``pipeline.prefix``) decides exactly which directories under PREFIX are empty and
 describes them as the sweep would (``PartitionFacts``); from there the subtree goes through the
-nightly clean's own second phase, ``shardclean.plan_and_delete``: the same planner (subtree
+nightly clean's own second phase, ``pipeline.slice.plan_and_delete``: the same planner (subtree
 collapse, range deletes, the per-partition budget), the same deleter (rate limit, bounded
 concurrency, retries, the audit log). Deletes go at T = walk start - ``--min-age``, so a
 directory written after T (an object put during the walk rewrites every ancestor's row) survives.
@@ -44,7 +44,7 @@ DEFAULT_MAX_DELETES = 1_000_000
 class PrefixCleanConfig:
     """What to clean under which prefix, and how."""
 
-    #: a normalised directory (``prefixwalk.normalise_prefix``)
+    #: a normalised directory (``pipeline.prefix.normalise_prefix``)
     prefix: str
     bucket: str = DEFAULT_BUCKET
     min_age_s: float = 600.0
