@@ -58,7 +58,6 @@ from cassandra.concurrent import execute_concurrent  # noqa: E402
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy  # noqa: E402
 from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
 
-from dircleaner.job.local import map_shards  # noqa: E402
 from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
 from dircleaner.model import FolderRow, Shard  # noqa: E402
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
@@ -77,6 +76,7 @@ from dircleaner.synth.groundtruth import (  # noqa: E402
     score,
     tombstones_by_partition,
 )
+from dircleaner.workers.local import map_shards  # noqa: E402
 
 STATE_KEY = "bench:dataset"
 #: bump when the dataset a given (dirs, seed, ...) produces changes

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from dircleaner.errors import DircleanerError, UsageError
+from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.paths import dir_of_row
-from dircleaner.pipeline.plan import ActionKind, DeleteAction
 from dircleaner.store.base import Store
 
 RESTORE_BATCH = 1000

@@ -1,4 +1,4 @@
-"""The shared types of the pipeline: ring slices, index rows, partition keys and facts.
+"""The shared types of the pipeline: ring slices, index rows, partition facts, plan actions.
 
 Every step speaks these: the stores yield them, the sweep and the prefix walk describe what they
 saw with them, the planner plans from them. Plain data, no IO.
@@ -7,6 +7,7 @@ saw with them, the planner plans from them. Plain data, no IO.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
 
 MIN_TOKEN = -(2**63)
@@ -128,3 +129,48 @@ class PartitionFacts:
                 self.parent_dir_absent,
             ),
         )
+
+
+#: what a range delete costs against a partition's budget: Cassandra writes it as two bound
+#: markers, and a read of the partition counts each as a tombstone
+RANGE_TOMBSTONES = 2
+
+
+class ActionKind(Enum):
+    """How one delete is issued."""
+
+    PARTITION = "partition"
+    ROW = "row"
+    #: the rows between a run's first and last name, inclusive (the run's rows and no others)
+    RANGE = "range"
+    #: a live partition rewritten: every row but these copied at T+1, then the partition
+    #: deleted at T (a partition-level deletion: no tombstone cell)
+    REWRITE = "rewrite"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAction:
+    """One delete statement and the directory entries it removes."""
+
+    kind: ActionKind
+    partition: PartitionKey
+    #: the entries removed; a RANGE's rows in clustering order, its bounds the first and last
+    rows: tuple[FolderRow, ...]
+
+    @property
+    def tombstones(self) -> int:
+        """What the delete costs against its partition's budget (a partition delete: none)."""
+        return _COST[self.kind]
+
+    def folder_range(self) -> FolderRange:
+        """A RANGE action as the store's range: its partition, first and last name."""
+        key = self.partition
+        return FolderRange(key.token, key.bucket, key.parent, self.rows[0].name, self.rows[-1].name)
+
+
+_COST = {
+    ActionKind.PARTITION: 0,
+    ActionKind.ROW: 1,
+    ActionKind.RANGE: RANGE_TOMBSTONES,
+    ActionKind.REWRITE: 0,
+}

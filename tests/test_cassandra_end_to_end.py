@@ -28,12 +28,12 @@ from click.testing import CliRunner, Result
 from dircleaner.cli import cli
 from dircleaner.filter.stored import list_generations
 from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
-from dircleaner.model import PartitionKey, Shard
+from dircleaner.model import ActionKind, PartitionKey, Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of, swept_count_key
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.guards import GuardConfig
-from dircleaner.pipeline.plan import ActionKind, plan_deletions
+from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us

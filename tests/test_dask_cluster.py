@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.errors import DircleanerError
-from dircleaner.job.daskcluster import DaskWorkers
 from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_clean, run_job
-from dircleaner.job.workers import SliceFailed
 from dircleaner.lease import CHECK_INTERVAL_S
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
@@ -31,6 +29,8 @@ from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import SliceFailed
+from dircleaner.workers.daskcluster import DaskWorkers
 from tests.daskcluster import ROOT, LoopbackCluster
 from tests.helpers import audit_entries, invoke, tombstones_per_partition
 

@@ -17,11 +17,18 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.model import FolderRange, FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import (
+    ActionKind,
+    DeleteAction,
+    FolderRange,
+    FolderRow,
+    PartitionFacts,
+    PartitionKey,
+)
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import AdaptiveRate, DeleteFailed, ThrottleConfig, execute_plan
-from dircleaner.pipeline.plan import ActionKind, DeleteAction, DeletionPlan, plan_deletions
+from dircleaner.pipeline.plan import DeletionPlan, plan_deletions
 from dircleaner.store.base import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.model import ActionKind
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
-from dircleaner.pipeline.plan import ActionKind
 from dircleaner.store import open_store
 from dircleaner.timeutil import now_us
 

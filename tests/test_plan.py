@@ -11,13 +11,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner.model import FolderRange, FolderRow, PartitionFacts, PartitionKey
-from dircleaner.paths import dir_of_row, directories_of, folder_row_of
-from dircleaner.pipeline.plan import (
-    MIN_RANGE_ROWS,
+from dircleaner.model import (
     RANGE_TOMBSTONES,
     ActionKind,
     DeleteAction,
+    FolderRange,
+    FolderRow,
+    PartitionFacts,
+    PartitionKey,
+)
+from dircleaner.paths import dir_of_row, directories_of, folder_row_of
+from dircleaner.pipeline.plan import (
+    MIN_RANGE_ROWS,
     DeletionPlan,
     PlanSummary,
     drop_nonempty,

@@ -15,11 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import ActionKind, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
-    ActionKind,
     DeletionPlan,
     choose_rewrite,
     dead_partitions,

@@ -34,10 +34,18 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.model import MAX_TOKEN, MIN_TOKEN, FolderRange, FolderRow, PartitionKey, Shard
+from dircleaner.model import (
+    MAX_TOKEN,
+    MIN_TOKEN,
+    ActionKind,
+    FolderRange,
+    FolderRow,
+    PartitionKey,
+    Shard,
+)
 from dircleaner.paths import split_key
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
-from dircleaner.pipeline.plan import ActionKind, plan_deletions
+from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.pipeline.sweep import sweep
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import (

@@ -50,9 +50,9 @@ from dircleaner.cli.report import (
 )
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.job.run import run_clean, run_job, run_sweep
-from dircleaner.job.workers import Workers
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.build import build_filter
+from dircleaner.workers.base import Workers
 
 
 @click.command()

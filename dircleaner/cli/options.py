@@ -14,7 +14,6 @@ from dircleaner.errors import UsageError
 from dircleaner.filter.bloom import ENGINES
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
 from dircleaner.job.run import CleanConfig, SweepConfig
-from dircleaner.job.workers import LocalWorkers, Workers
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.build import BuildConfig
@@ -22,6 +21,7 @@ from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
 from dircleaner.timeutil import parse_duration
+from dircleaner.workers.base import LocalWorkers, Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -284,7 +284,7 @@ def open_workers(params: dict[str, Any]) -> Workers:
         return LocalWorkers(params["workers"])
     if params["workers"] != 1:
         raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
-    from dircleaner.job.daskcluster import DaskWorkers
+    from dircleaner.workers.daskcluster import DaskWorkers
 
     return DaskWorkers(scheduler, params.get("slices"))
 

@@ -1,1 +1,1 @@
-"""The job around the steps: run, resume, the lease, the workers (local or Dask)."""
+"""The job around the steps: the nightly run, the prefix clean, resume."""

@@ -30,7 +30,6 @@ from dircleaner.job.resume import (
     save_run_state,
 )
 from dircleaner.job.sharedfilter import SharedFilter
-from dircleaner.job.workers import CLEAN, LocalWorkers, Workers
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.model import BucketDir, PartitionFacts, Shard
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
@@ -59,6 +58,7 @@ from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
 
 #: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
 DEFAULT_MAX_REWRITE_ROWS = 100_000

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from dircleaner.model import PartitionFacts
-from dircleaner.pipeline.plan import DeleteAction, dead_partitions
+from dircleaner.model import DeleteAction, PartitionFacts
+from dircleaner.pipeline.plan import dead_partitions
 from dircleaner.store.base import Store, TombstoneCharge
 
 #: Cassandra's default tombstone_warn_threshold, when the node does not say

@@ -39,11 +39,11 @@ from dircleaner.filter.stored import (
     save_filter_part,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.workers import BUILD, LocalWorkers, Workers
 from dircleaner.model import PartitionKey, Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import BUILD, LocalWorkers, Workers
 
 #: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys
 #: arrive in token order, so siblings are far apart; at 30M directories 2**20 entries cut the

@@ -20,7 +20,8 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.pipeline.plan import ActionKind, DeleteAction, DeletionPlan
+from dircleaner.model import ActionKind, DeleteAction
+from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
 

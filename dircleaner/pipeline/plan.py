@@ -41,11 +41,17 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from itertools import chain
 from typing import TypeVar
 
-from dircleaner.model import BucketDir, FolderRange, FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import (
+    RANGE_TOMBSTONES,
+    ActionKind,
+    BucketDir,
+    DeleteAction,
+    FolderRow,
+    PartitionFacts,
+)
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
 
 T = TypeVar("T")
@@ -53,49 +59,6 @@ T = TypeVar("T")
 #: the shortest run of adjacent candidates deleted with one range tombstone (a run of two costs
 #: two either way, and row tombstones shadow nothing but their own rows)
 MIN_RANGE_ROWS = 3
-#: what a range delete costs against a partition's budget: Cassandra writes it as two bound
-#: markers, and a read of the partition counts each as a tombstone
-RANGE_TOMBSTONES = 2
-
-
-class ActionKind(Enum):
-    """How one delete is issued."""
-
-    PARTITION = "partition"
-    ROW = "row"
-    #: the rows between a run's first and last name, inclusive (the run's rows and no others)
-    RANGE = "range"
-    #: a live partition rewritten: every row but these copied at T+1, then the partition
-    #: deleted at T (a partition-level deletion: no tombstone cell)
-    REWRITE = "rewrite"
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteAction:
-    """One delete statement and the directory entries it removes."""
-
-    kind: ActionKind
-    partition: PartitionKey
-    #: the entries removed; a RANGE's rows in clustering order, its bounds the first and last
-    rows: tuple[FolderRow, ...]
-
-    @property
-    def tombstones(self) -> int:
-        """What the delete costs against its partition's budget (a partition delete: none)."""
-        return _COST[self.kind]
-
-    def folder_range(self) -> FolderRange:
-        """A RANGE action as the store's range: its partition, first and last name."""
-        key = self.partition
-        return FolderRange(key.token, key.bucket, key.parent, self.rows[0].name, self.rows[-1].name)
-
-
-_COST = {
-    ActionKind.PARTITION: 0,
-    ActionKind.ROW: 1,
-    ActionKind.RANGE: RANGE_TOMBSTONES,
-    ActionKind.REWRITE: 0,
-}
 
 
 @dataclass(frozen=True)

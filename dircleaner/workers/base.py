@@ -3,9 +3,9 @@
 Two mechanisms implement it:
 
 - ``LocalWorkers`` (the zero set-up default): one forked process per slice on this machine
-  (``dircleaner.job.local``); the workers die with the parent.
-- ``DaskWorkers`` (``--scheduler``, in ``dircleaner.job.daskcluster``): tasks on a Dask distributed
-  cluster, the ring cut into many more slices than worker threads.
+  (``dircleaner.workers.local``); the workers die with the parent.
+- ``DaskWorkers`` (``--scheduler``, in ``dircleaner.workers.daskcluster``): tasks on a Dask
+  distributed cluster, the ring cut into many more slices than worker threads.
 
 A task is ``task(store, shard, progress)``; the mechanism hands it a store connection of its own
 (opened in the process that runs it from the parent store's URL and config path: a driver
@@ -19,11 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
-from dircleaner.job import local as parallel
-from dircleaner.job.local import FirstPhase, SecondPhase, ShardTask
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
+from dircleaner.workers import local as parallel
+from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
 
 R = TypeVar("R")
 T = TypeVar("T")

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
-from dircleaner.job.local import FirstPhase, SecondPhase, ShardTask
-from dircleaner.job.workers import BUILD, SliceFailed
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
+from dircleaner.workers.base import BUILD, SliceFailed
+from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
 
 R = TypeVar("R")
 T = TypeVar("T")

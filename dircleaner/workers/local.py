@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError
 from dircleaner.filter.bloom import finish_loading_kernels
-from dircleaner.job import interrupt
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
+from dircleaner.workers import interrupt
 
 R = TypeVar("R")
 T = TypeVar("T")
