@@ -216,7 +216,10 @@ clean_options = _apply(
             type=click.IntRange(min=1),
             default=32,
             show_default=True,
-            help="Deletes in flight at once.",
+            help=(
+                "Deletes per batch (each batch is audited, charged and lease-checked first);"
+                " a Cassandra store sends at most its config's concurrency (16) at once."
+            ),
         ),
         click.option(
             "--audit-log",
