@@ -17,8 +17,8 @@ import pybloom_live
 import pytest
 import rbloom
 
-from dircleaner import bloom
-from dircleaner.bloom import BloomFilter, pack_keys
+from dircleaner.filter import bloom
+from dircleaner.filter.bloom import BloomFilter, pack_keys
 
 N = 1_000_000
 P = 0.01

@@ -58,23 +58,25 @@ from cassandra.concurrent import execute_concurrent  # noqa: E402
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy  # noqa: E402
 from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
 
-from dircleaner.build import BuildConfig, size_filter  # noqa: E402
-from dircleaner.deleter import ThrottleConfig  # noqa: E402
-from dircleaner.groundtruth import (  # noqa: E402
+from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
+from dircleaner.model import FolderRow, Shard  # noqa: E402
+from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
+from dircleaner.pipeline.build import BuildConfig, size_filter  # noqa: E402
+from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
+from dircleaner.progress import Progress  # noqa: E402
+from dircleaner.store import open_store  # noqa: E402
+from dircleaner.store.base import Store  # noqa: E402
+from dircleaner.store.cassandra.mapping import stored_parent  # noqa: E402
+from dircleaner.store.cassandra.store import CassandraStore  # noqa: E402
+from dircleaner.synth import SynthSpec, generate  # noqa: E402
+from dircleaner.synth.groundtruth import (  # noqa: E402
     audited_dirs,
     percentile,
     read_truth,
     score,
     tombstones_by_partition,
 )
-from dircleaner.job import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
-from dircleaner.parallel import map_shards  # noqa: E402
-from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
-from dircleaner.progress import Progress  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import FolderRow, Shard, Store  # noqa: E402
-from dircleaner.store.cassandra import CassandraStore, stored_parent  # noqa: E402
-from dircleaner.synth import SynthSpec, generate  # noqa: E402
+from dircleaner.workers.local import map_shards  # noqa: E402
 
 STATE_KEY = "bench:dataset"
 #: bump when the dataset a given (dirs, seed, ...) produces changes
@@ -148,23 +150,23 @@ class AuxSession:
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
         )
         self.session = self.cluster.connect()
-        key_cols = [*([cfg.bucket_column] if cfg.bucket_column else []), cfg.parent_column]
+        key_cols = [*([cfg.columns.bucket] if cfg.columns.bucket else []), cfg.columns.parent]
         where = " AND ".join(f'"{c}" = ?' for c in key_cols)
         ks = f'"{cfg.keyspace}"'
         self.folder_probe = self.session.prepare(
-            f'SELECT "{cfg.name_column}" FROM {ks}."{cfg.folders_table}" WHERE {where} LIMIT 1'
+            f'SELECT "{cfg.columns.name}" FROM {ks}."{cfg.tables.folders}" WHERE {where} LIMIT 1'
         )
         self.object_probe = self.session.prepare(
-            f'SELECT "{cfg.name_column}" FROM {ks}."{cfg.objects_table}" WHERE {where} LIMIT 1'
+            f'SELECT "{cfg.columns.name}" FROM {ks}."{cfg.tables.objects}" WHERE {where} LIMIT 1'
         )
 
     def key(self, bucket: str, parent: str) -> tuple[str, ...]:
         stored = stored_parent(self.cfg, parent)
-        return (bucket, stored) if self.cfg.bucket_column else (stored,)
+        return (bucket, stored) if self.cfg.columns.bucket else (stored,)
 
     def truncate_all(self) -> None:
         cfg = self.cfg
-        for table in (cfg.objects_table, cfg.folders_table, cfg.filters_table, cfg.state_table):
+        for table in (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state):
             self.session.execute(
                 SimpleStatement(f'TRUNCATE "{cfg.keyspace}"."{table}"'), timeout=300.0
             )
@@ -215,7 +217,7 @@ def wait_for_size_estimates(aux: AuxSession, wait_s: float = 400.0) -> None:
         " WHERE keyspace_name = %s AND table_name = %s"
     )
     while time.monotonic() < deadline:
-        rows = aux.session.execute(query, (aux.cfg.keyspace, aux.cfg.folders_table))
+        rows = aux.session.execute(query, (aux.cfg.keyspace, aux.cfg.tables.folders))
         if sum(int(r[0] or 0) for r in rows) > 0:
             return
         time.sleep(10)

@@ -43,20 +43,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dircleaner.bloom import new_filter
-from dircleaner.build import ancestor_keys
-from dircleaner.groundtruth import (
+from dircleaner.filter.bloom import new_filter
+from dircleaner.job.run import SweepConfig, load_filter
+from dircleaner.model import Shard
+from dircleaner.paths import DEFAULT_BUCKET, filter_key
+from dircleaner.pipeline.build import ancestor_keys
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
+from dircleaner.synth.groundtruth import (
     audited_by_via,
     audited_dirs,
     percentile,
     read_truth,
     tombstones_by_partition,
 )
-from dircleaner.job import SweepConfig, load_filter
-from dircleaner.paths import DEFAULT_BUCKET, filter_key
-from dircleaner.store import open_store
-from dircleaner.store.base import Shard, Store
-from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000

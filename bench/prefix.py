@@ -42,9 +42,10 @@ for entry in (str(REPO), str(BENCH)):
 
 from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
 
+from dircleaner.model import Shard  # noqa: E402
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Shard, Store  # noqa: E402
+from dircleaner.store.base import Store  # noqa: E402
 from dircleaner.synth import SynthSpec  # noqa: E402
 
 PREFIX = "massdel/y2025/"

@@ -33,14 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
-from dircleaner.build import BuildConfig, build_filter  # noqa: E402
-from dircleaner.deleter import ThrottleConfig  # noqa: E402
-from dircleaner.guards import GuardConfig  # noqa: E402
-from dircleaner.job import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
+from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
+from dircleaner.model import Shard  # noqa: E402
+from dircleaner.pipeline.build import BuildConfig, build_filter  # noqa: E402
+from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
+from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Shard, Store  # noqa: E402
+from dircleaner.store.base import Store  # noqa: E402
 from dircleaner.synth import SynthSpec  # noqa: E402
-from dircleaner.workers import LocalWorkers, Workers  # noqa: E402
+from dircleaner.workers.base import LocalWorkers, Workers  # noqa: E402
 from tests.daskcluster import LoopbackCluster  # noqa: E402
 
 
@@ -50,7 +51,7 @@ def mechanism(mode: str, n: int, logs: Path) -> Iterator[Workers]:
     if mode == "local":
         yield LocalWorkers(n)
         return
-    from dircleaner.daskworkers import DaskWorkers
+    from dircleaner.workers.daskcluster import DaskWorkers
 
     if mode == "dask":
         cluster = LoopbackCluster(logs, workers=n)

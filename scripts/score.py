@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from dircleaner.groundtruth import audited_by_via, audited_dirs, read_truth, score
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
 from dircleaner.store import open_store
+from dircleaner.synth.groundtruth import audited_by_via, audited_dirs, read_truth, score
 
 
 def main() -> int:

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from dircleaner.config import parse_cassandra_url
+from dircleaner.store.cassandra.config import parse_cassandra_url
 
 # -- what is collected: nothing is skipped, what does not apply is left out ----------------------
 

@@ -18,17 +18,9 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
-from dircleaner.store.base import (
-    HEADER_SEQ,
-    MARKER_SEQ,
-    FolderRange,
-    FolderRow,
-    PartitionKey,
-    Shard,
-    Store,
-    TombstoneCharge,
-)
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store, TombstoneCharge
 
 T0 = 1_000_000
 
@@ -291,6 +283,7 @@ class StoreContract:
         assert store.delete_folder_partitions([key], self.t0 + 1) == [None]
         assert list(store.folder_partition_pages(self.BUCKET, "p/")) == []
 
+    @pytest.mark.two_buckets
     def test_folder_partition_pages_stay_in_their_bucket(self, store: Store) -> None:
         other = self.need_two_buckets()
         store.write_folder_rows([(self.BUCKET, "p/", "mine"), (other, "p/", "theirs")], self.t0)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner.bloom import (
+from dircleaner.filter.bloom import (
     CHUNK,
     ENGINES,
     HASH_NAME,

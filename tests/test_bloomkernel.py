@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from dircleaner import bloom, bloomkernel
-from dircleaner.bloom import BloomFilter, pack_keys
-from dircleaner.filterformat import deserialize, serialize
+from dircleaner.filter import bloom
+from dircleaner.filter import kernel as bloomkernel
+from dircleaner.filter.bloom import BloomFilter, pack_keys
+from dircleaner.filter.format import deserialize, serialize
 
 SEEDS = (0, 1, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 2654435761)
 

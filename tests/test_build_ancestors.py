@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner import build
-from dircleaner.build import ancestor_keys
+from dircleaner.model import PartitionKey
 from dircleaner.paths import ancestors_inclusive, filter_key
-from dircleaner.store.base import PartitionKey
+from dircleaner.pipeline import build
+from dircleaner.pipeline.build import ancestor_keys
 
 segment = st.sampled_from(["a", "b", "c", "dé", "x y"])
 directory = st.lists(segment, min_size=1, max_size=5).map(lambda parts: "/".join(parts) + "/")

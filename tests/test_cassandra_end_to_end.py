@@ -25,17 +25,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from dircleaner.build import BuildConfig, build_filter, scope_of, swept_count_key
 from dircleaner.cli import cli
-from dircleaner.config import parse_cassandra_url
-from dircleaner.deleter import ThrottleConfig, execute_plan
-from dircleaner.filterstore import list_generations
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.filter.stored import list_generations
+from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.model import ActionKind, PartitionKey, Shard
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.plan import ActionKind, plan_deletions
-from dircleaner.store.base import PartitionKey, Shard
-from dircleaner.store.cassandra import CassandraStore
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of, swept_count_key
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.plan import plan_deletions
+from dircleaner.store.cassandra.config import parse_cassandra_url
+from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us
 from tests.helpers import (
     EAGER,
@@ -107,9 +107,9 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
     """Delete a bucket's partitions (at now: later writes are not shadowed), filters and state."""
     cfg = store.config
     cutoff = now_us()
-    where = " AND ".join(f'"{c}" = ?' for c in (cfg.bucket_column, cfg.parent_column) if c)
+    where = " AND ".join(f'"{c}" = ?' for c in (cfg.columns.bucket, cfg.columns.parent) if c)
     delete_objects = store._session.prepare(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.objects_table}" USING TIMESTAMP ? WHERE {where}'
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.objects}" USING TIMESTAMP ? WHERE {where}'
     )
     objects = [k for batch in store.scan_object_partitions(Shard(), bucket) for k in batch]
     params = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in objects]
@@ -123,7 +123,7 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
         if info.header is not None and info.header.scope.endswith(f"|bucket={bucket}"):
             store.delete_filter_generation(info.generation)
     store._session.execute(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.state_table}" WHERE "key" = %s',
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.state}" WHERE "key" = %s',
         (swept_count_key(scope_of(store, bucket)),),
     )
 
@@ -564,7 +564,7 @@ def grace_url(cassandra_url: str) -> str:
     with CassandraStore.open(url) as opened:
         cfg = opened.config
         opened._session.execute(
-            f'ALTER TABLE "{cfg.keyspace}"."{cfg.folders_table}" WITH gc_grace_seconds = 60'
+            f'ALTER TABLE "{cfg.keyspace}"."{cfg.tables.folders}" WITH gc_grace_seconds = 60'
         )
     return url
 

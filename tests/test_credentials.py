@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from dircleaner.cli import cli
-from dircleaner.config import load_cassandra_config, parse_cassandra_url
+from dircleaner.store.cassandra.config import load_cassandra_config, parse_cassandra_url
 
 SECRET = "s3cr3t-Pa55-do-not-log"
 ENV_SECRET = "env-0nly-s3cr3t"
@@ -24,7 +24,7 @@ def test_the_config_never_shows_the_password(tmp_path: Path) -> None:
     cfg = load_cassandra_config(
         parse_cassandra_url("cassandra://127.0.0.1:9042/ks"), config_file(tmp_path), environ={}
     )
-    assert cfg.password == SECRET
+    assert cfg.auth.password == SECRET
     assert SECRET not in repr(cfg) and SECRET not in str(cfg)
 
 
@@ -34,7 +34,7 @@ def test_the_environment_wins_over_the_file(tmp_path: Path) -> None:
         config_file(tmp_path),
         environ={"DIRCLEANER_CASSANDRA_PASSWORD": ENV_SECRET},
     )
-    assert cfg.password == ENV_SECRET
+    assert cfg.auth.password == ENV_SECRET
 
 
 def test_there_is_no_command_line_option_for_a_password() -> None:

@@ -18,18 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.build import BuildConfig, build_filter
-from dircleaner.daskworkers import DaskWorkers
-from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import DircleanerError
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, RunReport, SweepConfig, run_clean, run_job
+from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_clean, run_job
 from dircleaner.lease import CHECK_INTERVAL_S
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
+from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard, Store
+from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
-from dircleaner.workers import SliceFailed
+from dircleaner.workers.base import SliceFailed
+from dircleaner.workers.daskcluster import DaskWorkers
 from tests.daskcluster import ROOT, LoopbackCluster
 from tests.helpers import audit_entries, invoke, tombstones_per_partition
 

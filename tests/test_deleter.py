@@ -10,30 +10,26 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.budget import charged_so_far, ledger_charger
-from dircleaner.deleter import (
-    AdaptiveRate,
-    AuditLog,
-    DeleteFailed,
-    ThrottleConfig,
-    execute_plan,
-    open_audit_log,
-)
+from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.errors import (
     DircleanerError,
     StoreUnavailable,
     TransientStoreError,
     UsageError,
 )
-from dircleaner.paths import dir_of_row
-from dircleaner.plan import (
+from dircleaner.model import (
     ActionKind,
     DeleteAction,
-    DeletionPlan,
+    FolderRange,
+    FolderRow,
     PartitionFacts,
-    plan_deletions,
+    PartitionKey,
 )
-from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
+from dircleaner.paths import dir_of_row
+from dircleaner.pipeline.budget import charged_so_far, ledger_charger
+from dircleaner.pipeline.delete import AdaptiveRate, DeleteFailed, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import DeletionPlan, plan_deletions
+from dircleaner.store.base import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

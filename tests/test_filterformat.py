@@ -8,9 +8,15 @@ from dataclasses import replace
 
 import pytest
 
-from dircleaner.bloom import BloomFilter, Filter, PyBloomLiveFilter, new_filter, optimal_params
 from dircleaner.errors import DircleanerError, FilterCorrupt, FilterMismatch
-from dircleaner.filterformat import (
+from dircleaner.filter.bloom import (
+    BloomFilter,
+    Filter,
+    PyBloomLiveFilter,
+    new_filter,
+    optimal_params,
+)
+from dircleaner.filter.format import (
     FORMAT_VERSION,
     MAGIC,
     FilterHeader,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dircleaner.bloom import BloomFilter
-from dircleaner.filterstore import find_generation, load_generation
+from dircleaner.filter.bloom import BloomFilter
+from dircleaner.filter.stored import find_generation, load_generation
 from dircleaner.store import open_store
 from tests.helpers import invoke, write_lines
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dircleaner.errors import UsageError
-from dircleaner.generation import new_generation_id, parse_generation_id
+from dircleaner.filter.generation import new_generation_id, parse_generation_id
 
 
 @pytest.mark.parametrize(

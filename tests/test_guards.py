@@ -14,8 +14,8 @@ from dircleaner.errors import (
     GuardRefused,
     TooManyCandidates,
 )
-from dircleaner.filterformat import FilterHeader
-from dircleaner.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.filter.format import FilterHeader
+from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
 
 NOW_US = 1_767_225_600_000_000
 HOUR_US = 3_600_000_000

@@ -9,12 +9,12 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dircleaner.build import BuildConfig
-from dircleaner.deleter import ThrottleConfig
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_job
+from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.model import ActionKind
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.plan import ActionKind
+from dircleaner.pipeline.build import BuildConfig
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
 from dircleaner.timeutil import now_us
 

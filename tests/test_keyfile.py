@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from dircleaner.keyfile import KeyLine, LineEndings, read_key_lines
+from dircleaner.cli.keyfile import KeyLine, LineEndings, read_key_lines
 
 
 def read(*lines: bytes) -> list[KeyLine]:

@@ -7,7 +7,7 @@ import re
 import stat
 from pathlib import Path
 
-from dircleaner.metrics import render
+from dircleaner.cli.metrics import render
 from tests.helpers import invoke, write_lines
 
 SAMPLE = re.compile(r'^dircleaner_[a-z_]+(\{phase="[a-z]+"\})? -?[0-9.e+-]+$')

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from dircleaner.build import BuildConfig, build_filter, scope_of
-from dircleaner.filterstore import find_generation, load_generation
-from dircleaner.generation import parse_generation_id
-from dircleaner.guards import GuardConfig
-from dircleaner.job import SweepConfig, run_sweep
+from dircleaner.filter.generation import parse_generation_id
+from dircleaner.filter.stored import find_generation, load_generation
+from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.model import Shard
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard
 from dircleaner.timeutil import now_us
 
 

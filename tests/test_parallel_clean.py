@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.build import BuildConfig, build_filter
-from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import TooManyCandidates
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, CleanReport, SweepConfig, run_clean
+from dircleaner.job.run import CleanConfig, CleanReport, SweepConfig, run_clean
+from dircleaner.model import Shard
 from dircleaner.paths import directories_of
+from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Shard, Store, murmur_token
+from dircleaner.store.base import Store, murmur_token
 from dircleaner.timeutil import now_us
 from tests.helpers import tombstones_per_partition
 

@@ -11,14 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner.paths import dir_of_row, directories_of, folder_row_of
-from dircleaner.plan import (
-    MIN_RANGE_ROWS,
+from dircleaner.model import (
     RANGE_TOMBSTONES,
     ActionKind,
     DeleteAction,
-    DeletionPlan,
+    FolderRange,
+    FolderRow,
     PartitionFacts,
+    PartitionKey,
+)
+from dircleaner.paths import dir_of_row, directories_of, folder_row_of
+from dircleaner.pipeline.plan import (
+    MIN_RANGE_ROWS,
+    DeletionPlan,
     PlanSummary,
     drop_nonempty,
     empty_dirs_of,
@@ -26,7 +31,7 @@ from dircleaner.plan import (
     round_robin,
     with_ancestors,
 )
-from dircleaner.store.base import FolderRange, FolderRow, PartitionKey, murmur_token
+from dircleaner.store.base import murmur_token
 
 B = "bkt"
 

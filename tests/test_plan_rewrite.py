@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dircleaner.model import ActionKind, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row
-from dircleaner.plan import (
+from dircleaner.pipeline.plan import (
     MIN_RANGE_ROWS,
-    ActionKind,
     DeletionPlan,
-    PartitionFacts,
     choose_rewrite,
     dead_partitions,
     deletes_cost,
@@ -29,7 +28,6 @@ from dircleaner.plan import (
     plan_deletions,
     with_ancestors,
 )
-from dircleaner.store.base import FolderRow, PartitionKey
 from tests.test_plan import perfect_facts, worlds
 
 World = tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]

@@ -15,9 +15,9 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dircleaner.model import DeleteAction, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import dir_of_row, parent_of_dir
-from dircleaner.plan import DeleteAction, PartitionFacts, drop_nonempty, plan_deletions
-from dircleaner.store.base import FolderRow, PartitionKey
+from dircleaner.pipeline.plan import drop_nonempty, plan_deletions
 from tests.test_plan import worlds
 
 World = tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]

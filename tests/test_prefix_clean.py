@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import GuardRefused
+from dircleaner.job.prefix import PrefixCleanConfig, run_prefix_clean
 from dircleaner.paths import directories_of
-from dircleaner.prefixclean import PrefixCleanConfig, run_prefix_clean
-from dircleaner.prefixwalk import FolderIndexLooksCyclic, normalise_prefix
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.prefix import FolderIndexLooksCyclic, normalise_prefix
 from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries, expected_dirs, invoke, write_lines

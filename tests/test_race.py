@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.build import BuildConfig, build_filter
-from dircleaner.deleter import ThrottleConfig, execute_plan
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.plan import plan_deletions
+from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us
 

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner import restore as restore_module
-from dircleaner.deleter import AuditLog, ThrottleConfig, execute_plan
+from dircleaner import audit as restore_module
+from dircleaner.audit import AuditLog, BadAuditLog, RestoreResult, read_audit_entries, restore
 from dircleaner.errors import UsageError
-from dircleaner.plan import PartitionFacts, plan_deletions
-from dircleaner.restore import BadAuditLog, RestoreResult, read_audit_entries, restore
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import open_store
-from dircleaner.store.base import FolderRow, PartitionKey, Store, murmur_token
+from dircleaner.store.base import Store, murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

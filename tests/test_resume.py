@@ -26,22 +26,23 @@ from typing import Any
 
 import pytest
 
-import dircleaner.build as build_module
-import dircleaner.job as job_module
-from dircleaner.build import BuildConfig, build_filter, scope_of
-from dircleaner.config import parse_cassandra_url
-from dircleaner.deleter import ThrottleConfig
+import dircleaner.job.run as job_module
+import dircleaner.pipeline.build as build_module
+from dircleaner.cli.report import run_build_lines, run_summary
 from dircleaner.errors import StoreUnavailable
-from dircleaner.filterformat import FilterHeader
-from dircleaner.filterstore import find_generation
-from dircleaner.generation import new_generation_id
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_job
+from dircleaner.filter.format import FilterHeader
+from dircleaner.filter.generation import new_generation_id
+from dircleaner.filter.stored import find_generation
+from dircleaner.job.resume import PHASE_BUILD, RunState, load_run_state, save_run_state
+from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.report import run_build_lines, run_summary
-from dircleaner.resume import PHASE_BUILD, RunState, load_run_state, save_run_state
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Shard, murmur_token
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, murmur_token
+from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
 from tests.helpers import tombstones_per_partition

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from dircleaner.config import parse_cassandra_url
 from dircleaner.errors import RewriteUnsupported
-from dircleaner.store.base import PartitionKey, Shard
-from dircleaner.store.cassandra import CassandraStore
+from dircleaner.model import PartitionKey, Shard
+from dircleaner.store.cassandra.config import parse_cassandra_url
+from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us
 from tests.test_cassandra_end_to_end import keyspace_url
 
@@ -28,7 +28,7 @@ def fresh_store(cassandra_url: str, suffix: str, columns: str) -> Iterator[Cassa
     url = keyspace_url(cassandra_url, f"{base}_{suffix}")
     with CassandraStore.open(url, create=True) as setup:
         cfg = setup.config
-        table = f'"{cfg.keyspace}"."{cfg.folders_table}"'
+        table = f'"{cfg.keyspace}"."{cfg.tables.folders}"'
         setup._session.execute(f"DROP TABLE IF EXISTS {table}")
         setup._session.execute(
             f"CREATE TABLE {table} (bucket text, parent text, name text, {columns},"
@@ -55,7 +55,7 @@ def test_every_regular_column_is_copied_and_nulls_stay_unset(
 ) -> None:
     store = with_columns
     cfg = store.config
-    table = f'"{cfg.keyspace}"."{cfg.folders_table}"'
+    table = f'"{cfg.keyspace}"."{cfg.tables.folders}"'
     session = store._session
     t = now_us() - 60_000_000
     when = datetime.datetime(2026, 4, 11, 3, 0, tzinfo=datetime.UTC)

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.config import parse_cassandra_url
 from dircleaner.lease import lease_name
 from dircleaner.paths import dir_of_row
 from dircleaner.store import Store, open_store
+from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dircleaner.build import BuildConfig
-from dircleaner.deleter import ThrottleConfig
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_job
+from dircleaner.job.run import CleanConfig, SweepConfig, run_job
 from dircleaner.paths import dir_of_row
+from dircleaner.pipeline.build import BuildConfig
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import Store, open_store
 
 FPR = 0.25  # high on purpose, so one run leaves many survivors to follow

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.build import BuildConfig, build_filter, scope_of
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig, run_job
-from dircleaner.sizing import load_sizing_record
+from dircleaner.filter.sizing import load_sizing_record
+from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us

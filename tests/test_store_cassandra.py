@@ -26,14 +26,7 @@ from cassandra.policies import HostDistance
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import SimpleStatement
 
-import dircleaner.store.cassandra as cassandra_module
-from dircleaner.config import (
-    CassandraConfig,
-    CassandraUrl,
-    load_cassandra_config,
-    parse_cassandra_url,
-)
-from dircleaner.deleter import ThrottleConfig, execute_plan
+import dircleaner.store.cassandra.store as cassandra_module
 from dircleaner.errors import (
     SchemaError,
     StoreUnavailable,
@@ -41,31 +34,34 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.paths import split_key
-from dircleaner.plan import ActionKind, plan_deletions
-from dircleaner.store import open_store
-from dircleaner.store.base import (
+from dircleaner.model import (
     MAX_TOKEN,
     MIN_TOKEN,
+    ActionKind,
     FolderRange,
     FolderRow,
     PartitionKey,
     Shard,
 )
-from dircleaner.store.cassandra import (
-    CassandraStore,
-    RangeAwarePolicy,
-    cql_token_bounds,
-    in_size,
-    init_schema,
-    map_error,
-    model_parent,
-    partition_token,
-    ring_splits,
-    schema_cql,
-    stored_parent,
+from dircleaner.paths import split_key
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import plan_deletions
+from dircleaner.pipeline.sweep import sweep
+from dircleaner.store import open_store
+from dircleaner.store.cassandra.config import (
+    Auth,
+    CassandraConfig,
+    CassandraUrl,
+    Columns,
+    Tables,
+    load_cassandra_config,
+    parse_cassandra_url,
 )
-from dircleaner.sweep import sweep
+from dircleaner.store.cassandra.mapping import in_size, model_parent, partition_token, stored_parent
+from dircleaner.store.cassandra.ring import RangeAwarePolicy, cql_token_bounds, ring_splits
+from dircleaner.store.cassandra.schema import init_schema, schema_cql
+from dircleaner.store.cassandra.session import map_error
+from dircleaner.store.cassandra.store import CassandraStore
 from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
 from tests.test_sweep import SetFilter, dir_key
 
@@ -127,10 +123,10 @@ def empty_store(store: CassandraStore) -> int:
     cfg = store.config
     session = store._session
     cutoff = now_us() + TEST_SPAN_US
-    key_cols = [c for c in (cfg.bucket_column, cfg.parent_column) if c]
+    key_cols = [c for c in (cfg.columns.bucket, cfg.columns.parent) if c]
     where = " AND ".join(f'"{c}" = ?' for c in key_cols)
     delete_objects = session.prepare(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.objects_table}" USING TIMESTAMP ? WHERE {where}'
+        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.objects}" USING TIMESTAMP ? WHERE {where}'
     )
     object_keys = [k for batch in store.scan_object_partitions(Shard()) for k in batch]
     args = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in object_keys]
@@ -144,7 +140,7 @@ def empty_store(store: CassandraStore) -> int:
     assert all(r is None for r in results)
     for generation in {gen for gen, _ in store.list_filter_parts()}:
         store.delete_filter_generation(generation)
-    state = f'"{cfg.keyspace}"."{cfg.state_table}"'
+    state = f'"{cfg.keyspace}"."{cfg.tables.state}"'
     delete_state = session.prepare(f'DELETE FROM {state} WHERE "key" = ?')
     for (key,) in session.execute(f'SELECT "key" FROM {state}'):
         session.execute(delete_state, (key,))
@@ -525,7 +521,7 @@ class TestCassandraRecheck:
         covered: set[tuple[str, ...]] = set()
         for bound in reads:
             values = [bytes(v).decode("utf-8") for v in bound.values]
-            bucket = values[0] if store.config.bucket_column else None
+            bucket = values[0] if store.config.columns.bucket else None
             parents = values[1:] if bucket is not None else values
             assert len(parents) in (1, 2, 4, 8, 16)  # padded to a power of two or the batch
             keys = [(bucket, p) if bucket is not None else (p,) for p in parents]
@@ -560,7 +556,9 @@ class TestCassandraRecheck:
         )
         stored = [stored_parent(store.config, p) for p in (parent, other[1])]
         values = (stored[0], stored[1], stored[1], stored[1])
-        bound = store._in_probe(4).bind((bucket, *values) if store.config.bucket_column else values)
+        bound = store._in_probe(4).bind(
+            (bucket, *values) if store.config.columns.bucket else values
+        )
         result = store._session.execute(bound, execution_profile="trace", trace=True)
         assert len(result.current_rows) == 1
         events = result.get_query_trace(max_wait_sec=10.0).events
@@ -755,13 +753,13 @@ def test_load_full_config(tmp_path: Path) -> None:
         "solo",
         "<root>",
     )
-    assert (cfg.objects_table, cfg.folders_table, cfg.filters_table, cfg.state_table) == (
+    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state) == (
         "o",
         "f",
         "fl",
         "st",
     )
-    assert (cfg.bucket_column, cfg.parent_column, cfg.name_column) == (None, "p", "n")
+    assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
     assert cfg.consistency.verify == "QUORUM"
     assert cfg.consistency.delete == "EACH_QUORUM"
     assert cfg.consistency.build == "LOCAL_QUORUM"
@@ -769,17 +767,17 @@ def test_load_full_config(tmp_path: Path) -> None:
     assert cfg.verify_batch == 10
     assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)
     assert (cfg.protocol_version, cfg.replication_factor) == (5, 3)
-    assert (cfg.username, cfg.password) == ("file-user", "file-pass")
-    assert cfg.ssl_ca_file == Path("~/ca.pem").expanduser()
-    assert cfg.ssl_verify is False and cfg.tls_enabled
+    assert (cfg.auth.username, cfg.auth.password) == ("file-user", "file-pass")
+    assert cfg.tls.ca_file == Path("~/ca.pem").expanduser()
+    assert cfg.tls.verify is False and cfg.tls.enabled
 
 
 def test_defaults_without_a_file() -> None:
     cfg = load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), None, environ={})
     assert cfg == CassandraConfig(hosts=("h",), keyspace="ks", local_dc="dc1")
-    assert cfg.root_parent == "/" and cfg.bucket_column == "bucket"
+    assert cfg.root_parent == "/" and cfg.columns.bucket == "bucket"
     assert cfg.consistency.write == "LOCAL_QUORUM"
-    assert not cfg.tls_enabled
+    assert not cfg.tls.enabled
 
 
 def test_example_file_loads() -> None:
@@ -849,13 +847,13 @@ def test_environment_credentials_win_over_the_file(tmp_path: Path) -> None:
     url = parse_cassandra_url("cassandra://h/ks")
     env = {"DIRCLEANER_CASSANDRA_USERNAME": "eu", "DIRCLEANER_CASSANDRA_PASSWORD": "ep"}
     cfg = load_cassandra_config(url, path, environ=env)
-    assert (cfg.username, cfg.password) == ("eu", "ep")
-    assert load_cassandra_config(url, None, environ=env).password == "ep"
-    assert load_cassandra_config(url, path, environ={}).password == "fp"
+    assert (cfg.auth.username, cfg.auth.password) == ("eu", "ep")
+    assert load_cassandra_config(url, None, environ=env).auth.password == "ep"
+    assert load_cassandra_config(url, path, environ={}).auth.password == "fp"
 
 
 def test_repr_hides_the_password() -> None:
-    cfg = CassandraConfig(username="u", password="hunter2")
+    cfg = CassandraConfig(auth=Auth("u", "hunter2"))
     assert "hunter2" not in repr(cfg)
     assert "hunter2" not in str(cfg)
 
@@ -991,7 +989,9 @@ def test_other_errors_are_returned_unchanged() -> None:
 
 
 def test_schema_cql_quotes_mapped_identifiers() -> None:
-    cfg = CassandraConfig(keyspace="Ks", folders_table="Dirs", bucket_column=None)
+    cfg = CassandraConfig(
+        keyspace="Ks", tables=Tables(folders="Dirs"), columns=Columns(bucket=None)
+    )
     ddl = schema_cql(cfg)
     assert ddl[0].startswith('CREATE KEYSPACE IF NOT EXISTS "Ks" WITH replication')
     assert "'replication_factor': 1" in ddl[0]

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
-from dircleaner.store.base import FolderRow, PartitionKey, Shard, Store, murmur_token
+from dircleaner.store.base import Store, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
 from tests.store_contract import T0, StoreContract, folder_rows
 

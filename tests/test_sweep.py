@@ -13,10 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dircleaner.store.sqlite as sqlite_module
-from dircleaner.plan import PartitionFacts
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, Shard
+from dircleaner.pipeline.sweep import sweep
 from dircleaner.store import open_store
-from dircleaner.store.base import FolderRow, PartitionKey, Shard
-from dircleaner.sweep import sweep
 
 
 class SetFilter:

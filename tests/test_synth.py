@@ -18,6 +18,8 @@ from dircleaner.paths import directories_of, parent_of_dir
 from dircleaner.store.base import Store
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.synth import SynthResult, SynthSpec, generate, iter_layout_keys
+from dircleaner.synth import runner as synth_runner
+from dircleaner.synth import writer as synth_writer
 
 TS = 1_700_000_000_000_000
 
@@ -260,10 +262,10 @@ def test_spilled_bucketed_load_gives_the_same_dataset(
 ) -> None:
     spec = SynthSpec(dirs=8_000, seed=5, timestamp_us=TS)
     plain = make(tmp_path / "plain", spec)
-    monkeypatch.setattr(synth, "BUCKET_ROWS", 1_000)  # many token buckets
-    monkeypatch.setattr(synth, "SPILL_ROWS", 3_000)  # many spills per layout
-    monkeypatch.setattr(synth, "TRUTH_RUN", 100)  # many sorted truth runs to merge
-    monkeypatch.setattr(synth, "_CHECK_EVERY", 256)
+    monkeypatch.setattr(synth_runner, "BUCKET_ROWS", 1_000)  # many token buckets
+    monkeypatch.setattr(synth_writer, "SPILL_ROWS", 3_000)  # many spills per layout
+    monkeypatch.setattr(synth_writer, "TRUTH_RUN", 100)  # many sorted truth runs to merge
+    monkeypatch.setattr(synth_writer, "_CHECK_EVERY", 256)
     assert len(synth.plan_jobs(spec, tmp_path)) and synth.plan_jobs(spec, tmp_path)[0].buckets > 8
     spilled = make(tmp_path / "spilled", spec)
     assert spilled.truth == plain.truth
@@ -272,8 +274,9 @@ def test_spilled_bucketed_load_gives_the_same_dataset(
 
 
 def test_progress_is_reported_in_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(synth, "PROGRESS_EVERY", 2_000)
-    monkeypatch.setattr(synth, "_CHECK_EVERY", 500)
+    monkeypatch.setattr(synth_writer, "PROGRESS_EVERY", 2_000)
+    monkeypatch.setattr(synth_runner, "PROGRESS_EVERY", 2_000)
+    monkeypatch.setattr(synth_writer, "_CHECK_EVERY", 500)
     seen: list[int] = []
     with open_store(tmp_path / "m.db") as store:
         result = generate(store, SynthSpec(dirs=20_000), None, seen.append, workers=1)

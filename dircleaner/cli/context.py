@@ -14,8 +14,8 @@ import click
 
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
-from dircleaner.interrupt import stop_on_signals
 from dircleaner.store import Store, open_store
+from dircleaner.workers.interrupt import stop_on_signals
 
 __all__ = ["TerminalProgress"]
 

@@ -10,10 +10,10 @@ from typing import BinaryIO
 
 import click
 
+from dircleaner.audit import AuditSelection, decoded_lines, plan_restore, restore
 from dircleaner.cli.context import TerminalProgress, obj
-from dircleaner.keyfile import LineEndings, read_key_lines
+from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
-from dircleaner.restore import AuditSelection, decoded_lines, plan_restore, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.timeutil import now_us
 

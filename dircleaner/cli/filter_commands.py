@@ -8,8 +8,8 @@ import time
 import click
 
 from dircleaner.cli.context import note_json, obj
-from dircleaner.filterstore import GenerationInfo, find_generation, list_generations
-from dircleaner.generation import fresh_generation_id
+from dircleaner.filter.generation import fresh_generation_id
+from dircleaner.filter.stored import GenerationInfo, find_generation, list_generations
 from dircleaner.timeutil import format_duration, now_us
 
 

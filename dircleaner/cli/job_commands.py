@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from dircleaner.build import build_filter
 from dircleaner.cli.context import (
     TerminalProgress,
     emit,
@@ -18,6 +17,7 @@ from dircleaner.cli.context import (
     refused_without_json,
     warn_if_bucket_empty,
 )
+from dircleaner.cli.metrics import render, write_atomically
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -36,11 +36,7 @@ from dircleaner.cli.options import (
     sweep_options,
     workers_option,
 )
-from dircleaner.job import run_clean, run_job, run_sweep
-from dircleaner.metrics import render, write_atomically
-from dircleaner.paths import dir_of_row
-from dircleaner.prefixclean import run_prefix_clean
-from dircleaner.report import (
+from dircleaner.cli.report import (
     build_lines,
     build_summary,
     clean_lines,
@@ -52,7 +48,11 @@ from dircleaner.report import (
     sweep_lines,
     sweep_summary,
 )
-from dircleaner.workers import Workers
+from dircleaner.job.prefix import run_prefix_clean
+from dircleaner.job.run import run_clean, run_job, run_sweep
+from dircleaner.paths import dir_of_row
+from dircleaner.pipeline.build import build_filter
+from dircleaner.workers.base import Workers
 
 
 @click.command()

@@ -9,19 +9,19 @@ from typing import Any, TypeVar
 
 import click
 
-from dircleaner.bloom import ENGINES
-from dircleaner.build import BuildConfig
 from dircleaner.cli.context import note_json
-from dircleaner.deleter import ThrottleConfig
 from dircleaner.errors import UsageError
-from dircleaner.guards import GuardConfig
-from dircleaner.job import CleanConfig, SweepConfig
+from dircleaner.filter.bloom import ENGINES
+from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
+from dircleaner.job.run import CleanConfig, SweepConfig
+from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.prefixclean import DEFAULT_MAX_DELETES, PrefixCleanConfig
-from dircleaner.prefixwalk import normalise_prefix
-from dircleaner.store.base import Shard
+from dircleaner.pipeline.build import BuildConfig
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.prefix import normalise_prefix
 from dircleaner.timeutil import parse_duration
-from dircleaner.workers import LocalWorkers, Workers
+from dircleaner.workers.base import LocalWorkers, Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -216,7 +216,10 @@ clean_options = _apply(
             type=click.IntRange(min=1),
             default=32,
             show_default=True,
-            help="Deletes in flight at once.",
+            help=(
+                "Deletes per batch (each batch is audited, charged and lease-checked first);"
+                " a Cassandra store sends at most its config's concurrency (16) at once."
+            ),
         ),
         click.option(
             "--audit-log",
@@ -284,7 +287,7 @@ def open_workers(params: dict[str, Any]) -> Workers:
         return LocalWorkers(params["workers"])
     if params["workers"] != 1:
         raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
-    from dircleaner.daskworkers import DaskWorkers
+    from dircleaner.workers.daskcluster import DaskWorkers
 
     return DaskWorkers(scheduler, params.get("slices"))
 

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import IO
 
-from dircleaner.interrupt import check as check_interrupted
+from dircleaner.workers.interrupt import check as check_interrupted
 
 log = logging.getLogger("dircleaner")
 

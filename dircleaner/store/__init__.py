@@ -8,7 +8,8 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from dircleaner.errors import StoreUrlError
-from dircleaner.store.base import FolderRow, PartitionKey, Shard, Store
+from dircleaner.model import FolderRow, PartitionKey, Shard
+from dircleaner.store.base import Store
 
 __all__ = ["BACKENDS", "FolderRow", "PartitionKey", "Shard", "Store", "open_store"]
 
@@ -18,7 +19,7 @@ DEFAULT_STORE_URL = "sqlite:///dircleaner.db"
 BACKENDS = MappingProxyType(
     {
         "sqlite": "dircleaner.store.sqlite:SqliteStore",
-        "cassandra": "dircleaner.store.cassandra:CassandraStore",
+        "cassandra": "dircleaner.store.cassandra.store:CassandraStore",
     }
 )
 

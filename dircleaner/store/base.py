@@ -8,95 +8,26 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Collection, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
 
-MIN_TOKEN = -(2**63)
 #: gc_grace_seconds' default: how long a tombstone is kept when the store cannot tell
 DEFAULT_GRACE_S = 864_000.0
-MAX_TOKEN = 2**63 - 1
 
 # Filter cells are addressed (generation, shard, seq): chunks are seq 0..n-1, the header and the
 # completion marker live at these negative seqs so one range read fetches both.
 HEADER_SEQ = -1
 MARKER_SEQ = -2
-
-
-class PartitionKey(NamedTuple):
-    """One partition of an index table, with its ring token."""
-
-    token: int
-    bucket: str
-    parent: str
-
-
-class FolderRow(NamedTuple):
-    """One folders-index row: directory ``parent + name + "/"`` in ``bucket``."""
-
-    token: int
-    bucket: str
-    parent: str
-    name: str
-
-
-class FolderRange(NamedTuple):
-    """The folders-index rows of one partition whose names lie between two bounds, inclusive.
-
-    ``first`` and ``last`` are the range's first and last names in the order the scan returned
-    them (the table's clustering order). A store deletes ``min(first, last) <= name <=
-    max(first, last)``, so the range means the same whether the clustering order is ascending or
-    descending.
-    """
-
-    token: int
-    bucket: str
-    parent: str
-    first: str
-    last: str
-
-    @property
-    def low(self) -> str:
-        """The smaller bound (names compare by code point, which is UTF-8 byte order)."""
-        return min(self.first, self.last)
-
-    @property
-    def high(self) -> str:
-        """The larger bound."""
-        return max(self.first, self.last)
-
-
-@dataclass(frozen=True, slots=True)
-class Shard:
-    """Slice ``index`` of ``count`` equal slices of the token ring."""
-
-    index: int = 0
-    count: int = 1
-
-    def __post_init__(self) -> None:
-        if self.count < 1 or not 0 <= self.index < self.count:
-            raise ValueError(f"invalid shard {self.index}/{self.count}")
-
-    def token_range(self) -> tuple[int, int]:
-        """Inclusive [lo, hi] token bounds of this slice (the whole ring for 1 slice)."""
-        span = 2**64
-        lo = MIN_TOKEN + span * self.index // self.count
-        hi = MIN_TOKEN + span * (self.index + 1) // self.count - 1
-        return lo, hi
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
-
-    def split(self, parts: int) -> list[Shard]:
-        """This slice cut into ``parts`` nested sub-slices (slice i of n → (i·p + j) of n·p)."""
-        return [Shard(self.index * parts + j, self.count * parts) for j in range(parts)]
 
 
 class TombstoneCharge(NamedTuple):
@@ -385,3 +316,17 @@ class Store(abc.ABC):
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
             yield from batch
+
+
+@runtime_checkable
+class BulkLoader(Protocol):
+    """Optional capability: pre-tokenised index rows in bulk (the generator's fast path).
+
+    A store without it is loaded through ``write_folder_rows`` / ``write_object_rows``.
+    """
+
+    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
+        """Insert ``(token, bucket, parent, name, ts)`` rows into ``objects`` or ``folders``."""
+
+    def bulk_loading(self) -> AbstractContextManager[None]:
+        """A context in which bulk inserts may trade durability for speed."""

@@ -16,15 +16,12 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
     DEFAULT_GRACE_S,
     PARTITION_PAGE_ROWS,
     DirCountEstimate,
-    FolderRange,
-    FolderRow,
-    PartitionKey,
-    Shard,
     Store,
     TombstoneCharge,
     murmur_token,

@@ -1,0 +1,295 @@
+"""Summaries of a job: a plain dict for ``--json`` and aligned lines for people."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dircleaner.job.prefix import PrefixCleanReport
+from dircleaner.job.run import CleanReport, CleanSweep, RunReport, SweepReport
+from dircleaner.pipeline.budget import TombstoneBudget
+from dircleaner.pipeline.build import BuildResult
+from dircleaner.pipeline.delete import DeleteStats
+from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.timeutil import format_duration
+
+Summary = dict[str, Any]
+
+
+def build_summary(result: BuildResult) -> Summary:
+    header = result.header
+    return {
+        "generation": result.generation,
+        "engine": header.engine,
+        "partitions_scanned": result.partitions_scanned,
+        "keys_inserted": result.keys_inserted,
+        "sized_for": header.expected_n,
+        "sizing_method": result.sizing.method,
+        "m_bits": header.m,
+        "k": header.k,
+        "filter_bytes": result.filter_bytes,
+        "fill_ratio": round(result.fill_ratio, 6),
+        "fpr_target": header.target_p,
+        "fpr_estimated": result.estimated_fpr,
+        "shard": f"{header.shard_index}/{header.shard_count}",
+        "built_shards": list(result.built_shards),
+        "reused_shards": list(result.reused_shards),
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def sweep_summary(report: SweepReport | CleanSweep) -> Summary:
+    result = report.result
+    return {
+        "generation": report.loaded.generation,
+        "fpr_estimated": report.loaded.estimated_fpr,
+        "swept_dirs": result.swept_rows,
+        "partitions": result.partitions,
+        "candidates": result.candidates,
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def plan_summary(plan: PlanSummary) -> Summary:
+    return {
+        "directories": plan.directories,
+        "partition_deletes": plan.partition_deletes,
+        "row_deletes": plan.row_deletes,
+        "range_deletes": plan.range_deletes,
+        "rewrites": plan.rewrites,
+        "rewrite_rows": plan.rewrite_rows,
+        "deferred": plan.deferred,
+        "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
+    }
+
+
+def clean_summary(report: CleanReport) -> Summary:
+    deleted = report.deleted
+    return {
+        "sweep": sweep_summary(report.sweep),
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "verified": report.verified,
+        "dropped_nonempty": report.dropped_nonempty,
+        "plan": plan_summary(report.plan),
+        "dry_run": report.dry_run,
+        "deleted_dirs": deleted.directories if deleted else 0,
+        "rows_removed": (deleted.rows_removed if deleted else 0),
+        "kept_written_after_t": (
+            deleted.directories - deleted.rows_removed
+            if deleted and deleted.rows_removed is not None
+            else None
+        ),
+        "partition_tombstones": deleted.partition_deletes if deleted else 0,
+        "row_tombstones": deleted.row_deletes if deleted else 0,
+        "range_tombstones": deleted.range_deletes if deleted else 0,
+        "partitions_rewritten": deleted.rewrites if deleted else 0,
+        "rows_rewritten": deleted.rows_rewritten if deleted else 0,
+        "retries": deleted.retries if deleted else 0,
+        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+        "slices_already_clean": list(report.slices_already_clean),
+        "would_be_refused": report.would_be_refused,
+        "budget": budget_summary(report.budget),
+    }
+
+
+def budget_summary(budget: TombstoneBudget | None) -> Summary | None:
+    if budget is None:
+        return None
+    return {
+        "max_tombstones_per_partition": budget.per_partition,
+        "source": budget.source,
+        "grace_seconds": budget.grace_s,
+        "grace_source": budget.grace_source,
+    }
+
+
+def run_summary(report: RunReport) -> Summary:
+    built = report.build
+    if built is None:
+        build = {"resumed": report.resumed_generation}
+    else:
+        build = {**build_summary(built), "resumed": report.resumed_generation}
+    return {
+        "build": build,
+        "clean": clean_summary(report.clean),
+        "garbage_collected": report.garbage_collected,
+    }
+
+
+def _grace(seconds: float) -> str:
+    return f"{seconds / 86400:g} days" if seconds >= 86400 else format_duration(seconds)
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.2f} MiB"
+
+
+def build_lines(result: BuildResult) -> list[str]:
+    h = result.header
+    return [
+        f"build   generation {result.generation}"
+        f" ({h.engine}, shard {h.shard_index}/{h.shard_count})",
+        f"        {_n(result.partitions_scanned)} object partitions scanned,"
+        f" {_n(result.keys_inserted)} ancestor keys inserted in {result.seconds:.1f}s",
+        f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
+        f" {_n(h.expected_n)} dirs ({result.sizing.method})",
+        f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
+        f" {result.estimated_fpr:.4g} (target {h.target_p:g})",
+    ]
+
+
+def run_build_lines(report: RunReport) -> list[str]:
+    built = report.build
+    if built is None:
+        return [
+            f"build   resumed: reusing generation {report.resumed_generation} of an interrupted run"
+        ]
+    lines = build_lines(built)
+    if built.reused_shards:
+        reused, scanned = _shards(built.reused_shards), _shards(built.built_shards)
+        lines.insert(
+            1,
+            f"        resumed: an interrupted run's build, reused shards {reused}"
+            f" of {built.header.shard_count} as stored, built {scanned}",
+        )
+    return lines
+
+
+def _shards(indices: tuple[int, ...]) -> str:
+    return ",".join(map(str, indices)) or "none"
+
+
+def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
+    result = report.result
+    return [
+        f"sweep   {_n(result.swept_rows)} directories in {_n(result.partitions)} partitions"
+        f" against filter {report.loaded.generation}: {_n(result.candidates)} candidates"
+        f" ({result.seconds:.1f}s)"
+    ]
+
+
+def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") -> list[str]:
+    plan = report.plan
+    lines = []
+    if report.slices_already_clean:
+        lines.append(
+            "resume  slices "
+            + ", ".join(map(str, report.slices_already_clean))
+            + " were cleaned by the interrupted run; the others are swept again"
+        )
+    lines += sweep_lines(report.sweep)
+    if report.verified:
+        lines.append(
+            f"verify  {_n(report.verified)} directories re-checked,"
+            f" {_n(report.dropped_nonempty)} found non-empty and kept (with their ancestors)"
+        )
+    lines += plan_and_delete_lines(
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"build start - --min-age {min_age}",
+    )
+    return lines
+
+
+def plan_and_delete_lines(
+    plan: PlanSummary,
+    budget: TombstoneBudget | None,
+    dry_run: bool,
+    deleted: DeleteStats | None,
+    delete_timestamp_us: int,
+    audit_log: str | None,
+    timestamp_origin: str,
+) -> list[str]:
+    """The plan, budget and clean lines, the same for the nightly and the prefix clean;
+    ``timestamp_origin`` says how the delete timestamp was chosen."""
+    lines = [
+        f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
+        f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
+        f" tombstones, {_n(plan.rewrites)} partitions rewritten ({_n(plan.rewrite_rows)} rows"
+        f" copied), {_n(plan.deferred)} deferred by the per-partition budget"
+    ]
+    if budget is not None:
+        lines.append(
+            f"budget  {_n(budget.per_partition)} tombstones per live partition within"
+            f" {_grace(budget.grace_s)} ({budget.grace_source}); N is {budget.source}"
+        )
+    if dry_run:
+        lines.append("clean   dry run: nothing deleted")
+    elif deleted is None:
+        lines.append("clean   nothing to delete")
+    else:
+        d = deleted
+        lines.append(
+            f"clean   deletes issued for {_n(d.directories)} directories in {d.seconds:.1f}s"
+            f" at timestamp {delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
+            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes,"
+            f" {_n(d.rewrites)} rewrites of {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries)"
+        )
+        if d.rows_removed is not None:
+            lines.append(
+                f"        {_n(d.rows_removed)} rows removed;"
+                f" {_n(d.directories - d.rows_removed)} kept: written after the delete"
+                f" timestamp ({timestamp_origin}), so they survive, as they must"
+            )
+        if audit_log:
+            lines.append(f"        audit log: {audit_log}")
+    return lines
+
+
+def prefix_summary(report: PrefixCleanReport) -> Summary:
+    walk, deleted = report.walk, report.deleted
+    return {
+        "prefix": walk.prefix,
+        "bucket": walk.bucket,
+        "generation": report.generation,
+        "walk": {
+            "directories": walk.directories,
+            "empty_directories": walk.empty_directories,
+            "with_objects": walk.with_objects,
+            "partitions": walk.partitions,
+            "folder_rows": walk.folder_rows,
+            "depth": walk.depth,
+            "prefix_empty": walk.prefix_empty,
+            "seconds": round(walk.seconds, 3),
+        },
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "plan": plan_summary(report.plan),
+        "budget": budget_summary(report.budget),
+        "dry_run": report.dry_run,
+        "deleted_dirs": deleted.directories if deleted else 0,
+        "partition_tombstones": deleted.partition_deletes if deleted else 0,
+        "row_tombstones": deleted.row_deletes if deleted else 0,
+        "range_tombstones": deleted.range_deletes if deleted else 0,
+        "retries": deleted.retries if deleted else 0,
+        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
+    }
+
+
+def prefix_lines(report: PrefixCleanReport, audit_log: str | None, min_age: str) -> list[str]:
+    walk, plan = report.walk, report.plan
+    lines = [
+        f"walk    {walk.prefix} in bucket {walk.bucket}: {_n(walk.directories)} directories,"
+        f" {walk.depth} levels deep, {_n(walk.with_objects)} holding objects,"
+        f" {_n(walk.empty_directories)} empty ({walk.seconds:.1f}s)",
+    ]
+    lines += plan_and_delete_lines(
+        plan,
+        report.budget,
+        report.dry_run,
+        report.deleted,
+        report.delete_timestamp_us,
+        audit_log,
+        f"walk start - --min-age {min_age}",
+    )
+    if plan.deferred:
+        lines.append("        run the same command again to delete what the budget deferred")
+    return lines

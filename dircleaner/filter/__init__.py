@@ -1,0 +1,1 @@
+"""The Bloom filter: the structure, its stored format, generations and sizing."""

@@ -1,0 +1,1 @@
+"""The job around the steps: the nightly run, the prefix clean, resume."""

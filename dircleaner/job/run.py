@@ -1,0 +1,533 @@
+"""The job: sweep and clean against a stored filter, and ``run`` = build + clean."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
+from dircleaner.filter.bloom import Filter, start_loading_kernels
+from dircleaner.filter.format import FilterHeader
+from dircleaner.filter.generation import parse_generation_id
+from dircleaner.filter.sizing import record_clean
+from dircleaner.filter.stored import (
+    collect_garbage,
+    find_generation,
+    latest_complete,
+    load_generation,
+)
+from dircleaner.gcpause import cyclic_gc_paused
+from dircleaner.job.resume import (
+    MAX_CHECKPOINTED_NONEMPTY,
+    PHASE_BUILD,
+    PHASE_CLEAN,
+    PHASE_DONE,
+    CleanProgress,
+    RunState,
+    load_run_state,
+    save_run_state,
+)
+from dircleaner.job.sharedfilter import SharedFilter
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
+from dircleaner.pipeline.build import (
+    BuildConfig,
+    BuildResult,
+    PartialBuild,
+    build_filter,
+    find_partial_build,
+    new_generation,
+    scope_of,
+    swept_count_key,
+)
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
+from dircleaner.pipeline.slice import (
+    DeleteOrders,
+    ShardCleaned,
+    ShardSwept,
+    merge_delete_stats,
+    plan_and_delete,
+    sweep_and_recheck,
+)
+from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
+
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
+#: complete generations kept after a build (older ones are garbage-collected)
+KEEP_GENERATIONS = 3
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Which filter to sweep with, over which slice of the index."""
+
+    bucket: str | None = None
+    shard: Shard = field(default_factory=Shard)
+    #: filter generation to use; the newest complete one for this scope when None
+    generation: str | None = None
+    guards: GuardConfig = field(default_factory=GuardConfig)
+    #: worker processes, each sweeping a sub-slice of the shard
+    workers: int = 1
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """How to turn candidates into deletes."""
+
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    min_age_s: float = 600.0
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
+    verify: bool = True
+    dry_run: bool = False
+    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
+    audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
+    grace_period_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadedFilter:
+    """A verified, merged filter generation."""
+
+    generation: str
+    header: FilterHeader
+    filt: Filter
+    fill_ratio: float
+    estimated_fpr: float
+
+
+@dataclass
+class SweepReport:
+    """The sweep and the filter it used."""
+
+    loaded: LoadedFilter
+    result: SweepResult
+
+
+@dataclass
+class CleanSweep:
+    """The sweep a clean ran (its candidates stayed with the workers that found them)."""
+
+    loaded: LoadedFilter
+    result: SweepTotals
+
+
+@dataclass
+class CleanReport:
+    """Everything a clean decided and did."""
+
+    sweep: CleanSweep
+    delete_timestamp_us: int
+    verified: int
+    dropped_nonempty: int
+    plan: PlanSummary
+    dry_run: bool
+    deleted: DeleteStats | None
+    phase_seconds: dict[str, float]
+    #: the whole plan, kept only by an in-process clean (one worker) for callers that inspect it
+    deletion_plan: DeletionPlan | None = None
+    #: slices of the ring an interrupted attempt had finished, not swept again
+    slices_already_clean: tuple[int, ...] = ()
+    #: the per-partition tombstone budget over the grace period, and where it came from
+    budget: TombstoneBudget | None = None
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    would_be_refused: str | None = None
+
+
+@dataclass
+class RunReport:
+    """build + clean."""
+
+    #: None when an interrupted run's fresh, complete filter was reused
+    build: BuildResult | None
+    clean: CleanReport
+    garbage_collected: list[str]
+    #: the interrupted run's generation this run reused whole, or completed (``build`` then
+    #: tells which shards it reused and which it built)
+    resumed_generation: str | None = None
+
+
+def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
+    """Find, verify and merge the filter generation this sweep should use."""
+    start_loading_kernels()  # while the filter is read: the sweep's tests use them
+    scope = scope_of(store, config.bucket)
+    if config.generation is not None:
+        info = find_generation(store, config.generation)
+    else:
+        info = latest_complete(store, scope, force=config.guards.force)
+    header, filt = load_generation(store, info, scope)
+    return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
+
+
+def run_sweep(
+    store: Store,
+    config: SweepConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
+) -> SweepReport:
+    """Load the filter, refuse it if unsafe, and stream the folders index against it."""
+    loaded = load_filter(store, config)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
+    pool = workers or LocalWorkers(config.workers)
+    shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
+    bucket = config.bucket
+
+    def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
+        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
+
+    shards = pool.slices(config.shard, CLEAN)
+    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
+    # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
+    # partitions whole and in token order.
+    result = SweepResult(
+        facts=[fact for part in parts for fact in part.facts],
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        seconds=max(p.seconds for p in parts),
+    )
+    if config.shard.count == 1 and not store.read_only:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
+    return SweepReport(loaded, result)
+
+
+def run_clean(
+    store: Store,
+    config: CleanConfig,
+    progress: Progress = no_progress,
+    checkpoint: CleanCheckpoint | None = None,
+    lease_owner: str | None = None,
+    workers: Workers | None = None,
+) -> CleanReport:
+    """Sweep, guard, re-check, plan and (unless a dry run) delete.
+
+    With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
+    reports each slice as it finishes. A clean that deletes holds the store's lease: the
+    caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
+    when another run has it).
+    """
+    pool = workers or LocalWorkers(config.sweep.workers)
+    with cyclic_gc_paused():
+        if config.dry_run or lease_owner is not None:
+            return _run_clean(store, config, progress, checkpoint, pool, lease_owner)
+        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
+            return _run_clean(store, config, progress, checkpoint, pool, lease.owner)
+
+
+@dataclass(frozen=True)
+class CleanCheckpoint:
+    """Where an interrupted clean of this generation got to, and how to record progress."""
+
+    previous: CleanProgress | None
+    save: Callable[[CleanProgress], None]
+
+
+def _run_clean(
+    store: Store,
+    config: CleanConfig,
+    progress: Progress,
+    checkpoint: CleanCheckpoint | None,
+    pool: Workers,
+    lease_owner: str | None,
+) -> CleanReport:
+    sweep_config = config.sweep
+    loaded = load_filter(store, sweep_config)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
+    slices = pool.slices(sweep_config.shard, CLEAN)
+    previous = checkpoint.previous if checkpoint else None
+    if previous is None or previous.slices != len(slices):
+        previous = CleanProgress(len(slices), frozenset(), frozenset())
+    todo = [i for i in range(len(slices)) if i not in previous.done]
+    throttle = config.throttle
+    if len(todo) > 1 and throttle.rate:
+        throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
+    scope = scope_of(store, sweep_config.bucket)
+    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
+    if not config.dry_run:
+        store.purge_expired(budget.grace_s)
+    orders = DeleteOrders(
+        max_row_tombstones=budget.per_partition,
+        ledger_ttl_s=budget.grace_s,
+        max_rewrite_rows=config.max_rewrite_rows,
+        # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
+        # after the build started (minus the clock-skew margin) survives whatever happens here.
+        delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
+        generation=loaded.generation,
+        throttle=throttle,
+        audit_log=config.audit_log,
+        dry_run=config.dry_run,
+        keep_plan=len(todo) == 1,
+        lease_owner=lease_owner,
+    )
+    progress_now = previous
+    verdict: str | None = None
+    shared = SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt)
+    bucket = sweep_config.bucket
+    verify = config.verify
+
+    def first(part_store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, _Kept]:
+        swept, facts = sweep_and_recheck(
+            part_store, shard, bucket, shared.get(part_store), verify, report
+        )
+        return swept, (facts, swept.nonempty)
+
+    def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        nonlocal progress_now, verdict
+        totals = _add_totals([t.totals for t in tallies])
+        # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run
+        # deletes nothing anyway: it plans on, and reports what a real run would meet.
+        try:
+            check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
+        except GuardRefused as exc:
+            if not config.dry_run:
+                raise
+            verdict = str(exc)
+        # A directory with an object keeps its ancestors, whichever slice lists them: every
+        # slice drops every slice's finds (and their ancestors) from its candidates, and so do
+        # the slices an interrupted attempt left for this one.
+        nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
+        progress_now = replace(previous, nonempty=nonempty)
+        save_progress()  # before any delete
+        return nonempty
+
+    def second(
+        part_store: Store,
+        shard: Shard,
+        kept: _Kept,
+        nonempty: frozenset[BucketDir],
+        report: Progress,
+    ) -> ShardCleaned:
+        facts, own_nonempty = kept
+        # A first phase run again (its worker was lost) may have found more than the decision
+        # pooled: its own finds stay too.
+        return plan_and_delete(part_store, facts, nonempty | own_nonempty, orders, report)
+
+    def slice_done(position: int) -> None:
+        nonlocal progress_now
+        progress_now = replace(progress_now, done=progress_now.done | {todo[position]})
+        save_progress()
+
+    def save_progress() -> None:
+        # Too many non-empty finds to store: a resumed run then cleans every slice again.
+        small = len(progress_now.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
+        if checkpoint and not config.dry_run and small:
+            checkpoint.save(progress_now)
+
+    tallies, cleaned = pool.run_two_phases(
+        store,
+        [slices[i] for i in todo],
+        first,
+        decide,
+        second,
+        ("sweep", "clean"),
+        progress,
+        slice_done,
+    )
+    totals = _add_totals([t.totals for t in tallies])
+    whole = not previous.done and sweep_config.shard.count == 1
+    if whole:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(swept_count_key(scope), str(totals.swept_rows))
+    deleted = merge_delete_stats([c.deleted for c in cleaned])
+    phases = {"sweep": max((t.totals.seconds for t in tallies), default=0.0)}
+    if config.verify:
+        phases["verify"] = max((t.verify_s for t in tallies), default=0.0)
+    if deleted is not None:
+        phases["delete"] = max(c.delete_s for c in cleaned)
+        if whole:
+            # The folder rows left are what the next build's growth is measured from (the
+            # empties just removed were never in the filter).
+            record_clean(store, scope, loaded.generation, totals.swept_rows - deleted.directories)
+    return CleanReport(
+        sweep=CleanSweep(loaded, totals),
+        delete_timestamp_us=orders.delete_timestamp_us,
+        verified=sum(t.checked for t in tallies),
+        dropped_nonempty=sum(len(t.nonempty) for t in tallies),
+        plan=sum((c.plan for c in cleaned), PlanSummary()),
+        dry_run=config.dry_run,
+        deleted=deleted,
+        phase_seconds=phases,
+        deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
+        slices_already_clean=tuple(sorted(previous.done)),
+        budget=budget,
+        would_be_refused=verdict,
+    )
+
+
+#: what a clean's first phase keeps for its second: the slice's candidates and its own finds
+_Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
+
+
+def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
+    return SweepTotals(
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        candidates=sum(p.candidates for p in parts),
+        seconds=max((p.seconds for p in parts), default=0.0),
+    )
+
+
+def run_job(
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
+) -> RunReport:
+    """The nightly job: build a fresh filter, clean with it, collect old generations.
+
+    An interrupted run is resumed while its snapshot is fresh: after its build, its filter is
+    reused (same salt, so the same candidates) and the clean picks up where it stopped; during
+    its build, only the shards it had not stored yet are built, with the generation's own
+    parameters.
+    """
+    if clean.dry_run:
+        return _run_job(store, build, clean, progress, None, workers)
+    # One run at a time, from before the build: a second run refuses before it scans anything.
+    with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
+        return _run_job(store, build, clean, progress, lease.owner, workers)
+
+
+def _run_job(
+    store: Store,
+    build: BuildConfig,
+    clean: CleanConfig,
+    progress: Progress,
+    lease_owner: str | None,
+    workers: Workers | None,
+) -> RunReport:
+    scope = scope_of(store, build.bucket)
+    # A dry run neither resumes nor leaves anything to resume: the next real run builds afresh.
+    record = not clean.dry_run
+    state = load_run_state(store, scope) if record else None
+    generation = _interrupted_generation(store, state, clean.sweep.guards)
+    built = None
+    previous = None
+    if generation is None:
+        built = _build_or_resume(
+            store, scope, state, build, clean.sweep.guards, progress, record, workers
+        )
+        generation = built.generation
+        if record:
+            save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
+    elif state is not None:
+        previous = state.clean
+    chosen = generation
+
+    def save(clean_progress: CleanProgress) -> None:
+        save_run_state(store, scope, RunState(chosen, PHASE_CLEAN, clean_progress))
+
+    # Clean with exactly this generation, never a newer one from another host.
+    sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
+    checkpoint = CleanCheckpoint(previous, save)
+    try:
+        cleaned = run_clean(
+            store,
+            replace(clean, sweep=sweep_config),
+            progress,
+            checkpoint,
+            lease_owner,
+            workers,
+        )
+    except DircleanerError as exc:
+        exc.details.setdefault("generation", generation)
+        raise
+    if not clean.dry_run:
+        save_run_state(store, scope, RunState(generation, PHASE_DONE))
+    removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
+    resumed = generation if built is None or built.reused_shards else None
+    return RunReport(built, cleaned, removed, resumed)
+
+
+def _interrupted_generation(
+    store: Store, state: RunState | None, guards: GuardConfig
+) -> str | None:
+    """The generation of an interrupted run worth resuming: complete and still fresh."""
+    if state is None or state.phase != PHASE_CLEAN:
+        return None
+    try:
+        info = find_generation(store, state.generation)
+    except FilterNotFound:
+        return None
+    header = info.header
+    if not info.complete or header is None or not _fresh(header.snapshot_us, guards):
+        return None
+    return state.generation
+
+
+def _fresh(snapshot_us: int, guards: GuardConfig) -> bool:
+    """Whether a generation's snapshot is recent enough to clean with (--max-filter-age)."""
+    return (now_us() - snapshot_us) / 1e6 <= guards.max_filter_age_s
+
+
+def _build_or_resume(
+    store: Store,
+    scope: str,
+    state: RunState | None,
+    build: BuildConfig,
+    guards: GuardConfig,
+    progress: Progress,
+    record: bool,
+    workers: Workers | None,
+) -> BuildResult:
+    """Finish the interrupted build of this scope if worth it, else build a new generation.
+
+    The new generation's id is recorded before anything is scanned, so a run killed during the
+    build leaves behind which generation its stored parts belong to.
+    """
+    partial = _interrupted_build(store, state, build, guards, workers)
+    if partial is not None:
+        log.info(
+            "resuming the interrupted build of generation %s: reusing shards %s, building %s",
+            partial.generation,
+            _shard_list(p.shard for p in partial.reused),
+            _shard_list(s.index for s in partial.missing),
+        )
+        config = replace(build, generation=partial.generation)
+        return build_filter(store, config, progress, resume=partial, workers=workers)
+    generation = new_generation(build)
+    if record:
+        save_run_state(store, scope, RunState(generation, PHASE_BUILD))
+    return build_filter(store, replace(build, generation=generation), progress, workers=workers)
+
+
+def _interrupted_build(
+    store: Store,
+    state: RunState | None,
+    build: BuildConfig,
+    guards: GuardConfig,
+    workers: Workers | None,
+) -> PartialBuild | None:
+    """The interrupted build worth finishing: fresh, same layout and parameters."""
+    if state is None or state.phase != PHASE_BUILD:
+        return None
+    if build.generation not in (None, state.generation):
+        return None  # the caller asked for a generation of its own
+    try:
+        snapshot_us, _salt = parse_generation_id(state.generation)
+    except UsageError:
+        return None  # an unreadable record only costs a fresh build
+    if not _fresh(snapshot_us, guards):
+        log.info("not resuming the build of generation %s: too old", state.generation)
+        return None
+    return find_partial_build(store, build, state.generation, workers)
+
+
+def _shard_list(indices: Iterable[int]) -> str:
+    return ",".join(map(str, indices)) or "none"

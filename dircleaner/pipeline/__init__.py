@@ -1,0 +1,1 @@
+"""The job's steps in order: build, sweep, re-check, plan, delete (and the prefix walk)."""

@@ -1,0 +1,95 @@
+"""The live-tombstone budget over the grace period, kept in the store's ledger.
+
+Cassandra keeps a tombstone for the folders table's ``gc_grace_seconds`` (and until compaction),
+so nightly runs add up: the budget is not per run but per grace period. No live partition may
+hold more than N of our tombstones (a row delete 1, a range delete 2) written within the grace
+period, however many runs fall in it. What each run spends is charged in the store's ledger
+*before* the deletes it pays for, and expires with the grace period; the next run (resumed, on
+another host, or tomorrow's) reads the ledger before planning and plans only what is left.
+
+A charge written but never spent (a run killed between the charge and its deletes) only makes
+the budget tighter: never looser.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from dircleaner.model import DeleteAction, PartitionFacts
+from dircleaner.pipeline.plan import dead_partitions
+from dircleaner.store.base import Store, TombstoneCharge
+
+#: Cassandra's default tombstone_warn_threshold, when the node does not say
+DEFAULT_WARN_THRESHOLD = 1000
+
+
+@dataclass(frozen=True)
+class TombstoneBudget:
+    """How many of our tombstones a live partition may hold, for how long, and why."""
+
+    per_partition: int
+    #: where ``per_partition`` came from
+    source: str
+    #: how long a tombstone counts (the folders table's grace period), seconds
+    grace_s: float
+    grace_source: str
+
+
+def resolve_budget(
+    store: Store, explicit: int | None, grace_override_s: float | None = None
+) -> TombstoneBudget:
+    """N: ``explicit`` if given, else half the cluster's tombstone_warn_threshold (or of
+    Cassandra's default 1000); the grace period from the store unless overridden."""
+    if grace_override_s is not None:
+        grace_s, grace_source = grace_override_s, "--grace-period"
+    else:
+        grace_s, grace_source = store.folders_grace_seconds()
+    if explicit is not None:
+        return TombstoneBudget(explicit, "--max-tombstones-per-partition", grace_s, grace_source)
+    threshold = store.tombstone_warn_threshold()
+    if threshold is None:
+        source = f"half the default tombstone_warn_threshold ({DEFAULT_WARN_THRESHOLD})"
+        return TombstoneBudget(DEFAULT_WARN_THRESHOLD // 2, source, grace_s, grace_source)
+    value, where = threshold
+    return TombstoneBudget(
+        max(0, value // 2), f"half of tombstone_warn_threshold {value} ({where})", grace_s,
+        grace_source,
+    )  # fmt: skip
+
+
+def charged_so_far(store: Store, facts: Iterable[PartitionFacts]) -> dict[tuple[str, str], int]:
+    """What the ledger holds for every partition of ``facts`` that may take tombstones (a
+    dead partition goes with a partition deletion, which costs none)."""
+    facts = list(facts)
+    dead = dead_partitions(facts)
+    keys = [(f.key.bucket, f.key.parent) for f in facts if (f.key.bucket, f.key.parent) not in dead]
+    return store.tombstones_charged(keys) if keys else {}
+
+
+def ledger_charger(
+    store: Store, generation: str, charge_prefix: str, ttl_s: float
+) -> Callable[[Sequence[DeleteAction]], None]:
+    """A hook for the deleter: charges a batch of actions' tombstones, per partition, before
+    they are issued. Each batch gets its own charge id, so no charge overwrites another."""
+    window = 0
+
+    def charge(actions: Sequence[DeleteAction]) -> None:
+        nonlocal window
+        costs: Counter[tuple[str, str]] = Counter()
+        for action in actions:
+            if action.tombstones:
+                costs[(action.partition.bucket, action.partition.parent)] += action.tombstones
+        if costs:
+            charge_id = f"{charge_prefix}.{window}"
+            store.charge_tombstones(
+                [
+                    TombstoneCharge(bucket, parent, generation, charge_id, cost)
+                    for (bucket, parent), cost in sorted(costs.items())
+                ],
+                ttl_s,
+            )
+        window += 1
+
+    return charge

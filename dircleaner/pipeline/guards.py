@@ -1,0 +1,71 @@
+"""Safety guards: pure checks that refuse a clean before anything is deleted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dircleaner.errors import (
+    FilterStale,
+    FilterSuspiciouslyEmpty,
+    FilterTooFull,
+    TooManyCandidates,
+)
+from dircleaner.filter.format import FilterHeader
+from dircleaner.timeutil import format_duration
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """Thresholds; ``force`` turns every refusal into a pass (the operator's explicit call)."""
+
+    max_delete_fraction: float = 0.10
+    max_filter_age_s: float = 24 * 3600.0
+    #: refuse a filter whose effective false-positive rate exceeds target × this factor
+    max_fpr_factor: float = 4.0
+    force: bool = False
+
+
+def check_filter(
+    header: FilterHeader, estimated_fpr: float, now_us: int, config: GuardConfig
+) -> None:
+    """Refuse a stale, overfull or suspiciously empty filter."""
+    if config.force:
+        return
+    age_s = (now_us - header.snapshot_us) / 1e6
+    if age_s > config.max_filter_age_s:
+        raise FilterStale(
+            f"the filter is {format_duration(age_s)} old, over --max-filter-age"
+            f" {format_duration(config.max_filter_age_s)}; rebuild it with 'dircleaner build'"
+        )
+    if estimated_fpr > header.target_p * config.max_fpr_factor:
+        raise FilterTooFull(
+            f"the filter's effective false-positive rate {estimated_fpr:.4g} is over"
+            f" {config.max_fpr_factor:g}x its target {header.target_p:g} (it was sized for"
+            f" {header.expected_n} directories); rebuild with a larger --expected-dirs"
+        )
+
+
+def check_sweep(
+    header: FilterHeader, swept_rows: int, candidates: int, config: GuardConfig
+) -> None:
+    """Refuse when the filter looks empty or too much of the index would go."""
+    if config.force or swept_rows == 0:
+        return
+    if header.items == 0:
+        raise FilterSuspiciouslyEmpty(
+            f"the filter holds no directory while the folder index has {swept_rows} rows"
+            " (is the objects table empty or the mapping wrong?); if everything really went,"
+            " rerun with --force"
+        )
+    fraction = candidates / swept_rows
+    if fraction > config.max_delete_fraction:
+        raise TooManyCandidates(
+            f"{candidates} of {swept_rows} directories ({fraction:.1%}) would be deleted, over"
+            f" --max-delete-fraction {config.max_delete_fraction:g}; check the store, then rerun"
+            " with a higher --max-delete-fraction or --force",
+            details={
+                "swept_dirs": swept_rows,
+                "candidates": candidates,
+                "max_delete_fraction": config.max_delete_fraction,
+            },
+        )

@@ -1,0 +1,45 @@
+"""The re-check: before anything is deleted, ask the objects table again about every candidate.
+
+A candidate had no object when the build scanned; one may have been put since. Each candidate
+directory's objects partition is read with ``LIMIT 1`` (batched by the store: ``IN`` reads on
+Cassandra, a temporary table join on SQLite); a directory that turns out non-empty is dropped
+from the plan together with all its ancestors (``plan.drop_nonempty``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dircleaner.model import BucketDir, PartitionFacts
+from dircleaner.store.base import Store
+
+#: candidate directories handed to the store's re-check at once
+RECHECK_BATCH = 100_000
+
+
+def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> tuple[set[BucketDir], int]:
+    """Re-check every empty directory's objects partition: (the non-empty ones, how many checked).
+
+    Streams the directories in chunks rather than building one set of them all: each candidate
+    row is a distinct directory, and an absent partition's own directory is almost always also a
+    candidate row of its parent partition, so only the few that are not are kept aside (in a
+    slice, its parent partition may be in another slice: then it is checked here too).
+    """
+    orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
+    nonempty: set[BucketDir] = set()
+    checked = 0
+    chunk: list[BucketDir] = []
+    for fact in facts:
+        for row in fact.candidates:
+            directory = (row.bucket, row.parent + row.name + "/")
+            orphans.discard(directory)
+            chunk.append(directory)
+        if len(chunk) >= RECHECK_BATCH:
+            nonempty |= store.nonempty_object_partitions(chunk)
+            checked += len(chunk)
+            chunk = []
+    chunk.extend(sorted(orphans))
+    if chunk:
+        nonempty |= store.nonempty_object_partitions(chunk)
+        checked += len(chunk)
+    return nonempty, checked

@@ -1,0 +1,174 @@
+"""The clean of one slice of the ring, in two phases around one decision taken for all slices.
+
+1. **Sweep and re-check**: stream the slice's folder rows against the filter, then ask the
+   objects table whether any candidate directory has gained an object since the build. The
+   candidates stay in the process that found them; only counts and the (few) non-empty
+   directories go to the parent.
+2. **Plan and delete**: once the parent has checked the totals against the guards and pooled
+   every slice's non-empty directories (with their ancestors, which may live in another slice),
+   drop those from the candidates, plan within the per-partition budgets and delete.
+
+A slice is a token range of the folders table, so it holds whole partitions: per-partition
+budgets need no coordination between slices.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dircleaner.audit import AuditLog, open_audit_log
+from dircleaner.lease import lease_check
+from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.pipeline.budget import charged_so_far, ledger_charger
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
+from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
+from dircleaner.progress import Progress
+from dircleaner.store.base import Store
+
+
+@dataclass(frozen=True)
+class ShardSwept:
+    """What the parent needs of one slice's first phase."""
+
+    totals: SweepTotals
+    #: directories re-checked against the objects table
+    checked: int
+    verify_s: float
+    #: candidates found to hold objects after all
+    nonempty: frozenset[BucketDir]
+
+
+@dataclass(frozen=True)
+class DeleteOrders:
+    """How the second phase deletes, the same for every slice."""
+
+    #: N: tombstones a live partition may hold within the grace period (ledger included)
+    max_row_tombstones: int
+    #: how long a ledger charge lives: the folders table's grace period
+    ledger_ttl_s: float
+    #: a live partition over its budget is rewritten when it has at most this many rows to copy
+    max_rewrite_rows: int
+    delete_timestamp_us: int
+    generation: str
+    throttle: ThrottleConfig
+    audit_log: Path | None
+    dry_run: bool
+    #: return the whole plan (only worth it in-process, for callers that inspect it)
+    keep_plan: bool = False
+    #: the run lease's owner: each slice stops deleting once the store shows another holder
+    lease_owner: str | None = None
+
+
+@dataclass(frozen=True)
+class ShardCleaned:
+    """One slice's second phase."""
+
+    plan: PlanSummary
+    deleted: DeleteStats | None
+    delete_s: float
+    deletion_plan: DeletionPlan | None = None
+
+
+def sweep_and_recheck(
+    store: Store,
+    shard: Shard,
+    bucket: str | None,
+    filt: MembershipFilter,
+    verify: bool,
+    progress: Progress,
+) -> tuple[ShardSwept, list[PartitionFacts]]:
+    """Phase 1: the slice's candidates (kept) and what the parent must know of them."""
+    result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
+    nonempty: set[BucketDir] = set()
+    checked = 0
+    started = time.monotonic()
+    if verify:
+        nonempty, checked = find_nonempty(store, result.facts)
+        progress("verify", checked, checked)
+    swept = ShardSwept(result.totals(), checked, time.monotonic() - started, frozenset(nonempty))
+    return swept, result.facts
+
+
+def plan_and_delete(
+    store: Store,
+    facts: list[PartitionFacts],
+    nonempty: frozenset[BucketDir],
+    orders: DeleteOrders,
+    progress: Progress,
+) -> ShardCleaned:
+    """Phase 2: drop what must stay (the directories found non-empty in any slice, and their
+    ancestors), plan within the budgets and (unless a dry run) delete."""
+    if nonempty:
+        facts = drop_nonempty(facts, nonempty)
+    # What every run of the grace period already spent (this generation's killed attempts
+    # included), read from the store before planning.
+    used = charged_so_far(store, facts)
+    plan = plan_deletions(
+        facts,
+        orders.max_row_tombstones,
+        used,
+        spread=store.spread_deletes,
+        ranges=store.sweep_sees_every_write,
+        max_rewrite_rows=orders.max_rewrite_rows,
+    )
+    del facts  # the plan holds what is still needed
+    deleted = None
+    started = time.monotonic()
+    if not orders.dry_run and plan.actions:
+        stream = open_audit_log(orders.audit_log) if orders.audit_log else None
+        try:
+            audit = (
+                AuditLog(stream, orders.generation, orders.delete_timestamp_us) if stream else None
+            )
+            deleted = execute_plan(
+                store,
+                plan,
+                orders.delete_timestamp_us,
+                orders.throttle,
+                audit,
+                progress,
+                keep_going=lease_check(store, orders.lease_owner),
+                charge=ledger_charger(
+                    store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s
+                ),
+            )
+        finally:
+            if stream is not None:
+                stream.close()
+    return ShardCleaned(
+        PlanSummary.of(plan),
+        deleted,
+        time.monotonic() - started,
+        plan if orders.keep_plan else None,
+    )
+
+
+def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | None:
+    """Several slices' delete statistics as one (None when no slice deleted anything)."""
+    present = [p for p in parts if p is not None]
+    if not present:
+        return None
+    return DeleteStats(
+        partition_deletes=sum(p.partition_deletes for p in present),
+        row_deletes=sum(p.row_deletes for p in present),
+        range_deletes=sum(p.range_deletes for p in present),
+        rewrites=sum(p.rewrites for p in present),
+        rows_rewritten=sum(p.rows_rewritten for p in present),
+        directories=sum(p.directories for p in present),
+        retries=sum(p.retries for p in present),
+        # Each slice runs its own share of the rate: together they delete at the sum.
+        final_rate=sum(p.final_rate for p in present),
+        seconds=max(p.seconds for p in present),
+        failures=[f for p in present for f in p.failures],
+        rows_removed=(
+            None
+            if any(p.rows_removed is None for p in present)
+            else sum(p.rows_removed or 0 for p in present)
+        ),
+    )

@@ -1,0 +1,1 @@
+"""The Apache Cassandra backend."""

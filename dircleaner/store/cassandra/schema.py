@@ -1,0 +1,178 @@
+"""The reference schema (init-schema) and the check of a real metastore's mapping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cassandra.cluster import (
+    Session,
+)
+from cassandra.query import (
+    SimpleStatement,
+)
+
+from dircleaner.errors import (
+    SchemaError,
+)
+from dircleaner.store.cassandra.config import (
+    CassandraConfig,
+    load_cassandra_config,
+    parse_cassandra_url,
+)
+from dircleaner.store.cassandra.mapping import _q
+from dircleaner.store.cassandra.session import _connect
+
+
+@dataclass(frozen=True, slots=True)
+class _TableSpec:
+    """What the mapping expects of one table: key columns and column types."""
+
+    name: str
+    partition_key: tuple[str, ...]
+    clustering: tuple[str, ...]
+    #: the clustering key must be exactly this (False: only start with it)
+    exact_clustering: bool
+    types: tuple[tuple[str, str], ...]
+
+    def ddl(self, keyspace: str) -> str:
+        cols = ", ".join(f"{_q(col)} {typ}" for col, typ in self.types)
+        pk = "(" + ", ".join(_q(c) for c in self.partition_key) + ")"
+        key = ", ".join([pk, *(_q(c) for c in self.clustering)])
+        table = f"{_q(keyspace)}.{_q(self.name)}"
+        return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({key}))"
+
+
+def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
+    """(role, spec) of every table the mapping names."""
+    key = (*((cfg.columns.bucket,) if cfg.columns.bucket else ()), cfg.columns.parent)
+    index_types = tuple((col, "text") for col in (*key, cfg.columns.name))
+    return [
+        ("objects", _TableSpec(cfg.tables.objects, key, (cfg.columns.name,), False, index_types)),
+        ("folders", _TableSpec(cfg.tables.folders, key, (cfg.columns.name,), True, index_types)),
+        (
+            "filters",
+            _TableSpec(
+                cfg.tables.filters,
+                ("generation", "shard"),
+                ("seq",),
+                True,
+                (("generation", "text"), ("shard", "int"), ("seq", "int"), ("data", "blob")),
+            ),
+        ),
+        (
+            "state",
+            _TableSpec(cfg.tables.state, ("key",), (), True, (("key", "text"), ("value", "text"))),
+        ),
+        (
+            "ledger",
+            _TableSpec(
+                cfg.tables.ledger,
+                ("bucket", "parent"),
+                ("generation", "charge"),
+                True,
+                (
+                    ("bucket", "text"),
+                    ("parent", "text"),
+                    ("generation", "text"),
+                    ("charge", "text"),
+                    ("cost", "int"),
+                ),
+            ),
+        ),
+    ]
+
+
+def schema_cql(cfg: CassandraConfig) -> list[str]:
+    """The DDL ``init-schema`` runs (idempotent: IF NOT EXISTS), for review or manual use."""
+    keyspace = (
+        f"CREATE KEYSPACE IF NOT EXISTS {_q(cfg.keyspace)} WITH replication = "
+        f"{{'class': 'SimpleStrategy', 'replication_factor': {int(cfg.replication_factor)}}}"
+    )
+    return [keyspace, *(spec.ddl(cfg.keyspace) for _, spec in _table_specs(cfg))]
+
+
+def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
+    """Raise SchemaError naming the first missing or mis-shaped keyspace, table or column."""
+    ks = metadata.keyspaces.get(cfg.keyspace)
+    if ks is None:
+        raise SchemaError(
+            f"keyspace {cfg.keyspace!r} does not exist at {cfg.contact}"
+            " (check the URL or config; 'dircleaner init-schema' creates the reference schema)"
+        )
+    for role, spec in _table_specs(cfg):
+        where = f"{cfg.keyspace}.{spec.name}"
+        table = ks.tables.get(spec.name)
+        if table is None:
+            hint = (
+                "run 'dircleaner init-schema'"
+                if role in ("filters", "state", "ledger")
+                else "check [cassandra.tables]"
+            )
+            raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
+        for col, typ in spec.types:
+            column = table.columns.get(col)
+            if column is None:
+                raise SchemaError(
+                    f"column {col!r} does not exist in table {where} (check [cassandra.columns];"
+                    " names are case-sensitive)"
+                )
+            actual = str(column.cql_type)
+            if actual.replace("varchar", "text") != typ:
+                raise SchemaError(f"column {where}.{col} is {actual}, expected {typ}")
+        partition = tuple(c.name for c in table.partition_key)
+        if partition != spec.partition_key:
+            raise SchemaError(
+                f"table {where} is partitioned by ({', '.join(partition)}), the mapping expects"
+                f" ({', '.join(spec.partition_key)})"
+            )
+        clustering = tuple(c.name for c in table.clustering_key)
+        expected = spec.clustering
+        if clustering[: len(expected)] != expected or (
+            spec.exact_clustering and clustering != expected
+        ):
+            raise SchemaError(
+                f"table {where} has clustering columns ({', '.join(clustering)}), the mapping"
+                f" expects ({', '.join(expected)}{'' if spec.exact_clustering else ', …'})"
+            )
+
+
+def _missing_schema(metadata: Any, cfg: CassandraConfig) -> list[str]:
+    """Human names of the keyspace/tables init-schema would create."""
+    ks = metadata.keyspaces.get(cfg.keyspace)
+    if ks is None:
+        return [f"keyspace {cfg.keyspace}"] + [
+            f"table {cfg.keyspace}.{spec.name}" for _, spec in _table_specs(cfg)
+        ]
+    return [
+        f"table {cfg.keyspace}.{spec.name}"
+        for _, spec in _table_specs(cfg)
+        if spec.name not in ks.tables
+    ]
+
+
+def init_schema(url: str, *, config_path: Path | None = None) -> list[str]:
+    """Create the keyspace and tables the mapping names where missing; the names created.
+
+    Existing tables are left untouched (a real metastore keeps its own), then the whole mapping
+    is checked as ``open`` does. Idempotent: a second call returns ``[]``.
+    """
+    cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
+    cluster, session = _connect(cfg)
+    try:
+        created = _missing_schema(cluster.metadata, cfg)
+        _create_schema(cluster, session, cfg)
+        return created
+    finally:
+        cluster.shutdown()
+
+
+def _create_schema(cluster: Any, session: Session, cfg: CassandraConfig) -> None:
+    if not _missing_schema(cluster.metadata, cfg):
+        _check_schema(cluster.metadata, cfg)
+        return
+    for ddl in schema_cql(cfg):
+        session.execute(SimpleStatement(ddl), timeout=max(cfg.request_timeout_s, 60.0))
+    cluster.refresh_schema_metadata()
+    _check_schema(cluster.metadata, cfg)

@@ -1,0 +1,135 @@
+"""How the job runs its per-slice tasks: the one interface the build, the sweep and the clean call.
+
+Two mechanisms implement it:
+
+- ``LocalWorkers`` (the zero set-up default): one forked process per slice on this machine
+  (``dircleaner.workers.local``); the workers die with the parent.
+- ``DaskWorkers`` (``--scheduler``, in ``dircleaner.workers.daskcluster``): tasks on a Dask
+  distributed cluster, the ring cut into many more slices than worker threads.
+
+A task is ``task(store, shard, progress)``; the mechanism hands it a store connection of its own
+(opened in the process that runs it from the parent store's URL and config path: a driver
+session never crosses processes). The job's logic — guards, checkpoints, the decision between
+the clean's two phases — stays in the job, the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+from dircleaner.errors import DircleanerError, UsageError
+from dircleaner.model import Shard
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store.base import Store
+from dircleaner.workers import local as parallel
+from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
+
+R = TypeVar("R")
+T = TypeVar("T")
+L = TypeVar("L")
+M = TypeVar("M")
+
+#: what the job cuts into slices for: the build stores one full-size partial filter per slice,
+#: so a mechanism may cut it coarser than the sweep and the clean
+BUILD = "build"
+CLEAN = "clean"
+
+
+class SliceFailed(DircleanerError):
+    """A slice's task failed for good (its retries spent); the next run resumes the others."""
+
+
+class Workers(Protocol):
+    """Runs one task per slice of the ring, somewhere, and brings the results back here."""
+
+    #: where the tasks run, for the operator ("3 local processes", a scheduler's address)
+    description: str
+    #: a page that shows the tasks as they run, when the mechanism has one
+    dashboard: str | None
+    #: whether tasks may go on running after this process dies (then they check the run's
+    #: lease before each delete batch)
+    outlives_client: bool
+
+    def slices(self, shard: Shard, purpose: str) -> list[Shard]:
+        """``shard`` cut into the slices this mechanism runs a task for (``BUILD`` or ``CLEAN``)."""
+        ...
+
+    def map_shards(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        task: ShardTask[R],
+        phase: str,
+        progress: Progress = no_progress,
+    ) -> list[R]:
+        """``task(store, shard, progress)`` for every shard; results in shard order."""
+        ...
+
+    def run_two_phases(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        first: FirstPhase[T, L],
+        decide: Callable[[list[T]], M],
+        second: SecondPhase[L, M, R],
+        phases: tuple[str, str],
+        progress: Progress = no_progress,
+        on_second_done: Callable[[int], None] | None = None,
+    ) -> tuple[list[T], list[R]]:
+        """Two phases per shard around one decision taken here on every first result.
+
+        What a first phase keeps stays where it ran; if ``decide`` raises, no second phase
+        runs. ``on_second_done(i)`` is called as shard i's second phase succeeds; if one fails,
+        the others finish theirs before the error propagates.
+        """
+        ...
+
+    def close(self) -> None:
+        """Let go of whatever the mechanism holds (a cluster connection)."""
+        ...
+
+
+class LocalWorkers:
+    """Forked processes on this machine: one per slice, ``count`` slices (the default)."""
+
+    dashboard: str | None = None
+    #: the kernel kills the forked workers with this process
+    outlives_client = False
+
+    def __init__(self, count: int = 1) -> None:
+        if count < 1:
+            raise UsageError("--workers must be at least 1")
+        self.count = count
+        self.description = f"{count} local process{'es' if count > 1 else ''}"
+
+    def slices(self, shard: Shard, purpose: str) -> list[Shard]:
+        return shard.split(self.count) if self.count > 1 else [shard]
+
+    def map_shards(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        task: ShardTask[R],
+        phase: str,
+        progress: Progress = no_progress,
+    ) -> list[R]:
+        return parallel.map_shards(store, shards, task, phase, progress)
+
+    def run_two_phases(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        first: FirstPhase[T, L],
+        decide: Callable[[list[T]], M],
+        second: SecondPhase[L, M, R],
+        phases: tuple[str, str],
+        progress: Progress = no_progress,
+        on_second_done: Callable[[int], None] | None = None,
+    ) -> tuple[list[T], list[R]]:
+        return parallel.run_two_phases(
+            store, shards, first, decide, second, phases, progress, on_second_done
+        )
+
+    def close(self) -> None:
+        """Nothing to let go: each run's processes are reaped when it ends."""

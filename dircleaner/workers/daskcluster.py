@@ -1,0 +1,348 @@
+"""The job's slices as tasks on a Dask distributed cluster (``--scheduler ADDRESS``).
+
+``dask scheduler`` runs on one host, ``dask worker ADDRESS`` on as many as wanted; this module is
+the client side. The ring is cut into many more slices than worker threads, so a slow or lost
+worker does not hold the run: Dask runs a lost worker's tasks again elsewhere. Each task opens
+its own store connection from the store's URL and config path (a driver session never crosses
+a process). A clean's first phase keeps its slice's candidates on the worker that found them (a
+future); only counts and non-empty finds come back here, where the guards are applied; the
+second phase runs where those candidates are. A lost first-phase result is computed again by
+Dask when its second phase needs it (deletes are idempotent at T, and a re-run plans the same
+deletes within the same budgets).
+
+Progress comes from the tasks as Dask events; the dashboard shows the tasks themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import operator
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dircleaner.errors import DircleanerError, UsageError
+from dircleaner.model import Shard
+from dircleaner.progress import Progress, no_progress
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.workers.base import BUILD, SliceFailed
+from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
+
+R = TypeVar("R")
+T = TypeVar("T")
+L = TypeVar("L")
+M = TypeVar("M")
+
+#: sweep and clean slices per worker thread when --slices is not given: enough that a lost or
+#: slow worker's share is picked up by the others, few enough that per-task costs stay small
+SLICES_PER_THREAD = 4
+#: how long to wait for the scheduler, and for its first worker
+CONNECT_TIMEOUT_S = 30.0
+#: a task reports its progress at most this often
+REPORT_EVERY_S = 0.5
+_POLL_S = 0.2
+
+
+class SchedulerUnavailable(DircleanerError):
+    """The Dask scheduler could not be reached, or has no worker."""
+
+
+class DaskWorkers:
+    """Tasks on the cluster of the scheduler at ``address``.
+
+    The build is cut into one slice per worker thread by default (each slice stores a partial
+    filter as large as the whole filter: they OR-merge at load), the sweep and the clean into
+    ``SLICES_PER_THREAD`` per thread; ``slices`` sets both.
+    """
+
+    outlives_client = True
+
+    def __init__(self, address: str, slices: int | None = None) -> None:
+        if slices is not None and slices < 1:
+            raise UsageError("--slices must be at least 1")
+        from distributed import Client  # only a run with --scheduler pays for the import
+
+        try:
+            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise SchedulerUnavailable(
+                f"cannot reach the Dask scheduler at {address}: {exc}"
+            ) from exc
+        try:
+            self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+        except TimeoutError as exc:
+            self.client.close()
+            raise SchedulerUnavailable(
+                f"the Dask scheduler at {address} has no worker (start 'dask worker {address}')"
+            ) from exc
+        nthreads = self.client.nthreads()
+        self.threads = sum(nthreads.values())
+        self._slices = slices
+        info = self.client.scheduler_info()
+        self.dashboard: str | None = (
+            self.client.dashboard_link if "dashboard" in info.get("services", {}) else None
+        )
+        self.description = (
+            f"Dask scheduler {address}: {len(nthreads)} workers, {self.threads} threads"
+        )
+        self._run = secrets.token_hex(6)
+        self._topic = f"dircleaner-progress-{self._run}"
+        self._lock = threading.Lock()
+        #: (phase, slice label) → items done, as the task last reported
+        self._done: dict[tuple[str, str], int] = {}
+        self.client.subscribe_topic(self._topic, self._on_progress)
+
+    def slices(self, shard: Shard, purpose: str) -> list[Shard]:
+        count = self._slices or (
+            self.threads if purpose == BUILD else self.threads * SLICES_PER_THREAD
+        )
+        return shard.split(count) if count > 1 else [shard]
+
+    def map_shards(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        task: ShardTask[R],
+        phase: str,
+        progress: Progress = no_progress,
+    ) -> list[R]:
+        futures = [
+            self.client.submit(
+                _one_phase,
+                store.url,
+                store.config_path,
+                task,
+                shard,
+                self._topic,
+                phase,
+                key=self._key(phase, shard),
+            )
+            for shard in shards
+        ]
+        try:
+            return self._collect(futures, shards, phase, progress)
+        finally:
+            self.client.cancel(futures)
+
+    def run_two_phases(
+        self,
+        store: Store,
+        shards: Sequence[Shard],
+        first: FirstPhase[T, L],
+        decide: Callable[[list[T]], M],
+        second: SecondPhase[L, M, R],
+        phases: tuple[str, str],
+        progress: Progress = no_progress,
+        on_second_done: Callable[[int], None] | None = None,
+    ) -> tuple[list[T], list[R]]:
+        url, config_path = store.url, store.config_path
+        # The first results (tally, kept) stay on the workers; only the tallies come here.
+        kept = [
+            self.client.submit(
+                _one_phase,
+                url,
+                config_path,
+                first,
+                shard,
+                self._topic,
+                phases[0],
+                key=self._key(phases[0], shard),
+            )
+            for shard in shards
+        ]
+        tally_futures = [
+            self.client.submit(operator.itemgetter(0), k, key=self._key("tally", shard))
+            for k, shard in zip(kept, shards, strict=True)
+        ]
+        second_futures: list[Any] = []
+        try:
+            tallies: list[T] = self._collect(tally_futures, shards, phases[0], progress)
+            message = decide(tallies)
+            [shared_message] = self.client.scatter([message], broadcast=True, hash=False)
+            second_futures = [
+                self.client.submit(
+                    _second_phase,
+                    url,
+                    config_path,
+                    second,
+                    shard,
+                    k,
+                    shared_message,
+                    self._topic,
+                    phases[1],
+                    key=self._key(phases[1], shard),
+                )
+                for k, shard in zip(kept, shards, strict=True)
+            ]
+            results: list[R] = self._collect(
+                second_futures,
+                shards,
+                phases[1],
+                progress,
+                on_second_done or (lambda _index: None),
+            )
+        finally:
+            self.client.cancel([*kept, *tally_futures, *second_futures])
+        return tallies, results
+
+    def close(self) -> None:
+        self.client.unsubscribe_topic(self._topic)
+        self.client.close()
+
+    def _key(self, phase: str, shard: Shard) -> str:
+        return f"dircleaner-{self._run}-{phase}-{shard.index}of{shard.count}"
+
+    def _on_progress(self, event: tuple[float, Any]) -> None:
+        phase, label, done = event[1]
+        with self._lock:
+            self._done[(str(phase), str(label))] = int(done)
+
+    def _progress_of(self, phase: str) -> int:
+        with self._lock:
+            return sum(done for (p, _label), done in self._done.items() if p == phase)
+
+    def _collect(
+        self,
+        futures: Sequence[Any],
+        shards: Sequence[Shard],
+        phase: str,
+        progress: Progress,
+        on_done: Callable[[int], None] | None = None,
+    ) -> list[Any]:
+        """Every future's result, in shard order; a slice that failed for good raises
+        ``SliceFailed`` naming it. Without ``on_done`` the first failure is raised at once (the
+        other tasks are cancelled by the caller); with it, the others are still waited for."""
+        results: list[Any] = [None] * len(futures)
+        pending = dict(enumerate(futures))
+        error: SliceFailed | None = None
+        while pending:
+            progress(phase, self._progress_of(phase), None)
+            finished = [i for i, future in pending.items() if future.done()]
+            if not finished:
+                time.sleep(_POLL_S)
+                continue
+            for index in finished:
+                future = pending.pop(index)
+                if future.status == "finished":
+                    results[index] = future.result()
+                    if on_done is not None:
+                        on_done(index)
+                    continue
+                failure = _slice_failed(phase, shards[index], future.exception())
+                if on_done is None:
+                    raise failure
+                error = error or failure
+        if error is not None:
+            raise error
+        progress(phase, self._progress_of(phase), None)
+        return results
+
+
+def _slice_failed(phase: str, shard: Shard, exc: BaseException | None) -> SliceFailed:
+    """One line naming the slice; a dircleaner error keeps its exit code."""
+    why = f"{type(exc).__name__}: {exc}" if exc is not None else "cancelled"
+    lo, hi = shard.token_range()
+    failed = SliceFailed(
+        f"the {phase} of slice {shard.index}/{shard.count} (tokens {lo}..{hi}) failed: {why}"
+    )
+    if isinstance(exc, DircleanerError):
+        failed.exit_code = exc.exit_code
+    return failed
+
+
+# --- what runs on the workers -------------------------------------------------------------
+
+_gc_lock = threading.Lock()
+_gc_tasks = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def _gc_paused_while_tasks_run() -> Iterator[None]:
+    """The cyclic GC paused while any of this worker's tasks runs (as ``cyclic_gc_paused`` does
+    for the local processes: a sweep churns millions of acyclic objects). Counted, since a
+    worker's threads share the one collector."""
+    global _gc_tasks, _gc_was_enabled
+    with _gc_lock:
+        if _gc_tasks == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_tasks += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_tasks -= 1
+            if _gc_tasks == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+def _one_phase(
+    url: str,
+    config_path: Path | None,
+    task: Callable[[Store, Shard, Progress], R],
+    shard: Shard,
+    topic: str,
+    phase: str,
+) -> R:
+    """A task on a worker: its own store connection, the task, progress sent as events."""
+    store = open_store(url, config_path=config_path)
+    report = _Reporter(topic, phase, shard)
+    try:
+        with _gc_paused_while_tasks_run():
+            return task(store, shard, report)
+    finally:
+        report.flush()
+        store.close()
+
+
+def _second_phase(
+    url: str,
+    config_path: Path | None,
+    second: Callable[[Store, Shard, Any, Any, Progress], R],
+    shard: Shard,
+    first_result: tuple[Any, Any],
+    message: Any,
+    topic: str,
+    phase: str,
+) -> R:
+    """The second phase on the worker that holds the first phase's result (or recomputed it)."""
+    store = open_store(url, config_path=config_path)
+    report = _Reporter(topic, phase, shard)
+    try:
+        with _gc_paused_while_tasks_run():
+            return second(store, shard, first_result[1], message, report)
+    finally:
+        report.flush()
+        store.close()
+
+
+class _Reporter:
+    """Progress as Dask events the client sums per phase (at most every ``REPORT_EVERY_S``,
+    and once more when the task ends)."""
+
+    def __init__(self, topic: str, phase: str, shard: Shard) -> None:
+        from distributed import get_worker
+
+        self._worker = get_worker()
+        self._topic = topic
+        self._phase = phase
+        self._label = f"{shard.index}/{shard.count}"
+        self._last = 0.0
+        self._done: int | None = None
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        self._done = done
+        now = time.monotonic()
+        if now - self._last >= REPORT_EVERY_S:
+            self._last = now
+            self.flush()
+
+    def flush(self) -> None:
+        if self._done is not None:
+            self._worker.log_event(self._topic, [self._phase, self._label, self._done])
