@@ -62,17 +62,11 @@ def plan_summary(plan: PlanSummary) -> Summary:
     }
 
 
-def clean_summary(report: CleanReport) -> Summary:
-    deleted = report.deleted
+def deleted_summary(deleted: DeleteStats | None) -> Summary:
+    """What the deletes did, the same keys for the nightly and the prefix clean."""
     return {
-        "sweep": sweep_summary(report.sweep),
-        "delete_timestamp_us": report.delete_timestamp_us,
-        "verified": report.verified,
-        "dropped_nonempty": report.dropped_nonempty,
-        "plan": plan_summary(report.plan),
-        "dry_run": report.dry_run,
         "deleted_dirs": deleted.directories if deleted else 0,
-        "rows_removed": (deleted.rows_removed if deleted else 0),
+        "rows_removed": deleted.rows_removed if deleted else 0,
         "kept_written_after_t": (
             deleted.directories - deleted.rows_removed
             if deleted and deleted.rows_removed is not None
@@ -85,6 +79,18 @@ def clean_summary(report: CleanReport) -> Summary:
         "rows_rewritten": deleted.rows_rewritten if deleted else 0,
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+    }
+
+
+def clean_summary(report: CleanReport) -> Summary:
+    return {
+        "sweep": sweep_summary(report.sweep),
+        "delete_timestamp_us": report.delete_timestamp_us,
+        "verified": report.verified,
+        "dropped_nonempty": report.dropped_nonempty,
+        "plan": plan_summary(report.plan),
+        "dry_run": report.dry_run,
+        **deleted_summary(report.deleted),
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
         "would_be_refused": report.would_be_refused,
@@ -245,7 +251,7 @@ def plan_and_delete_lines(
 
 
 def prefix_summary(report: PrefixCleanReport) -> Summary:
-    walk, deleted = report.walk, report.deleted
+    walk = report.walk
     return {
         "prefix": walk.prefix,
         "bucket": walk.bucket,
@@ -264,12 +270,7 @@ def prefix_summary(report: PrefixCleanReport) -> Summary:
         "plan": plan_summary(report.plan),
         "budget": budget_summary(report.budget),
         "dry_run": report.dry_run,
-        "deleted_dirs": deleted.directories if deleted else 0,
-        "partition_tombstones": deleted.partition_deletes if deleted else 0,
-        "row_tombstones": deleted.row_deletes if deleted else 0,
-        "range_tombstones": deleted.range_deletes if deleted else 0,
-        "retries": deleted.retries if deleted else 0,
-        "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
+        **deleted_summary(report.deleted),
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
     }
 
