@@ -12,6 +12,7 @@ next batch: the deleter asks ``lease_still_held`` with its own store connection.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -20,9 +21,11 @@ import uuid
 from collections.abc import Callable
 from types import TracebackType
 
-from dircleaner.errors import LeaseHeld, LeaseLost
+from dircleaner.errors import DircleanerError, LeaseHeld, LeaseLost
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_LEASE_TTL_S",
@@ -140,7 +143,13 @@ class Lease:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        self.store.release_lease(self.name, self.owner)
+        try:
+            self.store.release_lease(self.name, self.owner)
+        except DircleanerError as exc:
+            # Best effort: a store that cannot take the release (its replicas down, the very
+            # failure that may have stopped the run) lets the lease expire after its TTL instead,
+            # and the run's own error is the one to report.
+            log.warning("could not release the store's lease (it expires by itself): %s", exc)
 
     def __enter__(self) -> Lease:
         self._thread = threading.Thread(

@@ -19,6 +19,7 @@ from tests.helpers import audit_entries, expected_dirs, invoke, write_lines
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cassandra"
 URL = "cassandra://127.0.0.1,127.0.0.2,127.0.0.3:9042/dircleaner_faults"
+LEASE_TTL_S = 5.0
 
 # Collected only with DIRCLEANER_FAULTS=1 (`make test-faults`; see tests/conftest.py).
 
@@ -34,8 +35,11 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
     config.write_text("[cassandra]\nreplication_factor = 3\n")
     os.environ["DIRCLEANER_CONFIG"] = str(config)
     bucket = f"b{time.time_ns()}"
-    put = [f"wide/c{i:03d}/obj" for i in range(240)] + ["wide/live/obj", "keep/obj"]
-    dead = put[:240]
+    # Empty children between live ones: no two adjacent, so they go as 240 row deletes (a run of
+    # adjacent empties would go as one range delete, over before a node could be stopped).
+    empty = [f"wide/c{i:03d}a/obj" for i in range(240)]
+    put = [*empty, *(f"wide/c{i:03d}b/obj" for i in range(240)), "wide/live/obj", "keep/obj"]
+    dead = empty
     assert invoke(URL, "init-schema").exit_code == 0
     assert (
         invoke(
@@ -82,6 +86,10 @@ def start_run(tmp: Path, workers: int = 1) -> subprocess.Popen[bytes]:
         str(tmp / "audit.jsonl"),
         "--workers",
         str(workers),
+        # a run stopped by the fault cannot release its lease (no quorum): the next run waits
+        # for it to expire
+        "--lease-ttl",
+        f"{LEASE_TTL_S:g}s",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -133,8 +141,14 @@ def test_two_nodes_down_the_run_stops_cleanly_and_resumes_when_they_return(
     remaining = listed(tmp)
     assert live <= remaining, "a non-empty directory lost its entry"
     assert remaining != live  # it really stopped part-way
-    proc = start_run(tmp, workers)
-    out, err = proc.communicate(timeout=300)
+    deadline = time.monotonic() + 60
+    while True:  # the stopped run's lease expires LEASE_TTL_S after its last heartbeat
+        proc = start_run(tmp, workers)
+        out, err = proc.communicate(timeout=300)
+        if proc.returncode != 3 or time.monotonic() > deadline:
+            break
+        assert b"holds this store's lease" in err, err.decode()
+        time.sleep(1)
     assert proc.returncode == 0, (out + err).decode()
     assert "resumed: reusing generation" in out.decode()
     assert listed(tmp) == live
