@@ -15,9 +15,12 @@ from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import Store, open_store
+from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
 
 N = 1500
+#: puts the writer lands between the plan and the first delete
+RACED_PUTS = 200
 
 
 def make_store(path: Path) -> str:
@@ -34,7 +37,12 @@ def listed(store: Store) -> set[str]:
 
 
 class Writer(threading.Thread):
-    """Puts objects into (empty) directories until told to stop; remembers what it put."""
+    """Puts objects into (empty) directories until told to stop; remembers what it put.
+
+    It starts when the clean issues its first delete, and that delete waits for its first
+    RACED_PUTS puts: the race is forced into the window between the plan and the deletes,
+    whatever the scheduler does with the two threads, and goes on while the deletes run.
+    """
 
     def __init__(self, url: str, seed: int) -> None:
         super().__init__(daemon=True)
@@ -43,15 +51,48 @@ class Writer(threading.Thread):
         random.Random(seed).shuffle(self.order)
         self.put: list[str] = []
         self.stop = threading.Event()
+        self.deleting = threading.Event()
+        self.raced = threading.Event()
 
     def run(self) -> None:
         with open_store(self.url) as store:
+            self.deleting.wait(timeout=120)
             for i in self.order:
                 if self.stop.is_set():
-                    return
+                    break
                 key = f"r/{i:04d}/sub/new"
                 store.put_objects("default", [key], now_us())
                 self.put.append(key)
+                if len(self.put) == RACED_PUTS:
+                    self.raced.set()
+        self.raced.set()
+
+
+class RacingStore(SqliteStore):
+    """The SQLite store, whose first delete of any kind lets the writer race it first."""
+
+    writer: Writer
+
+    def _race(self) -> None:
+        if not self.writer.deleting.is_set():
+            self.writer.deleting.set()
+            assert self.writer.raced.wait(timeout=120), "the writer never put its objects"
+
+    def delete_folder_rows(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._race()
+        return super().delete_folder_rows(*args, **kwargs)
+
+    def delete_folder_ranges(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._race()
+        return super().delete_folder_ranges(*args, **kwargs)
+
+    def delete_folder_partitions(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._race()
+        return super().delete_folder_partitions(*args, **kwargs)
+
+    def rewrite_folder_partition(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self._race()
+        return super().rewrite_folder_partition(*args, **kwargs)
 
 
 def clean_config(verify: bool) -> CleanConfig:
@@ -67,9 +108,11 @@ def clean_config(verify: bool) -> CleanConfig:
 @pytest.mark.parametrize("verify", [True, False], ids=["verify", "no-verify"])
 def test_puts_during_a_clean_keep_their_directories(tmp_path: Path, verify: bool) -> None:
     url = make_store(tmp_path / "meta.db")
-    with open_store(url) as store:
+    with RacingStore.open(url) as store:
         build_filter(store, BuildConfig(fpr=0.001))
         writer = Writer(url, seed=7)
+        assert isinstance(store, RacingStore)
+        store.writer = writer
         writer.start()
         report = run_clean(store, clean_config(verify))
         writer.stop.set()
