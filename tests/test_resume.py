@@ -245,6 +245,14 @@ def test_a_build_that_died_in_its_second_shard_is_finished_by_the_next_run(
         if header.shard_index == 1:  # header and a torn first chunk, no completion marker
             store.put_filter_cell(generation, 1, HEADER_SEQ, header_bytes)
             store.put_filter_cell(generation, 1, 0, body[: len(body) // 2])
+            # Die only once shard 0 (another forked worker) has stored its part: otherwise the
+            # failure stops shard 0 too, and which shards survive depends on the scheduler.
+            deadline = time.monotonic() + 60
+            while not any(
+                s.shard == 0 and s.complete for s in find_generation(store, generation).shards
+            ):
+                assert time.monotonic() < deadline, "shard 0 never stored its part"
+                time.sleep(0.01)
             raise RuntimeError("killed while storing shard 1")
         return real_save(store, generation, header, header_bytes, body)
 
