@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daskcluster import LoopbackCluster
 from tests.helpers import audit_entries, expected_dirs, invoke, write_lines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,7 +64,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
         os.environ.pop("DIRCLEANER_CONFIG", None)
 
 
-def start_run(tmp: Path, workers: int = 1) -> subprocess.Popen[bytes]:
+def start_run(tmp: Path, workers: int = 1, scheduler: str | None = None) -> subprocess.Popen[bytes]:
     bucket = (tmp / "bucket").read_text()
     args = [
         sys.executable,
@@ -84,8 +85,7 @@ def start_run(tmp: Path, workers: int = 1) -> subprocess.Popen[bytes]:
         "4",
         "--audit-log",
         str(tmp / "audit.jsonl"),
-        "--workers",
-        str(workers),
+        *(["--scheduler", scheduler] if scheduler else ["--workers", str(workers)]),
         # a run stopped by the fault cannot release its lease (no quorum): the next run waits
         # for it to expire
         "--lease-ttl",
@@ -121,6 +121,28 @@ def test_one_node_down_mid_clean_the_run_completes_at_quorum(
     remaining = listed(tmp)
     assert live <= remaining
     assert remaining == live  # every empty directory went, with one replica down
+
+
+def test_one_node_down_mid_clean_three_dask_workers_complete_the_run(
+    cluster: tuple[Path, set[str]],
+) -> None:
+    """The clean as tasks on a Dask cluster (a scheduler and three workers on loopback): each
+    task has its own connection to the 3-node cluster, and a node stopped mid-clean is one
+    replica fewer for every one of them."""
+    tmp, live = cluster
+    dask = LoopbackCluster(tmp, workers=3)
+    try:
+        proc = start_run(tmp, scheduler=dask.address)
+        wait_for_deletes(tmp, 20)
+        node("stop-node", 3)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        dask.close()
+    assert proc.returncode == 0, (out + err).decode()
+    assert f"Dask scheduler {dask.address}: 3 workers" in err.decode()
+    remaining = listed(tmp)
+    assert live <= remaining
+    assert remaining == live
 
 
 @pytest.mark.parametrize("workers", [1, 2])
