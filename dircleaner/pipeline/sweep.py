@@ -215,12 +215,16 @@ def _partition_starts(batch: list[FolderRow]) -> list[int]:
     """
     n = len(batch)
     tokens = np.fromiter(map(itemgetter(0), batch), dtype=np.int64, count=n)
-    starts: list[int] = [0, *(np.flatnonzero(tokens[1:] != tokens[:-1]) + 1).tolist()]
-    ends = [*starts[1:], n]
+    cuts = np.flatnonzero(tokens[1:] != tokens[:-1]) + 1
+    starts: list[int] = [0, *cuts.tolist()]
+    # Only a token's run of two rows or more can hold two partitions: check those alone.
+    firsts = np.concatenate(([0], cuts))
+    lasts = np.concatenate((cuts, [n])) - 1
+    wide = np.flatnonzero(lasts > firsts)
     split = [
-        (lo, hi)
-        for lo, hi in zip(starts, ends, strict=True)
-        if batch[lo].parent != batch[hi - 1].parent or batch[lo].bucket != batch[hi - 1].bucket
+        (lo, hi + 1)
+        for lo, hi in zip(firsts[wide].tolist(), lasts[wide].tolist(), strict=True)
+        if batch[lo].parent != batch[hi].parent or batch[lo].bucket != batch[hi].bucket
     ]
     if not split:
         return starts
