@@ -26,7 +26,8 @@ from cassandra.policies import HostDistance
 from cassandra.protocol import OverloadedErrorMessage
 from cassandra.query import SimpleStatement
 
-import dircleaner.store.cassandra.store as cassandra_module
+import dircleaner.store.cassandra.reads as cassandra_reads
+import dircleaner.store.cassandra.requests as cassandra_requests
 from dircleaner.errors import (
     SchemaError,
     StoreUnavailable,
@@ -338,7 +339,7 @@ class TestCassandraNode:
     ) -> None:
         rows = [("b", f"p{i}/", f"n{j}") for i in range(200) for j in range(5)]
         store.write_folder_rows(rows, self.t0)
-        monkeypatch.setattr(cassandra_module, "COUNT_LIMIT", 100)
+        monkeypatch.setattr(cassandra_reads, "COUNT_LIMIT", 100)
         estimate = store.estimate_directory_count()
         assert not estimate.exact
         assert "extrapolated" in estimate.method
@@ -506,7 +507,7 @@ class TestCassandraRecheck:
 
     def test_reads_run_in_waves(self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch) -> None:
         calls = failing_execute_concurrent(monkeypatch, fail_first=0)
-        monkeypatch.setattr(cassandra_module, "VERIFY_WAVE_READS", 10)
+        monkeypatch.setattr(cassandra_reads, "VERIFY_WAVE_READS", 10)
         self.with_batch(case.store, 13)
         assert case.store.nonempty_object_partitions(case.asked) == case.expected
         assert len(calls) > 5 and set(calls[:-1]) == {10} and 1 <= calls[-1] <= 10
@@ -581,7 +582,7 @@ class TestCassandraRecheck:
         self.with_batch(case.store, 50)
         with pytest.raises(TransientStoreError, match=type(exc).__name__):
             case.store.nonempty_object_partitions(case.asked)
-        assert calls[1:] == [1] * (cassandra_module.REQUEST_ATTEMPTS - 1)  # only that one again
+        assert calls[1:] == [1] * (cassandra_requests.REQUEST_ATTEMPTS - 1)  # only that one again
 
     def test_other_errors_are_raised_at_once(
         self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch
@@ -615,8 +616,8 @@ def failing_execute_concurrent(
             results[0] = (False, failure)
         return results
 
-    monkeypatch.setattr(cassandra_module, "execute_concurrent", fake)
-    monkeypatch.setattr(cassandra_module, "_backoff", lambda attempt: None)
+    monkeypatch.setattr(cassandra_requests, "execute_concurrent", fake)
+    monkeypatch.setattr(cassandra_requests, "_backoff", lambda attempt: None)
     return calls
 
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dircleaner.store.sqlite as sqlite_module
+import dircleaner.store.sqlite.store as sqlite_module
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, Shard
 from dircleaner.pipeline.sweep import sweep
 from dircleaner.store import open_store

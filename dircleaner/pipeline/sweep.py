@@ -21,7 +21,6 @@ from typing import Protocol
 import numpy as np
 
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
-from dircleaner.paths import parent_of_dir
 from dircleaner.progress import Progress, no_progress
 
 
@@ -116,10 +115,7 @@ def sweep(
         bounds = np.array([*starts, n], dtype=np.int64)
         lengths = np.diff(bounds)
         heads = [batch[i] for i in starts]
-        dir_present = _partition_dirs_present(filt, heads)
-        parent_present = _partition_dirs_present(
-            filt, [h._replace(parent=parent_of_dir(h.parent)) for h in heads]
-        )
+        dir_present, parent_present = _partition_dirs_present(filt, heads)
         # Candidates: rows absent from the filter, and every row of a partition whose own
         # directory is absent (a non-empty child would have made it present).
         candidate = ~row_present
@@ -219,12 +215,16 @@ def _partition_starts(batch: list[FolderRow]) -> list[int]:
     """
     n = len(batch)
     tokens = np.fromiter(map(itemgetter(0), batch), dtype=np.int64, count=n)
-    starts: list[int] = [0, *(np.flatnonzero(tokens[1:] != tokens[:-1]) + 1).tolist()]
-    ends = [*starts[1:], n]
+    cuts = np.flatnonzero(tokens[1:] != tokens[:-1]) + 1
+    starts: list[int] = [0, *cuts.tolist()]
+    # Only a token's run of two rows or more can hold two partitions: check those alone.
+    firsts = np.concatenate(([0], cuts))
+    lasts = np.concatenate((cuts, [n])) - 1
+    wide = np.flatnonzero(lasts > firsts)
     split = [
-        (lo, hi)
-        for lo, hi in zip(starts, ends, strict=True)
-        if batch[lo].parent != batch[hi - 1].parent or batch[lo].bucket != batch[hi - 1].bucket
+        (lo, hi + 1)
+        for lo, hi in zip(firsts[wide].tolist(), lasts[wide].tolist(), strict=True)
+        if batch[lo].parent != batch[hi].parent or batch[lo].bucket != batch[hi].bucket
     ]
     if not split:
         return starts
@@ -237,15 +237,28 @@ def _partition_starts(batch: list[FolderRow]) -> list[int]:
     return sorted([*starts, *extra])
 
 
-def _partition_dirs_present(filt: MembershipFilter, heads: list[FolderRow]) -> np.ndarray:
-    """Whether each partition's own directory is in the filter (the root always counts as in).
+def _partition_dirs_present(
+    filt: MembershipFilter, heads: list[FolderRow]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each partition's own directory, and its parent directory, are in the filter (the
+    root always counts as in).
 
-    ``heads`` holds one row of each partition.
+    ``heads`` holds one row of each partition. A parent's filter key is a prefix of its child's
+    (up to the child's second-to-last "/", one byte in UTF-8 that no other character's encoding
+    contains, after the bucket's "\\0"), so it is sliced from the child's encoded key.
     """
-    present = np.ones(len(heads), dtype=np.bool_)
+    n = len(heads)
+    present = np.ones(n, dtype=np.bool_)
+    parent_present = np.ones(n, dtype=np.bool_)
     probe = [i for i, row in enumerate(heads) if row.parent]
     if probe:
-        present[probe] = filt.contains_many(
-            [f"{heads[i].bucket}\0{heads[i].parent}".encode() for i in probe]
-        )
-    return present
+        keys = [f"{heads[i].bucket}\0{heads[i].parent}".encode() for i in probe]
+        present[probe] = filt.contains_many(keys)
+        # parent_of_dir on the bytes: the last "/" before the key's last byte, after the bucket.
+        cuts = [key.rfind(b"/", key.index(b"\0") + 1, -1) + 1 for key in keys]
+        deeper = [j for j, cut in enumerate(cuts) if cut]  # the others' parent is the root
+        if deeper:
+            parent_present[[probe[j] for j in deeper]] = filt.contains_many(
+                [keys[j][: cuts[j]] for j in deeper]
+            )
+    return present, parent_present

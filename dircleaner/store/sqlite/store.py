@@ -2,20 +2,18 @@
 
 Rows carry their write timestamp in µs and are ordered by a partition token, as Cassandra orders
 them; a delete "at T" removes only rows written at or before T, and is recorded as a tombstone in
-a ledger so tests can count tombstones per partition the way Cassandra's tracing does.
+a ledger so tests can count tombstones per partition the way Cassandra's tracing does. The file,
+its schema and opening it are in ``schema.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from urllib.parse import quote, urlsplit
 
-from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
@@ -26,22 +24,10 @@ from dircleaner.store.base import (
     TombstoneCharge,
     murmur_token,
 )
+from dircleaner.store.sqlite.schema import open_database, path_from_url
 from dircleaner.timeutil import now_us
 
 log = logging.getLogger(__name__)
-
-
-def _readable_read_only(path: Path) -> bool:
-    """Whether ``path`` is a database file this process can read but not write to."""
-    return path.is_file() and (
-        not os.access(path, os.W_OK)
-        or not os.access(path.parent, os.W_OK)
-        or _on_read_only_mount(path)
-    )
-
-
-def _on_read_only_mount(path: Path) -> bool:
-    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
 SCAN_BATCH = 10_000
@@ -60,77 +46,8 @@ _WALK_READ = (
     " ORDER BY w.rowid, f.name"
 )
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (
-    token  INTEGER NOT NULL,
-    bucket TEXT    NOT NULL,
-    parent TEXT    NOT NULL,
-    name   TEXT    NOT NULL,
-    ts     INTEGER NOT NULL,
-    PRIMARY KEY (token, bucket, parent, name)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS folders (
-    token  INTEGER NOT NULL,
-    bucket TEXT    NOT NULL,
-    parent TEXT    NOT NULL,
-    name   TEXT    NOT NULL,
-    ts     INTEGER NOT NULL,
-    PRIMARY KEY (token, bucket, parent, name)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tombstones (
-    token  INTEGER NOT NULL,
-    bucket TEXT    NOT NULL,
-    parent TEXT    NOT NULL,
-    name   TEXT,              -- NULL for a partition tombstone
-    ts     INTEGER NOT NULL,
-    written_us INTEGER        -- when it was written (its grace period runs from then)
-);
-CREATE INDEX IF NOT EXISTS tombstones_by_partition ON tombstones (token, bucket, parent);
-CREATE TABLE IF NOT EXISTS filters (
-    generation TEXT    NOT NULL,
-    shard      INTEGER NOT NULL,
-    seq        INTEGER NOT NULL,
-    data       BLOB    NOT NULL,
-    PRIMARY KEY (generation, shard, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS state (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
-"""
-
-#: tables added after the first release: created on open, so older files keep working
-LATER_SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (
-    name       TEXT PRIMARY KEY,
-    owner      TEXT    NOT NULL,
-    expires_us INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS ledger (
-    bucket     TEXT    NOT NULL,
-    parent     TEXT    NOT NULL,
-    generation TEXT    NOT NULL,
-    charge     TEXT    NOT NULL,
-    cost       INTEGER NOT NULL,
-    expires_us INTEGER NOT NULL,
-    PRIMARY KEY (bucket, parent, generation, charge)
-) WITHOUT ROWID;
-"""
-
-REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
 #: ledger lookups per statement
 LEDGER_CHUNK = 500
-
-
-def path_from_url(url: str) -> Path:
-    """``sqlite:///rel/meta.db`` → ``rel/meta.db``; ``sqlite:////abs/m.db`` → ``/abs/m.db``."""
-    parts = urlsplit(url)
-    if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
-        raise StoreUrlError(f"malformed SQLite URL {url!r} (expected sqlite:///path/meta.db)")
-    raw = parts.path[1:] if parts.path.startswith("/") else ""
-    if not raw or raw.endswith("/"):
-        raise StoreUrlError(f"malformed SQLite URL {url!r}: no database file named")
-    return Path(raw)
 
 
 class SqliteStore(Store):
@@ -154,76 +71,10 @@ class SqliteStore(Store):
         cls, url: str, *, config_path: Path | None = None, create: bool = False
     ) -> SqliteStore:
         path = path_from_url(url)
-        if not create and not path.is_file():
-            raise StoreNotFound(
-                f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
-            )
-        if create:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            # Checkpoint (and fsync) every ~40 MiB of WAL rather than every ~4 MiB: deletes
-            # scattered over the folders table dirty a page each, and the default checkpointed
-            # after almost every batch of them.
-            conn.execute("PRAGMA wal_autocheckpoint=10000")
-            conn.execute("PRAGMA cache_size=-131072")
-            conn.execute("PRAGMA temp_store=MEMORY")
-            if create:
-                conn.executescript(SCHEMA)
-            have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if "state" in have and not {"leases", "ledger"} <= have:
-                conn.executescript(LATER_SCHEMA)
-            if "tombstones" in have:
-                columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
-                if "written_us" not in columns:
-                    conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
-        except sqlite3.OperationalError as exc:
-            with contextlib.suppress(NameError):
-                conn.close()
-            # Opening for writing failed: on a read-only mount, reading still works.
-            if not _readable_read_only(path):
-                raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-            if create:
-                raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
-            return cls._open_read_only(path)
-        except sqlite3.DatabaseError as exc:
-            raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        missing = [t for t in REQUIRED_TABLES if t not in have]
-        if missing:
-            conn.close()
-            raise StoreNotFound(
-                f"{path} is not a dircleaner metastore (missing table {missing[0]})"
-            )
-        return cls(path, conn)
-
-    @classmethod
-    def _open_read_only(cls, path: Path) -> SqliteStore:
-        """A database this process cannot write (a read-only mount): open it for reading, so
-        that it can still be listed, inspected and swept. ``immutable`` lets SQLite read a WAL
-        database without creating its shared-memory file, which a read-only directory forbids;
-        nobody can write through a read-only mount meanwhile."""
-        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-        try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.OperationalError:
-            conn.close()
-            conn = sqlite3.connect(
-                uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
-            )
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        missing = [t for t in REQUIRED_TABLES if t not in have]
-        if missing:
-            conn.close()
-            raise StoreNotFound(
-                f"{path} is not a dircleaner metastore (missing table {missing[0]})"
-            )
-        log.info("%s is not writable: opened read-only", path)
+        conn, read_only = open_database(path, create=create)
         store = cls(path, conn)
-        store.read_only = True
+        if read_only:
+            store.read_only = True
         return store
 
     def scope_id(self) -> str:

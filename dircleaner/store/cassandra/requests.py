@@ -1,0 +1,270 @@
+"""Requests against the node, shared by the store's reads and writes.
+
+One request with bounded retries of transient failures (``_execute``), every page of a query
+(``_pages``), jobs run ``concurrency`` at a time with their items yielded in job order
+(``_ordered``), token-range splits of a shard (``_splits``, ``_range_scan``), many statements at
+once with retries (``_run_many``), and the mapping of a model ``(bucket, parent)`` to the bound
+key values and back.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from cassandra.cluster import Session
+from cassandra.concurrent import execute_concurrent
+from cassandra.query import PreparedStatement
+
+from dircleaner.errors import UsageError
+from dircleaner.model import Shard
+from dircleaner.store.cassandra.config import CassandraConfig
+from dircleaner.store.cassandra.mapping import model_parent, stored_parent
+from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
+from dircleaner.store.cassandra.session import (
+    TRANSIENT_ERRORS,
+    _backoff,
+    _one_line,
+    map_error,
+)
+
+log = logging.getLogger(__name__)
+
+#: pages each running split may read ahead of the consumer
+PAGES_AHEAD = 2
+#: attempts per page / per verify or generator request before giving up
+REQUEST_ATTEMPTS = 4
+
+T = TypeVar("T")
+Params = tuple[object, ...]
+
+
+class _Done:
+    """End of one split's pages."""
+
+
+class _Failed:
+    """A split's worker failed; the consumer re-raises."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_DONE = _Done()
+
+
+class CassandraRequests:
+    """Paging, ordered concurrency, retries and the key mapping; the base of reads and writes."""
+
+    config: CassandraConfig
+    _cluster: Any
+    _session: Session
+    #: the partition key's mapped columns: ([bucket,] parent)
+    _key_columns: tuple[str, ...]
+
+    def _prepare(self, cql: str) -> PreparedStatement:
+        stmt = self._session.prepare(cql)
+        # Every write we make carries an explicit timestamp or is an overwrite: replaying
+        # it is harmless, so the driver may retry it on another host.
+        stmt.is_idempotent = True
+        return stmt
+
+    # -- the parent and bucket mapping -----------------------------------------------------------
+    def _key_values(self, bucket: str, parent: str) -> Params:
+        """Bind values of a partition key ``(bucket, parent)`` in the mapped columns' order."""
+        stored = stored_parent(self.config, parent)
+        if self.config.columns.bucket is None:
+            if bucket != self.config.bucket_name:
+                raise UsageError(
+                    f"this metastore has no bucket column; its only bucket is"
+                    f" {self.config.bucket_name!r}, not {bucket!r}"
+                )
+            return (stored,)
+        return (bucket, stored)
+
+    def _bucket_of(self, row: Sequence[Any]) -> tuple[str, str]:
+        """(bucket, model parent) from a row whose columns after the token are the key."""
+        if self.config.columns.bucket is None:
+            return self.config.bucket_name, model_parent(self.config, row[1])
+        return row[1], model_parent(self.config, row[2])
+
+    def _scans_bucket(self, bucket: str | None) -> bool:
+        """False when a bucket filter cannot match anything in this metastore."""
+        return (
+            bucket is None
+            or self.config.columns.bucket is not None
+            or bucket == self.config.bucket_name
+        )
+
+    # -- paging and ordered concurrency ---------------------------------------------------------
+    def _execute(
+        self,
+        stmt: Any,
+        params: Params | None,
+        profile: str,
+        *,
+        paging_state: bytes | None = None,
+        fetch_size: int | None = None,
+        routing_token: int | None = None,
+    ) -> Any:
+        """One request with bounded retries of transient failures (then TransientStoreError)."""
+        bound = stmt.bind(params) if params is not None else stmt
+        if fetch_size is not None:
+            bound.fetch_size = fetch_size
+        if routing_token is not None:
+            bound.routing_token = routing_token
+        for attempt in range(REQUEST_ATTEMPTS):
+            try:
+                return self._session.execute(
+                    bound, execution_profile=profile, paging_state=paging_state
+                )
+            except TRANSIENT_ERRORS as exc:
+                if attempt == REQUEST_ATTEMPTS - 1:
+                    raise map_error(exc) from exc
+                log.debug("retrying after %s", _one_line(exc))
+                _backoff(attempt)
+        raise AssertionError("unreachable")
+
+    def _pages(
+        self,
+        stmt: Any,
+        params: Params,
+        profile: str,
+        fetch_size: int,
+        routing_token: int | None = None,
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Every page of one query; a failed page is retried from its paging state."""
+        paging_state: bytes | None = None
+        while True:
+            result = self._execute(
+                stmt,
+                params,
+                profile,
+                paging_state=paging_state,
+                fetch_size=fetch_size,
+                routing_token=routing_token,
+            )
+            rows = result.current_rows
+            if rows:
+                yield list(rows)
+            paging_state = result.paging_state
+            if not paging_state:
+                return
+
+    def _ordered(self, jobs: Sequence[Callable[[], Iterator[T]]]) -> Iterator[T]:
+        """Run jobs ``concurrency`` at a time; yield their items in job order.
+
+        Each job gets a small bounded queue, so a split that runs ahead holds at most
+        PAGES_AHEAD pages. The pool starts jobs in submission order, so the job the consumer
+        waits on is always running or about to run: no deadlock.
+        """
+        if not jobs:
+            return
+        stop = threading.Event()
+        queues: list[queue.Queue[T | _Done | _Failed]] = [
+            queue.Queue(maxsize=PAGES_AHEAD) for _ in jobs
+        ]
+
+        def put(q: queue.Queue[T | _Done | _Failed], item: T | _Done | _Failed) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def run(index: int) -> None:
+            if stop.is_set():
+                return
+            q = queues[index]
+            try:
+                for item in jobs[index]():
+                    if not put(q, item):
+                        return
+            except Exception as exc:  # handed to the consumer, which re-raises it
+                put(q, _Failed(exc))
+                return
+            put(q, _DONE)
+
+        workers = min(self.config.concurrency, len(jobs))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dircleaner-scan")
+        try:
+            for index in range(len(jobs)):
+                pool.submit(run, index)
+            for q in queues:
+                while True:
+                    item = q.get()
+                    if isinstance(item, _Done):
+                        break
+                    if isinstance(item, _Failed):
+                        raise item.exc
+                    yield item
+        finally:
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _splits(self, shard: Shard) -> list[tuple[int, int]]:
+        token_map = self._cluster.metadata.token_map
+        ring = [int(t.value) for t in token_map.ring] if token_map is not None else []
+        lo, hi = shard.token_range()
+        return ring_splits(ring, self.config.splits_per_range, lo, hi)
+
+    def _range_scan(self, stmt: Any, shard: Shard, profile: str) -> Iterator[list[tuple[Any, ...]]]:
+        def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
+            return lambda: self._pages(stmt, (a, b), profile, self.config.fetch_size, b)
+
+        jobs = [
+            job(*bounds)
+            for lo, hi in self._splits(shard)
+            if (bounds := cql_token_bounds(lo, hi)) is not None
+        ]
+        return self._ordered(jobs)
+
+    def _run_many(
+        self, stmt: Any, params: Sequence[Params], profile: str, *, retries: int = 0
+    ) -> list[Any]:
+        """Run one statement per params, ``concurrency`` in flight; a result or the exception.
+
+        Transient failures are retried ``retries`` times, with backoff, before being returned.
+        """
+        return self._run_statements([(stmt, p) for p in params], profile, retries=retries)
+
+    def _run_statements(
+        self, items: Sequence[tuple[Any, Params]], profile: str, *, retries: int = 0
+    ) -> list[Any]:
+        results: list[Any] = [None] * len(items)
+        pending = list(range(len(items)))
+        for attempt in range(retries + 1):
+            if not pending:
+                break
+            if attempt:
+                _backoff(attempt)
+            outcome = execute_concurrent(
+                self._session,
+                [items[i] for i in pending],
+                concurrency=self.config.concurrency,
+                raise_on_first_error=False,
+                execution_profile=profile,
+            )
+            retry: list[int] = []
+            for index, (ok, value) in zip(pending, outcome, strict=True):
+                results[index] = value
+                if not ok and isinstance(value, TRANSIENT_ERRORS):
+                    retry.append(index)
+            pending = retry
+        return results
+
+    @staticmethod
+    def _outcomes(results: Sequence[Any]) -> list[BaseException | None]:
+        return [map_error(r) if isinstance(r, BaseException) else None for r in results]
+
+    @staticmethod
+    def _raise_first(results: Sequence[Any]) -> None:
+        for result in results:
+            if isinstance(result, BaseException):
+                raise map_error(result) from result
