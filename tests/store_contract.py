@@ -618,6 +618,17 @@ class StoreContract:
         keys = [(b, f"many{run}/{i}/") for i in range(1200)]
         store.charge_tombstones([TombstoneCharge(b, k[1], "g", run, 1) for k in keys[::3]], 3600)
         assert store.tombstones_charged(keys) == {k: 1 for k in keys[::3]}
+        # More charges than one page of a read holds (the driver's default is 5,000 rows).
+        wide = [(b, f"wide{run}/"), (b, f"wider{run}/")]
+        store.charge_tombstones(
+            [TombstoneCharge(b, k[1], "g", f"{run}.{i}", 1) for k in wide for i in range(2600)],
+            3600,
+        )
+        assert store.tombstones_charged([*wide, *keys[:5]]) == {
+            **dict.fromkeys(wide, 2600),
+            keys[0]: 1,
+            keys[3]: 1,
+        }
 
     def test_ledger_charges_expire(self, store: Store) -> None:
         b, run = self.BUCKET, uuid.uuid4().hex

@@ -57,6 +57,8 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         self._in_probes: dict[int, PreparedStatement] = {}
         #: the prefix walk's IN reads of folders partitions, likewise
         self._in_folder_reads: dict[int, PreparedStatement] = {}
+        #: the ledger's IN reads, likewise
+        self._ledger_reads: dict[int, PreparedStatement] = {}
         self._in_probes_lock = threading.Lock()
         self._prepare_all()
 
@@ -149,7 +151,6 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
             f"INSERT INTO {ledger} (bucket, parent, generation, charge, cost)"
             " VALUES (?, ?, ?, ?, ?) USING TTL ?"
         )
-        self._ledger_get = p(f"SELECT cost FROM {ledger} WHERE bucket = ? AND parent = ?")
         self._grace = p(
             "SELECT gc_grace_seconds FROM system_schema.tables"
             " WHERE keyspace_name = ? AND table_name = ?"

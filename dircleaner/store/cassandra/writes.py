@@ -10,6 +10,7 @@ the generator makes.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
@@ -19,7 +20,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
-from dircleaner.store.cassandra.mapping import _q
+from dircleaner.store.cassandra.mapping import _q, in_size
 from dircleaner.store.cassandra.requests import CassandraRequests, Params
 from dircleaner.store.cassandra.session import _ttl
 
@@ -31,6 +32,8 @@ FILTER_FETCH_SIZE = 4
 #: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
+#: partitions per read of the tombstone ledger (one request per chunk, not per partition)
+LEDGER_READ_KEYS = 64
 
 
 class CassandraWrites(CassandraRequests):
@@ -52,7 +55,8 @@ class CassandraWrites(CassandraRequests):
     _lease_renew: PreparedStatement
     _lease_drop: PreparedStatement
     _ledger_put: PreparedStatement
-    _ledger_get: PreparedStatement
+    _ledger_reads: dict[int, PreparedStatement]
+    _in_probes_lock: threading.Lock
     _grace: PreparedStatement
     #: the partition rewrite's read and write, prepared from the table metadata on first use
     _rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None
@@ -204,14 +208,48 @@ class CassandraWrites(CassandraRequests):
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], int]:
-        results = self._run_many(self._ledger_get, list(partitions), "meta", retries=3)
+        """The ledger's live charges of ``partitions``, LEDGER_READ_KEYS partitions per read.
+
+        One read per chunk of one bucket's partitions, ``concurrency`` in flight::
+
+            SELECT parent, generation, charge, cost FROM ledger WHERE bucket = ? AND parent IN (…)
+
+        (a short chunk padded to a power of two by repeating its last key, as the re-check
+        pads). Each charge is counted once by its key, so a repeated partition cannot count
+        twice; a chunk's answer is read to its last page.
+        """
+        parents_of: dict[str, list[str]] = {}
+        for bucket, parent in dict.fromkeys(partitions):
+            parents_of.setdefault(bucket, []).append(parent)
+        items: list[tuple[Any, Params]] = []
+        for bucket, parents in parents_of.items():
+            for start in range(0, len(parents), LEDGER_READ_KEYS):
+                chunk = parents[start : start + LEDGER_READ_KEYS]
+                size = in_size(len(chunk), LEDGER_READ_KEYS)
+                padded = (*chunk, *[chunk[-1]] * (size - len(chunk)))
+                items.append((self._ledger_read(size), (bucket, *padded)))
+        results = self._run_statements(items, "meta", retries=3)
         self._raise_first(results)
+        charges: dict[tuple[str, str, str, str], int] = {}
+        for (_stmt, params), result in zip(items, results, strict=True):
+            for parent, generation, charge, cost in result:  # every page
+                charges[(str(params[0]), parent, generation, charge)] = int(cost)
         out: dict[tuple[str, str], int] = {}
-        for key, result in zip(partitions, results, strict=True):
-            total = sum(int(cost) for (cost,) in result.current_rows)
-            if total:
-                out[key] = total
-        return out
+        for (bucket, parent, _generation, _charge), cost in charges.items():
+            out[(bucket, parent)] = out.get((bucket, parent), 0) + cost
+        return {key: total for key, total in out.items() if total}
+
+    def _ledger_read(self, size: int) -> PreparedStatement:
+        with self._in_probes_lock:
+            stmt = self._ledger_reads.get(size)
+            if stmt is None:
+                ledger = f"{_q(self.config.keyspace)}.{_q(self.config.tables.ledger)}"
+                marks = ", ".join("?" * size)
+                stmt = self._ledger_reads[size] = self._prepare(
+                    f"SELECT parent, generation, charge, cost FROM {ledger}"
+                    f" WHERE bucket = ? AND parent IN ({marks})"
+                )
+            return stmt
 
     def folders_grace_seconds(self) -> tuple[float, str]:
         cfg = self.config
