@@ -66,7 +66,7 @@ class CassandraReads(CassandraRequests):
         if not self._scans_bucket(bucket):
             return
         for page in self._range_scan(self._scan_objects, shard, "build"):
-            batch = [PartitionKey(int(row[0]), *self._bucket_of(row)) for row in page]
+            batch = self._object_keys(page)
             if bucket is not None:
                 batch = [key for key in batch if key.bucket == bucket]
             if batch:
@@ -78,11 +78,37 @@ class CassandraReads(CassandraRequests):
         if not self._scans_bucket(bucket):
             return
         for page in self._range_scan(self._scan_folders, shard, "sweep"):
-            batch = [FolderRow(int(row[0]), *self._bucket_of(row), row[-1]) for row in page]
+            batch = self._folder_rows(page)
             if bucket is not None:
                 batch = [row for row in batch if row.bucket == bucket]
             if batch:
                 yield batch
+
+    def _object_keys(self, page: Sequence[tuple[Any, ...]]) -> list[PartitionKey]:
+        """A scanned page of (token, bucket, stored parent) as partition keys.
+
+        Per row, so the mapping is inlined where it is the common one (a bucket column, no
+        parent_prefix): the same answer as ``_bucket_of``, without two calls per row.
+        """
+        root = self.config.root_parent
+        if self.config.columns.bucket is None or self.config.parent_prefix:
+            return [PartitionKey(int(row[0]), *self._bucket_of(row)) for row in page]
+        n = len(root)
+        return [
+            PartitionKey(t, b, "" if p == root else p[n:] if p.startswith(root) else p)
+            for t, b, p in page
+        ]
+
+    def _folder_rows(self, page: Sequence[tuple[Any, ...]]) -> list[FolderRow]:
+        """A scanned page of (token, bucket, stored parent, name) as folder rows (as above)."""
+        root = self.config.root_parent
+        if self.config.columns.bucket is None or self.config.parent_prefix:
+            return [FolderRow(int(row[0]), *self._bucket_of(row), row[-1]) for row in page]
+        n = len(root)
+        return [
+            FolderRow(t, b, "" if p == root else p[n:] if p.startswith(root) else p, name)
+            for t, b, p, name in page
+        ]
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         """Directories in the folder index, from ``system.size_estimates`` or counted.
