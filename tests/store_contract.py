@@ -380,6 +380,22 @@ class StoreContract:
             (self.BUCKET, "q/", "kept"),
         }
 
+    def test_delete_many_partitions_at_t(self, store: Store) -> None:
+        # More partitions than one request carries (Cassandra groups them per ring range):
+        # every asked partition goes, each one's row written after T survives, nothing else is
+        # touched, and the results come back one per partition, in order.
+        parents = [f"many{i}/" for i in range(150)]
+        store.write_folder_rows([(self.BUCKET, p, n) for p in parents for n in ("a", "b")], self.t0)
+        store.write_folder_rows([(self.BUCKET, p, "late") for p in parents[::3]], self.t0 + 500)
+        store.write_folder_rows([(self.BUCKET, "untouched/", "x")], self.t0)
+        keys = {(k.bucket, k.parent): k for k in self._folder_partitions(store)}
+        asked = [keys[(self.BUCKET, p)] for p in reversed(parents)]
+        assert store.delete_folder_partitions(asked, self.t0 + 100) == [None] * len(asked)
+        assert row_keys(folder_rows(store)) == {
+            *((self.BUCKET, p, "late") for p in parents[::3]),
+            (self.BUCKET, "untouched/", "x"),
+        }
+
     def test_delete_of_absent_rows_and_partitions_is_harmless(self, store: Store) -> None:
         ghost = FolderRow(0, self.BUCKET, "nowhere/", "x")
         assert store.delete_folder_rows([ghost], self.t0) == [None]

@@ -140,7 +140,9 @@ def execute_plan(
     done = 0
     total_dirs = sum(len(action.rows) for action in plan.actions)
     removed_before = store.rows_removed
-    for chunk in _chunks(plan.actions, throttle.concurrency):
+    # ``concurrency`` requests' worth at once: a store that groups partition deletes into one
+    # request (Cassandra) needs that many actions to keep ``concurrency`` requests busy.
+    for chunk in _chunks(plan.actions, throttle.concurrency * max(1, store.deletes_per_request)):
         rate.acquire(len(chunk))
         keep_going()
         if charge is not None:

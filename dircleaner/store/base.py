@@ -87,6 +87,9 @@ class Store(abc.ABC):
     #: opened read-only (an embedded store on a read-only mount): it can be inspected and
     #: swept, and every write fails
     read_only: bool = False
+    #: partition deletes the store sends in one request (Cassandra: an UNLOGGED batch of one
+    #: ring range's partitions); the deleter hands it ``concurrency`` times this many at once
+    deletes_per_request: int = 1
 
     @classmethod
     @abc.abstractmethod

@@ -27,7 +27,7 @@ from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.reads import CassandraReads
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
-from dircleaner.store.cassandra.writes import CassandraWrites
+from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_BATCH, CassandraWrites
 
 __all__ = ["CassandraStore"]
 
@@ -39,6 +39,7 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
+    deletes_per_request = PARTITION_DELETES_PER_BATCH
 
     def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
         self.config = cfg

@@ -9,6 +9,7 @@ the generator makes.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from collections.abc import Collection, Sequence
@@ -20,9 +21,9 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
-from dircleaner.store.cassandra.mapping import _q, in_size
+from dircleaner.store.cassandra.mapping import _q, in_size, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, Params
-from dircleaner.store.cassandra.session import _ttl
+from dircleaner.store.cassandra.session import _ttl, map_error
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ FILTER_FETCH_SIZE = 4
 #: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
+#: partition deletes per request: one UNLOGGED batch of partitions of one ring range, at
+#: Cassandra's unlogged_batch_across_partitions_warn_threshold (default 10), not over it
+PARTITION_DELETES_PER_BATCH = 10
 #: partitions per read of the tombstone ledger (one request per chunk, not per partition)
 LEDGER_READ_KEYS = 64
 
@@ -79,8 +83,50 @@ class CassandraWrites(CassandraRequests):
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
-        params = [(timestamp_us, *self._key_values(k.bucket, k.parent)) for k in partitions]
-        return self._outcomes(self._run_many(self._delete_folder_part, params, "delete"))
+        """One request per up to PARTITION_DELETES_PER_BATCH partitions of one ring range.
+
+        Each request is an UNLOGGED batch of ``DELETE … USING TIMESTAMP T`` statements, routed
+        to a replica of the range (``routing_token``), which applies every deletion locally: a
+        partition deletion costs one request's share instead of a request of its own. Kept under
+        BATCH_MAX_BYTES (the batch size warning) and at Cassandra's
+        ``unlogged_batch_across_partitions_warn_threshold`` (10), so no batch draws a server
+        warning. An unlogged batch may be applied in part; a failed batch reports every
+        partition of it failed, and the deleter retries them (a deletion at T is idempotent).
+        """
+        token_map = self._cluster.metadata.token_map
+        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
+        # ring range → its partitions as (token, index in ``partitions``, key values)
+        groups: dict[int, list[tuple[int, int, Params]]] = {}
+        for index, key in enumerate(partitions):
+            values = self._key_values(key.bucket, key.parent)
+            token = partition_token(cast(tuple[str, ...], values))
+            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
+            groups.setdefault(where, []).append((token, index, values))
+        items: list[tuple[Any, Params]] = []
+        members: list[list[int]] = []
+        for _, entries in sorted(groups.items()):
+            start = 0
+            while start < len(entries):
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                batch.routing_token = entries[start][0]
+                taken: list[int] = []
+                size = 0
+                for _, index, values in entries[start : start + PARTITION_DELETES_PER_BATCH]:
+                    weight = sum(len(str(v).encode("utf-8")) for v in values) + 16
+                    if taken and size + weight > BATCH_MAX_BYTES:
+                        break
+                    batch.add(self._delete_folder_part, (timestamp_us, *values))
+                    taken.append(index)
+                    size += weight
+                start += len(taken)
+                items.append((batch, ()))
+                members.append(taken)
+        results: list[BaseException | None] = [None] * len(partitions)
+        for taken, outcome in zip(members, self._run_statements(items, "delete"), strict=True):
+            error = map_error(outcome) if isinstance(outcome, BaseException) else None
+            for index in taken:
+                results[index] = error
+        return results
 
     def rewrite_folder_partition(
         self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
