@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dircleaner.filter.generation import fresh_generation_id
+from dircleaner.job.orders import delete_orders
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
+from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, WaveHook, walk_prefix
-from dircleaner.pipeline.slice import DeleteOrders, plan_and_delete
+from dircleaner.pipeline.slice import plan_and_delete
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
 
@@ -112,22 +113,16 @@ def _walk_and_clean(
         after_wave=after_wave,
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
-    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
-    if not config.dry_run:
-        store.purge_expired(budget.grace_s)
-    orders = DeleteOrders(
-        max_row_tombstones=budget.per_partition,
-        ledger_ttl_s=budget.grace_s,
-        max_rewrite_rows=config.max_rewrite_rows,
-        # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
-        # after the walk began (minus the clock-skew margin) survives whatever happens here.
-        delete_timestamp_us=walk.started_us - int(config.min_age_s * 1_000_000),
+    # T: after the walk began, an entry (re)written survives whatever happens here.
+    planned = delete_orders(
+        store,
+        config,
+        snapshot_us=walk.started_us,
         generation=generation,
         throttle=config.throttle,
-        audit_log=config.audit_log,
-        dry_run=config.dry_run,
         lease_owner=lease_owner,
     )
+    budget, orders = planned.budget, planned.delete
     # The walk probed every directory it calls empty: nothing is left to re-check.
     started = time.monotonic()
     cleaned = plan_and_delete(store, walk.facts, frozenset(), orders, progress)

@@ -19,6 +19,7 @@ from dircleaner.filter.stored import (
     load_generation,
 )
 from dircleaner.gcpause import cyclic_gc_paused
+from dircleaner.job.orders import delete_orders
 from dircleaner.job.resume import (
     MAX_CHECKPOINTED_NONEMPTY,
     PHASE_BUILD,
@@ -32,7 +33,7 @@ from dircleaner.job.resume import (
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.model import BucketDir, PartitionFacts, Shard
-from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
+from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import (
     BuildConfig,
     BuildResult,
@@ -47,7 +48,6 @@ from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
 from dircleaner.pipeline.slice import (
-    DeleteOrders,
     ShardCleaned,
     ShardSwept,
     merge_delete_stats,
@@ -258,23 +258,17 @@ def _run_clean(
     if len(todo) > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
     scope = scope_of(store, sweep_config.bucket)
-    budget = resolve_budget(store, config.max_tombstones_per_partition, config.grace_period_s)
-    if not config.dry_run:
-        store.purge_expired(budget.grace_s)
-    orders = DeleteOrders(
-        max_row_tombstones=budget.per_partition,
-        ledger_ttl_s=budget.grace_s,
-        max_rewrite_rows=config.max_rewrite_rows,
-        # Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written
-        # after the build started (minus the clock-skew margin) survives whatever happens here.
-        delete_timestamp_us=loaded.header.snapshot_us - int(config.min_age_s * 1_000_000),
+    # T: after the filter's build started, an entry (re)written survives whatever happens here.
+    planned = delete_orders(
+        store,
+        config,
+        snapshot_us=loaded.header.snapshot_us,
         generation=loaded.generation,
         throttle=throttle,
-        audit_log=config.audit_log,
-        dry_run=config.dry_run,
-        keep_plan=len(todo) == 1,
         lease_owner=lease_owner,
+        keep_plan=len(todo) == 1,
     )
+    budget, orders = planned.budget, planned.delete
     progress_now = previous
     verdict: str | None = None
     shared = SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt)
