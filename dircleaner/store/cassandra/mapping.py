@@ -70,3 +70,10 @@ def partition_token(values: Sequence[str]) -> int:
 def in_size(keys: int, batch: int) -> int:
     """The ``IN`` size a chunk of ``keys`` partitions is padded to: a power of two or ``batch``."""
     return min(1 << (keys - 1).bit_length(), batch)
+
+
+def padded_in(values: Sequence[str], batch: int) -> list[str]:
+    """A chunk's ``IN`` values padded to ``in_size`` by repeating the last one (Cassandra reads
+    a key repeated in ``IN`` once), so few statements are prepared: one per size."""
+    out = list(values)
+    return out + [out[-1]] * (in_size(len(out), batch) - len(out))

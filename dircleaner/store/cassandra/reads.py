@@ -23,7 +23,7 @@ from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
-from dircleaner.store.cassandra.mapping import _q, in_size, model_parent, partition_token
+from dircleaner.store.cassandra.mapping import _q, model_parent, padded_in, partition_token
 from dircleaner.store.cassandra.requests import REQUEST_ATTEMPTS, CassandraRequests
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
@@ -261,11 +261,9 @@ class CassandraReads(CassandraRequests):
         asked = set(unique)
 
         def job(bucket: str, chunk: list[tuple[int, str]]) -> Callable[[], Iterator[Any]]:
-            size = in_size(len(chunk), self.config.verify_batch)
-            parents = [stored for _, stored in chunk]
-            parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
+            parents = padded_in([stored for _, stored in chunk], self.config.verify_batch)
             values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
-            stmt = self._in_folder_read(size)
+            stmt = self._in_folder_read(len(parents))
             fetch = self.config.fetch_size
             return lambda: self._pages(stmt, values, "sweep", fetch, chunk[0][0])
 
@@ -409,11 +407,9 @@ class CassandraReads(CassandraRequests):
 
     def _bind_in_probe(self, bucket: str, chunk: Sequence[tuple[int, str]]) -> Any:
         """The IN read of one chunk of (token, stored parent), routed to its first token."""
-        size = in_size(len(chunk), self.config.verify_batch)
-        parents = [stored for _, stored in chunk]
-        parents += [parents[-1]] * (size - len(parents))  # IN reads a repeated key once
+        parents = padded_in([stored for _, stored in chunk], self.config.verify_batch)
         values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
-        bound = self._in_probe(size).bind(values)
+        bound = self._in_probe(len(parents)).bind(values)
         bound.routing_token = chunk[0][0]
         bound.fetch_size = None  # at most one row per key: one unpaged response
         return bound

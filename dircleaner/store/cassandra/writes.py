@@ -21,7 +21,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
-from dircleaner.store.cassandra.mapping import _q, in_size, partition_token
+from dircleaner.store.cassandra.mapping import _q, padded_in, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, Params
 from dircleaner.store.cassandra.session import _ttl, map_error
 
@@ -270,10 +270,8 @@ class CassandraWrites(CassandraRequests):
         items: list[tuple[Any, Params]] = []
         for bucket, parents in parents_of.items():
             for start in range(0, len(parents), LEDGER_READ_KEYS):
-                chunk = parents[start : start + LEDGER_READ_KEYS]
-                size = in_size(len(chunk), LEDGER_READ_KEYS)
-                padded = (*chunk, *[chunk[-1]] * (size - len(chunk)))
-                items.append((self._ledger_read(size), (bucket, *padded)))
+                padded = padded_in(parents[start : start + LEDGER_READ_KEYS], LEDGER_READ_KEYS)
+                items.append((self._ledger_read(len(padded)), (bucket, *padded)))
         results = self._run_statements(items, "meta", retries=3)
         self._raise_first(results)
         charges: dict[tuple[str, str, str, str], int] = {}
