@@ -62,6 +62,7 @@ class DircleanerGroup(click.Group):
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
         except sqlite3.Error as exc:
+            log.debug("the SQLite metastore failed", exc_info=True)
             app = ctx.find_object(AppContext)
             where = app.store_url if app else "the SQLite metastore"
             message = (
@@ -70,6 +71,7 @@ class DircleanerGroup(click.Group):
             )
             raise fail(ctx, message, 1, type(exc).__name__) from exc
         except OSError as exc:
+            log.debug("an operating-system call failed", exc_info=True)
             what = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
             message = f"{what}; fix that and rerun: nothing is lost, the next run resumes"
             raise fail(ctx, message, 1, type(exc).__name__) from exc
