@@ -44,6 +44,18 @@ RENEWALS_PER_TTL = 3
 #: a deleter asks the store at most this often whether its run still holds the lease
 CHECK_INTERVAL_S = 1.0
 
+#: Held by the heartbeat through each renewal, and by a fork (``os.register_at_fork``): a
+#: process forked while another thread is inside a SQLite write transaction inherits SQLite's
+#: in-process lock bookkeeping ("this process holds the write lock") without the lock itself,
+#: and every write of the child then waits out the busy timeout and fails with "database is
+#: locked". So the local workers are never forked in the middle of a renewal.
+_RENEWING = threading.Lock()
+os.register_at_fork(
+    before=_RENEWING.acquire,
+    after_in_parent=_RENEWING.release,
+    after_in_child=_RENEWING.release,
+)
+
 
 def lease_name(store: Store) -> str:
     """The lease that guards one metastore (its folders and objects tables)."""
@@ -170,7 +182,9 @@ class Lease:
         interval = self.ttl_s / RENEWALS_PER_TTL
         while not self._stop.wait(interval):
             try:
-                if not self.renew():
+                with _RENEWING:
+                    renewed = self.renew()
+                if not renewed:
                     return  # lost: the deleters find out through lease_still_held
             except Exception:  # the beat must outlive one failed renewal
                 continue  # retried at the next beat, still within the TTL

@@ -11,8 +11,10 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +23,13 @@ import pytest
 
 from dircleaner.errors import LeaseHeld, LeaseLost
 from dircleaner.lease import Lease, lease_check, lease_name, lease_still_held
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.store import Store, open_store
+from dircleaner.store.sqlite.schema import open_database
+from dircleaner.store.sqlite.store import SqliteStore
 from dircleaner.timeutil import now_us
+from dircleaner.workers.local import map_shards
 from tests.helpers import EAGER, invoke
 
 BACKENDS = ["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
@@ -171,3 +177,47 @@ def test_after_kill_9_the_next_run_proceeds_once_the_lease_expires(tmp_path: Pat
         time.sleep(0.3)
     assert result.exit_code == 0, result.output
     assert listed(url) == LIVE_DIRS
+
+
+class _SlowRenewal(SqliteStore):
+    """Its first renewal holds its write transaction open for a while, and says when."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        super().__init__(path, conn)
+        self.inside = threading.Event()
+
+    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+        if self.inside.is_set():
+            return super().renew_lease(name, owner, ttl_s)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE leases SET expires_us = expires_us WHERE name = ?", (name,))
+        self.inside.set()
+        time.sleep(0.5)
+        conn.execute("COMMIT")
+        conn.close()
+        return super().renew_lease(name, owner, ttl_s)
+
+
+def _write_state(part_store: Store, shard: Shard, _report: object) -> int:
+    part_store.put_state(f"written by slice {shard.index}", "yes")
+    return shard.index
+
+
+def test_workers_forked_during_a_renewal_can_still_write(tmp_path: Path) -> None:
+    """A process forked while another thread is inside a SQLite write transaction inherits
+    SQLite's lock bookkeeping without the lock: each of its writes then waits out the busy
+    timeout (60 s) and fails with "database is locked" (CI saw it in the kill-and-resume tests).
+    The local workers are forked only between two renewals of the heartbeat."""
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    open_store(url, create=True).close()
+    conn, _ = open_database(tmp_path / "meta.db", create=False)
+    store = _SlowRenewal(tmp_path / "meta.db", conn)
+    store.url = url
+    with Lease.acquire(store, ttl_s=0.6):
+        assert store.inside.wait(10)  # the heartbeat is inside its write transaction now
+        # Forked now, a worker's write would raise "database is locked" after 60 s.
+        done = map_shards(store, [Shard(0, 2), Shard(1, 2)], _write_state, "test")
+    assert done == [0, 1]
+    assert store.get_state("written by slice 0") == store.get_state("written by slice 1") == "yes"
+    store.close()

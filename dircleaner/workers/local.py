@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import multiprocessing
 import os
 import pickle
@@ -27,6 +28,7 @@ from dircleaner.store import Store, open_store
 from dircleaner.workers import interrupt
 
 R = TypeVar("R")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
@@ -198,6 +200,7 @@ def _worker(
     except EOFError:
         pass  # the parent is gone
     except BaseException as exc:
+        log.debug("the worker of slice %s failed", shard, exc_info=True)
         conn.send(("error", _portable(exc)))
     finally:
         store.close()
