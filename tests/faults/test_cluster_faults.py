@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daskcluster import LoopbackCluster
-from tests.helpers import audit_entries, expected_dirs, invoke, write_lines
+from tests.helpers import audit_lines_written, expected_dirs, invoke, write_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "cassandra"
@@ -103,7 +103,7 @@ def listed(tmp: Path) -> set[str]:
 
 def wait_for_deletes(tmp: Path, count: int, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    while len(audit_entries(tmp / "audit.jsonl")) < count:
+    while audit_lines_written(tmp / "audit.jsonl") < count:
         assert time.monotonic() < deadline, "the clean never started deleting"
         time.sleep(0.2)
 
