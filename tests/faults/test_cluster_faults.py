@@ -64,7 +64,9 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
         os.environ.pop("DIRCLEANER_CONFIG", None)
 
 
-def start_run(tmp: Path, workers: int = 1, scheduler: str | None = None) -> subprocess.Popen[bytes]:
+def start_run(
+    tmp: Path, workers: int = 1, scheduler: str | None = None, rate: int = 40
+) -> subprocess.Popen[bytes]:
     bucket = (tmp / "bucket").read_text()
     args = [
         sys.executable,
@@ -80,7 +82,7 @@ def start_run(tmp: Path, workers: int = 1, scheduler: str | None = None) -> subp
         "--max-delete-fraction",
         "1",
         "--rate",
-        "40",
+        str(rate),
         "--concurrency",
         "4",
         # Every empty directory must go (remaining == live), and a resumed run reuses the
@@ -155,7 +157,11 @@ def test_two_nodes_down_the_run_stops_cleanly_and_resumes_when_they_return(
     cluster: tuple[Path, set[str]], workers: int
 ) -> None:
     tmp, live = cluster
-    proc = start_run(tmp, workers)
+    # The run must still be deleting once both nodes are down, and `stop-node` returns only
+    # when its node has exited (a drain: several seconds, more on a loaded machine). At --rate
+    # 40 the 240 deletes took about 17 s after the first batch was audited, node 3's stop and
+    # then node 2's had to fit in; at 10 they take about a minute.
+    proc = start_run(tmp, workers, rate=10)
     wait_for_deletes(tmp, 20)
     node("stop-node", 3)
     node("stop-node", 2)
