@@ -11,6 +11,7 @@ generations and state removed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import random
@@ -18,7 +19,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,19 @@ def folder_dirs(store: CassandraStore, bucket: str) -> set[str]:
     return {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket)}
 
 
+#: puts the writer lands between the plan and the first delete
+RACED_PUTS = 200
+
+
 class Writer(threading.Thread):
-    """Puts objects into (empty) directories through its own connection until told to stop."""
+    """Puts objects into (empty) directories through its own connection until told to stop.
+
+    It starts putting when the clean issues its first delete, and that delete waits for its
+    first RACED_PUTS puts (see ``racing``): the race is forced into the window between the plan
+    and the deletes, whatever the scheduler does with the threads, and goes on while the
+    deletes run. (Started freely, it could put most of its keys before the re-check dropped
+    them from the plan, or too few before the deletes were done.)
+    """
 
     def __init__(self, url: str, bucket: str) -> None:
         super().__init__(daemon=True)
@@ -342,6 +354,8 @@ class Writer(threading.Thread):
         self.put: list[str] = []
         self.ready = threading.Event()
         self.stop = threading.Event()
+        self.deleting = threading.Event()
+        self.raced = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -350,20 +364,53 @@ class Writer(threading.Thread):
         except BaseException as exc:
             self.error = exc
             self.ready.set()
+            self.raced.set()
             raise
         try:
             self.ready.set()
+            self.deleting.wait(timeout=120)
             for i in self.order:
                 if self.stop.is_set():
                     return
                 key = f"r/{i:04d}/sub/new"
                 store.put_objects(self.bucket, [key], now_us())
                 self.put.append(key)
+                if len(self.put) == RACED_PUTS:
+                    self.raced.set()
         except BaseException as exc:
             self.error = exc
             raise
         finally:
+            self.raced.set()
             store.close()
+
+
+@contextlib.contextmanager
+def racing(store: CassandraStore, writer: Writer) -> Iterator[None]:
+    """The store's first delete of any kind lets the writer put RACED_PUTS objects first."""
+
+    def first_waits(real: Callable[..., Any]) -> Callable[..., Any]:
+        def delete(*args: Any, **kwargs: Any) -> Any:
+            if not writer.deleting.is_set():
+                writer.deleting.set()
+                assert writer.raced.wait(timeout=120), "the writer never put its objects"
+            return real(*args, **kwargs)
+
+        return delete
+
+    names = [
+        "delete_folder_rows",
+        "delete_folder_ranges",
+        "delete_folder_partitions",
+        "rewrite_folder_partition",
+    ]
+    for name in names:
+        setattr(store, name, first_waits(getattr(store, name)))
+    try:
+        yield
+    finally:
+        for name in names:
+            delattr(store, name)
 
 
 @pytest.mark.parametrize("verify", [True, False], ids=["verify", "no-verify"])
@@ -384,9 +431,11 @@ def test_puts_during_a_clean_keep_their_directories(
         max_tombstones_per_partition=N,
     )
     try:
-        report = run_clean(store, config)
+        with racing(store, writer):
+            report = run_clean(store, config)
     finally:
         writer.stop.set()
+        writer.deleting.set()  # a clean that failed before its first delete: let it end
         writer.join(30)
     assert writer.error is None
     assert report.deleted is not None and report.deleted.directories > 0

@@ -33,7 +33,7 @@ from dircleaner.timeutil import now_us
 from dircleaner.workers.base import SliceFailed
 from dircleaner.workers.daskcluster import DaskWorkers
 from tests.daskcluster import ROOT, LoopbackCluster
-from tests.helpers import audit_entries, invoke, tombstones_per_partition
+from tests.helpers import audit_entries, audit_lines_written, invoke, tombstones_per_partition
 
 OLD = now_us() - 10**10
 SESSION = secrets.token_hex(4)
@@ -220,7 +220,7 @@ def test_a_worker_killed_mid_clean_the_run_completes(
     thread = threading.Thread(target=job)
     thread.start()
     deadline = time.monotonic() + 120
-    while not audit_entries(audit) and thread.is_alive() and time.monotonic() < deadline:
+    while not audit_lines_written(audit) and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert thread.is_alive(), "the clean ended before a worker could be killed"
     victim = sorted(cluster.worker_pids().values())[0]

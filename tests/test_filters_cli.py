@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dircleaner.filter.bloom import BloomFilter
 from dircleaner.filter.stored import find_generation, load_generation
 from dircleaner.store import open_store
@@ -29,8 +31,12 @@ def test_list_reports_the_fill_and_rate_without_reading_the_body(tmp_path: Path)
         info = find_generation(store, built["generation"])
         _, merged = load_generation(store, info, info.header.scope if info.header else "")
     assert isinstance(merged, BloomFilter)
-    # Two shards' fills combine as if independent: close to, and never below, the exact fill.
-    assert merged.fill_ratio() <= row["fill"] <= merged.fill_ratio() * 1.1
+    # Two shards' fills combine as if independent, 1 - (1 - f0)(1 - f1): close to the exact
+    # fill, but no bound on it. The shards share ancestors (f/, f/0/ …), which lifts the
+    # estimate by 0.003 on average, and the random salt moves the shards' overlap by 0.0015
+    # (one sd; 20,000 salts simulated): the estimate fell below the exact fill for 1.7% of
+    # salts, which failed "never below". 0.015 is 8 sd away.
+    assert row["fill"] == pytest.approx(merged.fill_ratio(), abs=0.015)
     assert abs(row["fpr_estimated"] - row["fill"] ** row["k"]) < 1e-3
     assert row["items"] == built["keys_inserted"]
 

@@ -66,12 +66,14 @@ def test_a_second_acquire_is_refused_naming_the_holder(store: Store) -> None:
 
 
 def test_the_heartbeat_keeps_a_lease_alive_past_its_ttl(store: Store) -> None:
-    with Lease.acquire(store, ttl_s=1.5) as lease:
+    # A TTL of 3 s renewed every second: the lease lapses only if a renewal takes over 2 s
+    # (with 1.5 s, one renewal slower than about a second, an LWT on a loaded node, could lose it).
+    with Lease.acquire(store, ttl_s=3) as lease:
         time.sleep(4)
         assert lease_still_held(store, lease.owner)
         assert not lease.lost
         with pytest.raises(LeaseHeld):
-            Lease.acquire(store, ttl_s=1.5)
+            Lease.acquire(store, ttl_s=3)
 
 
 def test_an_abandoned_lease_expires_and_the_next_run_proceeds(store: Store) -> None:
