@@ -48,6 +48,7 @@ from dircleaner.paths import split_key
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.pipeline.sweep import sweep
+from dircleaner.retry import RetryPolicy
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import (
     Auth,
@@ -582,7 +583,8 @@ class TestCassandraRecheck:
         self.with_batch(case.store, 50)
         with pytest.raises(TransientStoreError, match=type(exc).__name__):
             case.store.nonempty_object_partitions(case.asked)
-        assert calls[1:] == [1] * (cassandra_requests.REQUEST_ATTEMPTS - 1)  # only that one again
+        # only that one again
+        assert calls[1:] == [1] * (cassandra_requests.REQUEST_RETRY.attempts - 1)
 
     def test_other_errors_are_raised_at_once(
         self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch
@@ -617,7 +619,8 @@ def failing_execute_concurrent(
         return results
 
     monkeypatch.setattr(cassandra_requests, "execute_concurrent", fake)
-    monkeypatch.setattr(cassandra_requests, "_backoff", lambda attempt: None)
+    no_wait = RetryPolicy(cassandra_requests.REQUEST_RETRY.attempts, base_s=0.0, cap_s=0.0)
+    monkeypatch.setattr(cassandra_requests.CassandraRequests, "retry_policy", no_wait)
     return calls
 
 

@@ -24,7 +24,7 @@ from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
 from dircleaner.store.cassandra.mapping import _q, model_parent, padded_in, partition_token
-from dircleaner.store.cassandra.requests import REQUEST_ATTEMPTS, CassandraRequests
+from dircleaner.store.cassandra.requests import CassandraRequests
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
 
@@ -338,7 +338,7 @@ class CassandraReads(CassandraRequests):
         server warning per chunk otherwise). A chunk's reads share one request timeout: lower
         ``verify_batch`` if partitions full of tombstones make chunks time out.
 
-        A chunk that keeps failing after REQUEST_ATTEMPTS attempts raises TransientStoreError
+        A chunk that keeps failing after ``retry_policy.attempts`` tries raises TransientStoreError
         (any other error is raised as it is), never a partial answer: an unverified directory
         must not be treated as empty, and silently treating it as non-empty would hide an
         outage.
@@ -357,7 +357,7 @@ class CassandraReads(CassandraRequests):
                     for chunk in chunks[start : start + VERIFY_WAVE_READS]
                 ],
                 "verify",
-                retries=REQUEST_ATTEMPTS - 1,
+                retry=True,
             )
             for result in results:
                 if isinstance(result, BaseException):

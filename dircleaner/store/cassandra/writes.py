@@ -151,7 +151,7 @@ class CassandraWrites(CassandraRequests):
                     )
                 cells = tuple(UNSET_VALUE if v is None else v for v in values)
                 params.append((*key, row[0], *cells, timestamp_us))
-        self._raise_first(self._run_many(write, params, "delete", retries=3))
+        self._raise_first(self._run_many(write, params, "delete", retry=True))
         return len(params)
 
     def _prepare_rewrite(self) -> tuple[PreparedStatement, PreparedStatement, int]:
@@ -249,7 +249,7 @@ class CassandraWrites(CassandraRequests):
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         ttl = _ttl(ttl_s)
         params = [(*charge, ttl) for charge in charges]
-        self._raise_first(self._run_many(self._ledger_put, params, "meta", retries=3))
+        self._raise_first(self._run_many(self._ledger_put, params, "meta", retry=True))
 
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
@@ -272,7 +272,7 @@ class CassandraWrites(CassandraRequests):
             for start in range(0, len(parents), LEDGER_READ_KEYS):
                 padded = padded_in(parents[start : start + LEDGER_READ_KEYS], LEDGER_READ_KEYS)
                 items.append((self._ledger_read(len(padded)), (bucket, *padded)))
-        results = self._run_statements(items, "meta", retries=3)
+        results = self._run_statements(items, "meta", retry=True)
         self._raise_first(results)
         charges: dict[tuple[str, str, str, str], int] = {}
         for (_stmt, params), result in zip(items, results, strict=True):
@@ -332,7 +332,7 @@ class CassandraWrites(CassandraRequests):
         self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
     ) -> int | None:
         params = [(timestamp_us, *self._key_values(b, p), n) for b, p, n in rows]
-        self._raise_first(self._run_many(self._delete_object_row, params, "write", retries=3))
+        self._raise_first(self._run_many(self._delete_object_row, params, "write", retry=True))
         return None  # a blind delete: Cassandra does not say whether the row existed
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
@@ -367,4 +367,4 @@ class CassandraWrites(CassandraRequests):
             batch.add(stmt, (*key, name, ts))
             batch_rows += 1
             batch_bytes += size
-        self._raise_first(self._run_statements(items, "write", retries=3))
+        self._raise_first(self._run_statements(items, "write", retry=True))
