@@ -41,7 +41,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, murmur_token
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, TombstoneCounter, murmur_token
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
@@ -75,6 +75,7 @@ class Target:
 
     def max_row_tombstones(self) -> int:
         with open_store(self.url) as store:
+            assert isinstance(store, TombstoneCounter)
             count = store.tombstones_in_partition
             return max(int(count(self.bucket, f"p{i:02d}/")) for i in range(PARENTS))
 

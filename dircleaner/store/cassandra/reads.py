@@ -304,6 +304,7 @@ class CassandraReads(CassandraRequests):
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        """One ``LIMIT 1`` read (the benchmarks' naive check is one of these per directory)."""
         result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
         return bool(result.current_rows)
 

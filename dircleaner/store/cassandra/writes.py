@@ -335,12 +335,6 @@ class CassandraWrites(CassandraRequests):
         self._raise_first(self._run_many(self._delete_object_row, params, "write", retry=True))
         return None  # a blind delete: Cassandra does not say whether the row existed
 
-    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
-        """Insert ``(token_ignored, bucket, parent, name, ts)`` rows (generator fast path)."""
-        if table not in self._insert:
-            raise ValueError(f"unknown table {table!r}")
-        self._write(table, [(b, p, n, ts) for _, b, p, n, ts in rows])
-
     def _write(self, table: str, rows: Sequence[tuple[str, str, str, int]]) -> None:
         """Upsert rows, one UNLOGGED batch per run of rows in the same partition.
 
