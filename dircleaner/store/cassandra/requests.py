@@ -59,6 +59,26 @@ class _Failed:
 _DONE = _Done()
 
 
+class InStatements:
+    """One CQL shape with an ``IN (?, …)`` list: a prepared statement per list size, prepared
+    on first use (``padded_in`` keeps the sizes few). Safe to call from the scan threads."""
+
+    def __init__(self, prepare: Callable[[str], PreparedStatement], head: str, tail: str) -> None:
+        #: the CQL before and after the ``IN`` list's markers
+        self._prepare, self._head, self._tail = prepare, head, tail
+        self._by_size: dict[int, PreparedStatement] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> PreparedStatement:
+        """The statement with ``size`` markers in its ``IN`` list."""
+        with self._lock:
+            stmt = self._by_size.get(size)
+            if stmt is None:
+                marks = ", ".join("?" * size)
+                stmt = self._by_size[size] = self._prepare(f"{self._head}{marks}{self._tail}")
+            return stmt
+
+
 class CassandraRequests:
     """Paging, ordered concurrency, retries and the key mapping; the base of reads and writes."""
 

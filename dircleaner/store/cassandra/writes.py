@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
@@ -22,7 +21,7 @@ from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
 from dircleaner.store.cassandra.mapping import _q, padded_in, partition_token
-from dircleaner.store.cassandra.requests import CassandraRequests, Params
+from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import _ttl, map_error
 
 log = logging.getLogger(__name__)
@@ -59,8 +58,8 @@ class CassandraWrites(CassandraRequests):
     _lease_renew: PreparedStatement
     _lease_drop: PreparedStatement
     _ledger_put: PreparedStatement
-    _ledger_reads: dict[int, PreparedStatement]
-    _in_probes_lock: threading.Lock
+    #: the ledger's IN reads of many partitions' charges
+    _ledger_read: InStatements
     _grace: PreparedStatement
     #: the partition rewrite's read and write, prepared from the table metadata on first use
     _rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None
@@ -282,18 +281,6 @@ class CassandraWrites(CassandraRequests):
         for (bucket, parent, _generation, _charge), cost in charges.items():
             out[(bucket, parent)] = out.get((bucket, parent), 0) + cost
         return {key: total for key, total in out.items() if total}
-
-    def _ledger_read(self, size: int) -> PreparedStatement:
-        with self._in_probes_lock:
-            stmt = self._ledger_reads.get(size)
-            if stmt is None:
-                ledger = f"{_q(self.config.keyspace)}.{_q(self.config.tables.ledger)}"
-                marks = ", ".join("?" * size)
-                stmt = self._ledger_reads[size] = self._prepare(
-                    f"SELECT parent, generation, charge, cost FROM {ledger}"
-                    f" WHERE bucket = ? AND parent IN ({marks})"
-                )
-            return stmt
 
     def folders_grace_seconds(self) -> tuple[float, str]:
         cfg = self.config
