@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
-from dircleaner.filter.bloom import Filter, start_loading_kernels
+from dircleaner.filter.bloom import start_loading_kernels
+from dircleaner.filter.engines import Filter
 from dircleaner.filter.format import FilterHeader
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.sizing import record_clean
