@@ -11,6 +11,7 @@ from cassandra import InvalidRequest, OperationTimedOut, WriteTimeout
 from cassandra.cluster import NoHostAvailable
 from cassandra.protocol import OverloadedErrorMessage
 
+import dircleaner.store.cassandra.session as cassandra_session
 from dircleaner.errors import (
     SchemaError,
     StoreUnavailable,
@@ -50,6 +51,47 @@ def test_unreachable_node_is_store_unavailable_quickly(tmp_path: Path) -> None:
     assert message.startswith("cannot reach Cassandra at 127.0.0.1:1 after 2 attempts: ")
     assert "\n" not in message
     assert time.monotonic() - started < 10
+
+
+class RefusingCluster:
+    """A cluster whose every connect fails with ``error``; counts connects and shutdowns."""
+
+    connects = shutdowns = 0
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def connect(self) -> None:
+        RefusingCluster.connects += 1
+        raise self.error
+
+    def shutdown(self) -> None:
+        RefusingCluster.shutdowns += 1
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts", "message"),
+    [
+        (OperationTimedOut(), 3, "after 3 attempts: "),  # its host errors are None
+        (NoHostAvailable("none", {"h": OSError("refused")}), 3, "after 3 attempts: refused"),
+        (
+            NoHostAvailable("none", {"h": Exception("Bad credentials")}),
+            1,
+            "refused our credentials",
+        ),
+    ],
+)
+def test_connect_retries_what_may_pass_and_shuts_every_cluster_down(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, attempts: int, message: str
+) -> None:
+    monkeypatch.setattr(RefusingCluster, "connects", 0)
+    monkeypatch.setattr(RefusingCluster, "shutdowns", 0)
+    monkeypatch.setattr(cassandra_session, "_cluster", lambda cfg: RefusingCluster(error))
+    monkeypatch.setattr(cassandra_session, "CONNECT_BASE_S", 0.0)
+    cfg = CassandraConfig(keyspace="ks", connect_retries=3)
+    with pytest.raises(StoreUnavailable, match=message):
+        cassandra_session._connect(cfg)
+    assert RefusingCluster.connects == RefusingCluster.shutdowns == attempts
 
 
 def test_credentials_never_appear_in_errors(tmp_path: Path) -> None:

@@ -148,10 +148,15 @@ CONNECT_CAP_S = 4.0
 _CONNECT_ERRORS = (NoHostAvailable, OperationTimedOut, ConnectionException, OSError)
 
 
+def _host_errors(exc: BaseException) -> list[BaseException]:
+    """What each host answered, when no host could be reached."""
+    return list(exc.errors.values()) if isinstance(exc, NoHostAvailable) and exc.errors else []
+
+
 def _auth_failed(exc: BaseException) -> bool:
     return any(
         "AuthenticationFailed" in type(e).__name__ or "Bad credentials" in str(e)
-        for e in getattr(exc, "errors", {}).values()
+        for e in _host_errors(exc)
     )
 
 
@@ -172,7 +177,7 @@ def _connect(cfg: CassandraConfig) -> tuple[Any, Session]:
             attempt, lambda exc: isinstance(exc, _CONNECT_ERRORS) and not _auth_failed(exc)
         )
     except _CONNECT_ERRORS as exc:
-        errors = list(getattr(exc, "errors", {}).values())
+        errors = _host_errors(exc)
         reason = _one_line(errors[0]) if errors else _one_line(exc)
         if _auth_failed(exc):
             raise StoreUnavailable(
