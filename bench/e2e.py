@@ -43,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dircleaner.filter.bloom import new_filter
+from dircleaner.filter.engines import new_filter
 from dircleaner.job.run import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key

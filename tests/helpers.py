@@ -58,6 +58,11 @@ def tombstones_per_partition(entries: Sequence[dict[str, Any]]) -> Counter[tuple
     return out
 
 
+def write_toml(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
 def write_lines(path: Path, lines: Iterable[str]) -> Path:
     path.write_bytes(b"".join(line.encode("utf-8") + b"\n" for line in lines))
     return path

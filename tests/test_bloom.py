@@ -10,15 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dircleaner.filter.bloom import (
-    CHUNK,
-    ENGINES,
-    HASH_NAME,
-    BloomFilter,
-    PyBloomLiveFilter,
-    new_filter,
-    optimal_params,
-)
+from dircleaner.filter.bloom import CHUNK, HASH_NAME, BloomFilter, optimal_params
+from dircleaner.filter.engines import ENGINES, PyBloomLiveFilter, new_filter
 
 SALT = 0x5EED
 

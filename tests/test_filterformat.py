@@ -9,13 +9,8 @@ from dataclasses import replace
 import pytest
 
 from dircleaner.errors import DircleanerError, FilterCorrupt, FilterMismatch
-from dircleaner.filter.bloom import (
-    BloomFilter,
-    Filter,
-    PyBloomLiveFilter,
-    new_filter,
-    optimal_params,
-)
+from dircleaner.filter.bloom import BloomFilter, optimal_params
+from dircleaner.filter.engines import Filter, PyBloomLiveFilter, new_filter
 from dircleaner.filter.format import (
     FORMAT_VERSION,
     MAGIC,

@@ -7,7 +7,10 @@ import re
 import stat
 from pathlib import Path
 
-from dircleaner.cli.metrics import render
+from dircleaner.cli.metrics import RunMetrics, render
+from dircleaner.pipeline.delete import DeleteStats
+from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.pipeline.sweep import SweepTotals
 from tests.helpers import invoke, write_lines
 
 SAMPLE = re.compile(r'^dircleaner_[a-z_]+(\{phase="[a-z]+"\})? -?[0-9.e+-]+$')
@@ -26,17 +29,39 @@ def parse(text: str) -> dict[str, float]:
 
 
 def test_render_keeps_full_precision_and_labels_phases() -> None:
-    summary = {
-        "build": {"partitions_scanned": 12, "seconds": 1.5},
-        "clean": {"deleted_dirs": 3, "phase_seconds": {"sweep": 0.25}, "plan": {"deferred": 7}},
-    }
-    values = parse(render(summary, success=True, finished_at=1795329648.0))
+    metrics = RunMetrics(
+        sweep=SweepTotals(swept_rows=12, partitions=3, candidates=5, seconds=0.25),
+        plan=PlanSummary(deferred=7),
+        cleaned=True,
+        deleted=DeleteStats(directories=3, final_rate=123.45),
+        phase_seconds={"build": 1.5, "sweep": 0.25},
+    )
+    values = parse(render(metrics, success=True, finished_at=1795329648.0))
     assert values["dircleaner_last_run_timestamp_seconds"] == 1795329648.0
-    assert values["dircleaner_object_partitions_scanned"] == 12
+    assert values["dircleaner_directories_scanned"] == 12
+    assert values["dircleaner_candidates"] == 5
     assert values["dircleaner_deleted_directories"] == 3
     assert values["dircleaner_deferred_by_budget"] == 7
+    assert values["dircleaner_delete_rate"] == 123.5  # as the summary rounds it
     assert values['dircleaner_phase_seconds{phase="build"}'] == 1.5
     assert values['dircleaner_phase_seconds{phase="sweep"}'] == 0.25
+    # No build ran: no build figures; blind deletes: nothing about removed rows.
+    assert "dircleaner_object_partitions_scanned" not in values
+    assert "dircleaner_rows_removed" not in values
+    assert "dircleaner_kept_written_after_delete_timestamp" not in values
+
+
+def test_a_clean_that_deleted_nothing_reports_zero_and_a_failed_run_nothing() -> None:
+    nothing = parse(
+        render(RunMetrics(plan=PlanSummary(), cleaned=True), success=True, finished_at=1.0)
+    )
+    assert nothing["dircleaner_deleted_directories"] == 0
+    assert nothing["dircleaner_row_tombstones"] == 0
+    failed = parse(render(RunMetrics(), success=False, finished_at=1.0))
+    assert failed == {
+        "dircleaner_last_run_success": 0.0,
+        "dircleaner_last_run_timestamp_seconds": 1.0,
+    }
 
 
 def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -> None:

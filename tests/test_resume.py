@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-import dircleaner.job.run as job_module
+import dircleaner.job.cleanphases as clean_phases
 import dircleaner.pipeline.build as build_module
 from dircleaner.cli.report import run_build_lines, run_summary
 from dircleaner.errors import StoreUnavailable
@@ -41,7 +41,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, murmur_token
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, TombstoneCounter, murmur_token
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
@@ -75,6 +75,7 @@ class Target:
 
     def max_row_tombstones(self) -> int:
         with open_store(self.url) as store:
+            assert isinstance(store, TombstoneCounter)
             count = store.tombstones_in_partition
             return max(int(count(self.bucket, f"p{i:02d}/")) for i in range(PARENTS))
 
@@ -490,7 +491,7 @@ def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
 
     audit = tmp_path / "audit.jsonl"
     url = build_dataset(tmp_path, "killed")
-    real = job_module.plan_and_delete
+    real = clean_phases.plan_and_delete
 
     def dies_in_the_second_slice(store: Store, facts: list[Any], *args: Any) -> Any:
         if any(f.key.token >= 0 for f in facts):  # slice 1 of 2: the non-negative tokens
@@ -498,10 +499,10 @@ def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
         return real(store, facts, *args)
 
     # Workers are forked after the patch, so they inherit it.
-    monkeypatch.setattr(job_module, "plan_and_delete", dies_in_the_second_slice)
+    monkeypatch.setattr(clean_phases, "plan_and_delete", dies_in_the_second_slice)
     with pytest.raises(StoreUnavailable, match="injected"):
         run(url)
-    monkeypatch.setattr(job_module, "plan_and_delete", real)
+    monkeypatch.setattr(clean_phases, "plan_and_delete", real)
     with open_store(url) as store:
         state = load_run_state(store, scope_of(store, None))
     assert state is not None and state.clean is not None

@@ -1,72 +1,44 @@
-"""The Cassandra store: the conformance suite on a real node, plus Cassandra-only behaviour.
+"""The Cassandra store on a real node: the conformance suite, plus Cassandra-only behaviour.
 
-Tests marked ``cassandra`` need a node (``scripts/cassandra start``); the rest (URL and config
-parsing, token splitting, error mapping, an unreachable node) run anywhere. The keyspaces are
-created once per session; tests get a clean store by truncating its tables.
+Every test here needs a node (``scripts/cassandra start``); what runs anywhere (URL and config
+parsing, the parent mapping, error mapping, token splitting and routing, an unreachable node) is
+in ``test_cassandra_config.py`` and ``test_cassandra_ring.py``. The keyspaces are created once
+per session; tests get a clean store by truncating its tables.
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-import itertools
 import random
 import time
 from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
-from cassandra import ConsistencyLevel, InvalidRequest, OperationTimedOut, WriteTimeout
+from cassandra import ConsistencyLevel, InvalidRequest, OperationTimedOut
 from cassandra.cluster import NoHostAvailable
 from cassandra.concurrent import execute_concurrent as real_execute_concurrent
 from cassandra.metadata import Murmur3Token
-from cassandra.policies import HostDistance
-from cassandra.protocol import OverloadedErrorMessage
-from cassandra.query import SimpleStatement
 
 import dircleaner.store.cassandra.reads as cassandra_reads
 import dircleaner.store.cassandra.requests as cassandra_requests
-from dircleaner.errors import (
-    SchemaError,
-    StoreUnavailable,
-    StoreUrlError,
-    TransientStoreError,
-    UsageError,
-)
-from dircleaner.model import (
-    MAX_TOKEN,
-    MIN_TOKEN,
-    ActionKind,
-    FolderRange,
-    FolderRow,
-    PartitionKey,
-    Shard,
-)
+from dircleaner.errors import SchemaError, TransientStoreError, UsageError
+from dircleaner.model import ActionKind, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import split_key
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.pipeline.sweep import sweep
+from dircleaner.retry import RetryPolicy
 from dircleaner.store import open_store
-from dircleaner.store.cassandra.config import (
-    Auth,
-    CassandraConfig,
-    CassandraUrl,
-    Columns,
-    Tables,
-    load_cassandra_config,
-    parse_cassandra_url,
-)
-from dircleaner.store.cassandra.mapping import in_size, model_parent, partition_token, stored_parent
-from dircleaner.store.cassandra.ring import RangeAwarePolicy, cql_token_bounds, ring_splits
+from dircleaner.store.cassandra.config import load_cassandra_config, parse_cassandra_url
+from dircleaner.store.cassandra.mapping import partition_token, stored_parent
 from dircleaner.store.cassandra.schema import init_schema, schema_cql
-from dircleaner.store.cassandra.session import map_error
 from dircleaner.store.cassandra.store import CassandraStore
+from tests.helpers import write_toml
 from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
 from tests.test_sweep import SetFilter, dir_key
-
-REPO = Path(__file__).resolve().parent.parent
 
 CUSTOM_TOML = """
 [cassandra]
@@ -99,11 +71,6 @@ def keyspace_url(base: str, keyspace: str) -> str:
     """``base`` with its keyspace replaced."""
     parts = parse_cassandra_url(base)
     return f"cassandra://{','.join(parts.hosts)}:{parts.port}/{keyspace}"
-
-
-def write_toml(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 #: tests write at t0 plus at most this many µs (see StoreContract)
@@ -582,7 +549,8 @@ class TestCassandraRecheck:
         self.with_batch(case.store, 50)
         with pytest.raises(TransientStoreError, match=type(exc).__name__):
             case.store.nonempty_object_partitions(case.asked)
-        assert calls[1:] == [1] * (cassandra_requests.REQUEST_ATTEMPTS - 1)  # only that one again
+        # only that one again
+        assert calls[1:] == [1] * (cassandra_requests.REQUEST_RETRY.attempts - 1)
 
     def test_other_errors_are_raised_at_once(
         self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch
@@ -617,7 +585,8 @@ def failing_execute_concurrent(
         return results
 
     monkeypatch.setattr(cassandra_requests, "execute_concurrent", fake)
-    monkeypatch.setattr(cassandra_requests, "_backoff", lambda attempt: None)
+    no_wait = RetryPolicy(cassandra_requests.REQUEST_RETRY.attempts, base_s=0.0, cap_s=0.0)
+    monkeypatch.setattr(cassandra_requests.CassandraRequests, "retry_policy", no_wait)
     return calls
 
 
@@ -629,440 +598,6 @@ def test_custom_mapping_refuses_a_foreign_bucket_as_the_single_probe_does(
         custom_store.nonempty_object_partitions([("only", "a/"), ("other", "a/")])
     with pytest.raises(UsageError, match="no bucket column"):
         custom_store.objects_partition_nonempty("other", "a/")
-
-
-# -- no node needed -------------------------------------------------------------------------------
-
-
-def test_unreachable_node_is_store_unavailable_quickly(tmp_path: Path) -> None:
-    text = "[cassandra]\nconnect_retries = 2\nconnect_timeout_s = 1\n"
-    cfg = write_toml(tmp_path / "c.toml", text)
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailable) as info:
-        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
-    message = str(info.value)
-    assert message.startswith("cannot reach Cassandra at 127.0.0.1:1 after 2 attempts: ")
-    assert "\n" not in message
-    assert time.monotonic() - started < 10
-
-
-def test_credentials_never_appear_in_errors(tmp_path: Path) -> None:
-    cfg = write_toml(
-        tmp_path / "c.toml",
-        '[cassandra]\nconnect_retries = 1\n[cassandra.auth]\nusername = "u"\npassword = "s3cr3t"\n',
-    )
-    with pytest.raises(StoreUnavailable) as info:
-        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
-    assert "s3cr3t" not in str(info.value)
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("cassandra://h1,h2:9042/ks?dc=dc1", CassandraUrl(("h1", "h2"), 9042, "ks", "dc1")),
-        ("cassandra://127.0.0.1/ks", CassandraUrl(("127.0.0.1",), 9042, "ks", None)),
-        ("cassandra://h:19042/ks/", CassandraUrl(("h",), 19042, "ks", None)),
-        ("cassandra://[::1]:9000/ks", CassandraUrl(("::1",), 9000, "ks", None)),
-        ("cassandra://h", CassandraUrl(("h",), 9042, None, None)),
-    ],
-)
-def test_parse_cassandra_url(url: str, expected: CassandraUrl) -> None:
-    assert parse_cassandra_url(url) == expected
-
-
-@pytest.mark.parametrize(
-    ("url", "fragment"),
-    [
-        ("cassandra://", "no host"),
-        ("cassandra:///ks", "no host"),
-        ("cassandra://h:x/ks", "invalid port"),
-        ("cassandra://h:0/ks", "invalid port"),
-        ("cassandra://h,/ks", "invalid host"),
-        ("cassandra://h/k-s", "invalid keyspace"),
-        ("cassandra://h/a/b", "invalid keyspace"),
-        ("cassandra://h/ks?foo=1", "unknown parameter 'foo'"),
-        ("cassandra://h/ks?dc=", "empty dc"),
-        ("cassandra://h/ks#frag", "fragment"),
-        ("cassandra://user:pw@h/ks", "credentials do not belong in the URL"),
-        ("cassandra:h/ks", "scheme"),
-    ],
-)
-def test_malformed_cassandra_url(url: str, fragment: str) -> None:
-    with pytest.raises(StoreUrlError) as info:
-        parse_cassandra_url(url)
-    message = str(info.value)
-    assert fragment in message
-    assert "\n" not in message
-    assert "pw@" not in message
-
-
-def test_malformed_url_through_open_store() -> None:
-    with pytest.raises(StoreUrlError, match="invalid port"):
-        open_store("cassandra://h:port/ks")
-
-
-# -- config ----------------------------------------------------------------------------------------
-
-FULL_TOML = """
-[cassandra]
-keyspace = "ks"
-local_dc = "dc9"
-bucket_name = "solo"
-root_parent = "<root>"
-fetch_size = 100
-splits_per_range = 2
-concurrency = 3
-verify_batch = 10
-request_timeout_s = 2
-connect_timeout_s = 1.5
-connect_retries = 5
-protocol_version = 5
-replication_factor = 3
-
-[cassandra.tables]
-objects = "o"
-folders = "f"
-filters = "fl"
-state = "st"
-
-[cassandra.columns]
-bucket = false
-parent = "p"
-name = "n"
-
-[cassandra.consistency]
-verify = "quorum"
-delete = "EACH_QUORUM"
-
-[cassandra.auth]
-username = "file-user"
-password = "file-pass"
-
-[cassandra.tls]
-ca_file = "~/ca.pem"
-verify = false
-"""
-
-
-def test_load_full_config(tmp_path: Path) -> None:
-    path = write_toml(tmp_path / "c.toml", FULL_TOML)
-    cfg = load_cassandra_config(parse_cassandra_url("cassandra://a,b:1234"), path, environ={})
-    assert cfg.hosts == ("a", "b") and cfg.port == 1234
-    assert (cfg.keyspace, cfg.local_dc, cfg.bucket_name, cfg.root_parent) == (
-        "ks",
-        "dc9",
-        "solo",
-        "<root>",
-    )
-    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state) == (
-        "o",
-        "f",
-        "fl",
-        "st",
-    )
-    assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
-    assert cfg.consistency.verify == "QUORUM"
-    assert cfg.consistency.delete == "EACH_QUORUM"
-    assert cfg.consistency.build == "LOCAL_QUORUM"
-    assert (cfg.fetch_size, cfg.splits_per_range, cfg.concurrency) == (100, 2, 3)
-    assert cfg.verify_batch == 10
-    assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)
-    assert (cfg.protocol_version, cfg.replication_factor) == (5, 3)
-    assert (cfg.auth.username, cfg.auth.password) == ("file-user", "file-pass")
-    assert cfg.tls.ca_file == Path("~/ca.pem").expanduser()
-    assert cfg.tls.verify is False and cfg.tls.enabled
-
-
-def test_defaults_without_a_file() -> None:
-    cfg = load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), None, environ={})
-    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks", local_dc="dc1")
-    assert cfg.root_parent == "/" and cfg.columns.bucket == "bucket"
-    assert cfg.consistency.write == "LOCAL_QUORUM"
-    assert not cfg.tls.enabled
-
-
-def test_example_file_loads() -> None:
-    cfg = load_cassandra_config(
-        parse_cassandra_url("cassandra://h/ks"), REPO / "examples" / "cassandra.toml", environ={}
-    )
-    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks")
-
-
-@pytest.mark.parametrize(
-    ("text", "named"),
-    [
-        ("[cassandra]\nfetchsize = 1\n", "cassandra.fetchsize"),
-        ("[cassandra.tables]\nobject = 'x'\n", "cassandra.tables.object"),
-        ("[cassandra.columns]\nparents = 'x'\n", "cassandra.columns.parents"),
-        ("[cassandra.consistency]\nclean = 'ONE'\n", "cassandra.consistency.clean"),
-        ("[cassandra.auth]\ntoken = 'x'\n", "cassandra.auth.token"),
-        ("[cassandra.tls]\ncafile = 'x'\n", "cassandra.tls.cafile"),
-        ("[cassandra.pool]\nx = 1\n", "cassandra.pool"),
-        ("[sqlite]\nx = 1\n", "sqlite"),
-    ],
-)
-def test_unknown_config_key_is_named(tmp_path: Path, text: str, named: str) -> None:
-    path = write_toml(tmp_path / "c.toml", text)
-    with pytest.raises(UsageError, match=named.replace(".", r"\.")):
-        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), path, environ={})
-
-
-@pytest.mark.parametrize(
-    ("text", "fragment"),
-    [
-        ("[cassandra]\nfetch_size = 'many'\n", "fetch_size must be int"),
-        ("[cassandra]\nfetch_size = true\n", "fetch_size must be int"),
-        ("[cassandra]\nfetch_size = 0\n", "fetch_size must be at least 1"),
-        ("[cassandra]\nconcurrency = 0\n", "concurrency must be at least 1"),
-        ("[cassandra]\nverify_batch = 0\n", "verify_batch must be at least 1"),
-        ("[cassandra]\nverify_batch = 1.5\n", "verify_batch must be int"),
-        ("[cassandra]\nroot_parent = ''\n", "root_parent cannot be empty"),
-        ("[cassandra.tables]\nfolders = 'bad-name'\n", "not a CQL identifier"),
-        ("[cassandra.tables]\nfolders = 'objects'\n", "must be distinct"),
-        ("[cassandra.columns]\nparent = 'x\"; DROP'\n", "not a CQL identifier"),
-        ("[cassandra.columns]\nbucket = true\n", "column name or false"),
-        ("[cassandra.consistency]\nbuild = 'FAST'\n", "consistency.build"),
-        ("[cassandra.auth]\nusername = 'u'\n", "both a username and a password"),
-        ("[cassandra.tls]\ncert_file = 'c.pem'\n", "both cert_file and key_file"),
-        ("[cassandra]\nroot_parent = '/x/'\nparent_prefix = '/'\n", "stored form of parent"),
-        ("[cassandra\n", "not valid TOML"),
-        ("[cassandra]\nkeyspace = 'other'\n", "names keyspace 'ks'"),
-        ("[cassandra]\nlocal_dc = 'dc2'\n", "names dc 'dc1'"),
-    ],
-)
-def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, fragment: str) -> None:
-    path = write_toml(tmp_path / "c.toml", text)
-    with pytest.raises(UsageError, match=fragment):
-        load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), path, environ={})
-
-
-def test_missing_config_file_and_keyspace(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="does not exist"):
-        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), tmp_path / "no.toml", {})
-    with pytest.raises(UsageError, match="no keyspace"):
-        load_cassandra_config(parse_cassandra_url("cassandra://h"), None, environ={})
-
-
-def test_environment_credentials_win_over_the_file(tmp_path: Path) -> None:
-    path = write_toml(tmp_path / "c.toml", "[cassandra.auth]\nusername = 'fu'\npassword = 'fp'\n")
-    url = parse_cassandra_url("cassandra://h/ks")
-    env = {"DIRCLEANER_CASSANDRA_USERNAME": "eu", "DIRCLEANER_CASSANDRA_PASSWORD": "ep"}
-    cfg = load_cassandra_config(url, path, environ=env)
-    assert (cfg.auth.username, cfg.auth.password) == ("eu", "ep")
-    assert load_cassandra_config(url, None, environ=env).auth.password == "ep"
-    assert load_cassandra_config(url, path, environ={}).auth.password == "fp"
-
-
-def test_repr_hides_the_password() -> None:
-    cfg = CassandraConfig(auth=Auth("u", "hunter2"))
-    assert "hunter2" not in repr(cfg)
-    assert "hunter2" not in str(cfg)
-
-
-# -- the mapping of parents ------------------------------------------------------------------------
-
-PARENTS = ["", "/", "//", "a/", "/a/", "a//", "<root>/", "<root>", "ü/日/", "a/b/c/"]
-
-
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        CassandraConfig(),
-        CassandraConfig(root_parent="<root>"),
-        CassandraConfig(root_parent="/", parent_prefix="/"),
-        CassandraConfig(root_parent="ROOT", parent_prefix="P:"),
-    ],
-    ids=["default", "named-root", "absolute-paths", "prefixed"],
-)
-def test_parent_mapping_is_one_to_one(cfg: CassandraConfig) -> None:
-    stored = [stored_parent(cfg, p) for p in PARENTS]
-    assert all(stored)  # partition keys cannot be empty
-    assert len(set(stored)) == len(PARENTS)
-    assert [model_parent(cfg, s) for s in stored] == PARENTS
-    assert stored_parent(cfg, "") == cfg.root_parent
-
-
-def test_default_parent_mapping() -> None:
-    cfg = CassandraConfig()
-    assert [stored_parent(cfg, p) for p in ("", "a/", "/", "/a/")] == ["/", "a/", "//", "//a/"]
-
-
-def test_foreign_stored_parent_under_a_prefix_is_a_schema_error() -> None:
-    with pytest.raises(SchemaError, match="parent_prefix"):
-        model_parent(CassandraConfig(parent_prefix="/"), "a/")
-
-
-# -- token splits ----------------------------------------------------------------------------------
-
-
-def assert_exact_cover(splits: list[tuple[int, int]], lo: int, hi: int) -> None:
-    assert splits[0][0] == lo and splits[-1][1] == hi
-    for (_, end), (start, _) in itertools.pairwise(splits):
-        assert start == end + 1
-    assert all(s <= e for s, e in splits)
-
-
-def test_ring_splits_without_a_ring() -> None:
-    splits = ring_splits([], 8)
-    assert len(splits) == 8
-    assert_exact_cover(splits, MIN_TOKEN, MAX_TOKEN)
-
-
-@pytest.mark.parametrize(
-    "ring",
-    [
-        [0],
-        [-5, 7, 1000],
-        [MIN_TOKEN, 0],
-        [MAX_TOKEN],
-        [MIN_TOKEN, MAX_TOKEN],
-        [-(2**62), 3, 2**62, 2**63 - 10],
-    ],
-)
-@pytest.mark.parametrize("per_range", [1, 3, 8])
-def test_ring_splits_cover_the_ring_once(ring: list[int], per_range: int) -> None:
-    assert_exact_cover(ring_splits(ring, per_range), MIN_TOKEN, MAX_TOKEN)
-    for shard in (Shard(0, 4), Shard(3, 4), Shard(1, 3)):
-        lo, hi = shard.token_range()
-        assert_exact_cover(ring_splits(ring, per_range, lo, hi), lo, hi)
-
-
-def test_ring_splits_follow_the_ring() -> None:
-    splits = ring_splits([-100, 100], 2)
-    ends = {e for _, e in splits}
-    assert {-100, 100} <= ends  # no split straddles a ring token
-    assert len(splits) == 6
-
-
-def test_tiny_ranges_are_not_split_below_one_token() -> None:
-    splits = ring_splits([0, 1, 2], 8)
-    assert (1, 1) in splits and (2, 2) in splits
-    assert_exact_cover(splits, MIN_TOKEN, MAX_TOKEN)
-
-
-def test_cql_token_bounds() -> None:
-    assert cql_token_bounds(MIN_TOKEN, 5) == (MIN_TOKEN, 5)
-    assert cql_token_bounds(MIN_TOKEN + 1, 5) == (MIN_TOKEN, 5)
-    assert cql_token_bounds(-3, 5) == (-4, 5)
-    assert cql_token_bounds(6, MAX_TOKEN) == (5, MAX_TOKEN)
-    # (MIN, MIN] would read as the whole ring; no partition has token MIN anyway.
-    assert cql_token_bounds(MIN_TOKEN, MIN_TOKEN) is None
-
-
-def test_in_sizes_are_powers_of_two_up_to_the_batch() -> None:
-    sizes = [in_size(n, 100) for n in (1, 2, 3, 5, 33, 64, 65, 99, 100)]
-    assert sizes == [1, 2, 4, 8, 64, 64, 100, 100, 100]
-    assert (in_size(1, 1), in_size(5, 7), in_size(7, 7)) == (1, 7, 7)
-    assert len({in_size(n, 100) for n in range(1, 101)}) == 8  # statements prepared at most
-
-
-def test_partition_token_is_the_token_cassandra_computes() -> None:
-    # SELECT token(...) on Cassandra 5.0, for a composite and a single-column partition key.
-    assert partition_token(("b", "a/")) == 9067011995731547961
-    assert partition_token(("b1", "ü/日/")) == -5182798177890093462
-    assert partition_token(("ü/日/",)) == -1465017121307446527
-    with pytest.raises(UsageError, match="65535 bytes"):
-        partition_token(("b", "x" * 65536))
-
-
-# -- errors and schema text ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "exc",
-    [
-        WriteTimeout("timed out", write_type=0),
-        OperationTimedOut("client timeout"),
-        NoHostAvailable("none", {}),
-        OverloadedErrorMessage(0x1001, "overloaded", None),
-    ],
-)
-def test_transient_driver_errors_are_mapped(exc: Exception) -> None:
-    mapped = map_error(exc)
-    assert isinstance(mapped, TransientStoreError)
-    assert mapped.__cause__ is exc
-    assert type(exc).__name__ in str(mapped)
-
-
-def test_other_errors_are_returned_unchanged() -> None:
-    exc = InvalidRequest("bad")
-    assert map_error(exc) is exc
-
-
-def test_schema_cql_quotes_mapped_identifiers() -> None:
-    cfg = CassandraConfig(
-        keyspace="Ks", tables=Tables(folders="Dirs"), columns=Columns(bucket=None)
-    )
-    ddl = schema_cql(cfg)
-    assert ddl[0].startswith('CREATE KEYSPACE IF NOT EXISTS "Ks" WITH replication')
-    assert "'replication_factor': 1" in ddl[0]
-    folders = next(s for s in ddl if '"Dirs"' in s)
-    assert folders == (
-        'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
-        ' PRIMARY KEY (("parent"), "name"))'
-    )
-    assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
-
-
-# -- routing of token-range reads ------------------------------------------------------------------
-
-
-class FakeHost:
-    def __init__(self, name: str, up: bool = True) -> None:
-        self.name, self.is_up = name, up
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-class FakeChildPolicy:
-    def __init__(self, hosts: list[FakeHost]) -> None:
-        self.hosts = hosts
-
-    def distance(self, host: FakeHost) -> object:
-        return HostDistance.LOCAL
-
-    def make_query_plan(self, keyspace: object = None, query: object = None) -> Iterator[FakeHost]:
-        return iter(self.hosts)
-
-
-class FakeTokenMap:
-    def __init__(self, owner: dict[int, list[FakeHost]]) -> None:
-        self.owner = owner
-        self.asked: list[tuple[str, int]] = []
-
-    def get_replicas(self, keyspace: str, token: Murmur3Token) -> list[FakeHost]:
-        self.asked.append((keyspace, token.value))
-        return self.owner[token.value]
-
-
-def routed_plan(token: int | None, replicas: list[FakeHost]) -> tuple[list[str], FakeTokenMap]:
-    """The plan (host names) for a statement routed to ``token``, owned by ``replicas``."""
-    hosts = [FakeHost("h1"), FakeHost("h2"), *replicas]
-    token_map = FakeTokenMap({42: replicas})
-    policy = RangeAwarePolicy(FakeChildPolicy(hosts))
-    policy._cluster_metadata = SimpleNamespace(token_map=token_map)
-    stmt = SimpleStatement("SELECT 1", keyspace="ks")
-    if token is not None:
-        stmt.routing_token = token
-    return [h.name for h in policy.make_query_plan(None, stmt)], token_map
-
-
-def test_range_reads_go_to_a_replica_of_their_range_first() -> None:
-    plan, token_map = routed_plan(42, [FakeHost("h3")])
-    assert plan == ["h3", "h1", "h2"]
-    assert token_map.asked == [("ks", 42)]
-
-
-def test_a_down_replica_is_skipped_and_other_hosts_follow() -> None:
-    plan, _ = routed_plan(42, [FakeHost("h3", up=False)])
-    assert plan == ["h1", "h2"]
-
-
-def test_statements_without_a_routing_token_use_the_child_plan() -> None:
-    plan, token_map = routed_plan(None, [FakeHost("h3")])
-    assert plan == ["h1", "h2", "h3"]
-    assert token_map.asked == []
 
 
 # -- a folders table clustered in descending order ---------------------------------------------

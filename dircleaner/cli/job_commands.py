@@ -17,7 +17,7 @@ from dircleaner.cli.context import (
     refused_without_json,
     warn_if_bucket_empty,
 )
-from dircleaner.cli.metrics import render, write_atomically
+from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -154,7 +154,7 @@ def clean(
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     summary = clean_summary(report)
     verdict = report.would_be_refused
-    write_metrics(metrics_file, {"clean": summary}, success=verdict is None)
+    write_metrics(metrics_file, RunMetrics.of_clean(report), success=verdict is None)
     emit(
         summary,
         clean_lines(report, _audit(config.audit_log), params["min_age"]),
@@ -190,7 +190,7 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     summary = run_summary(report)
     verdict = report.clean.would_be_refused
-    write_metrics(metrics_file, summary, success=verdict is None)
+    write_metrics(metrics_file, RunMetrics.of_run(report), success=verdict is None)
     lines = run_build_lines(report) + clean_lines(
         report.clean, _audit(config.audit_log), params["min_age"]
     )
@@ -213,10 +213,10 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
         workers.close()
 
 
-def write_metrics(path: str | None, summary: dict[str, Any], *, success: bool) -> None:
+def write_metrics(path: str | None, metrics: RunMetrics, *, success: bool) -> None:
     """Prometheus textfile metrics, when asked for."""
     if path is not None:
-        write_atomically(Path(path), render(summary, success=success, finished_at=time.time()))
+        write_atomically(Path(path), render(metrics, success=success, finished_at=time.time()))
 
 
 @contextlib.contextmanager
@@ -227,7 +227,7 @@ def metrics_on_failure(path: str | None) -> Iterator[None]:
         yield
     except BaseException:
         with contextlib.suppress(OSError):  # the original error is the one to report
-            write_metrics(path, {}, success=False)
+            write_metrics(path, RunMetrics(), success=False)
         raise
 
 
@@ -249,5 +249,5 @@ def _clean_prefix(
         report = run_prefix_clean(store, config, progress)
     progress.close()
     summary = prefix_summary(report)
-    write_metrics(metrics_file, {"clean": summary}, success=True)
+    write_metrics(metrics_file, RunMetrics.of_prefix_clean(report), success=True)
     emit(summary, prefix_lines(report, _audit(config.audit_log), params["min_age"]), as_json)

@@ -4,86 +4,164 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from dircleaner.job.prefix import PrefixCleanReport
+from dircleaner.job.run import CleanReport, RunReport
+from dircleaner.pipeline.build import BuildResult
+from dircleaner.pipeline.delete import DeleteStats
+from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.pipeline.sweep import SweepTotals
 
 PREFIX = "dircleaner_"
 
-# (metric name, help, path into the run summary)
-_GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """What a run tells monitoring, taken from the job's own reports (nothing: a failed run)."""
+
+    build: BuildResult | None = None
+    sweep: SweepTotals | None = None
+    dropped_nonempty: int | None = None
+    plan: PlanSummary | None = None
+    #: a clean ran: its delete counts are 0, not absent, when it deleted nothing
+    cleaned: bool = False
+    deleted: DeleteStats | None = None
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of_clean(cls, report: CleanReport, build: BuildResult | None = None) -> RunMetrics:
+        """A clean's figures, and those of the build before it (``run``)."""
+        phases = {} if build is None else {"build": round(build.seconds, 3)}
+        phases.update((k, round(v, 3)) for k, v in report.phase_seconds.items())
+        return cls(
+            build=build,
+            sweep=report.sweep.result,
+            dropped_nonempty=report.dropped_nonempty,
+            plan=report.plan,
+            cleaned=True,
+            deleted=report.deleted,
+            phase_seconds=phases,
+        )
+
+    @classmethod
+    def of_run(cls, report: RunReport) -> RunMetrics:
+        """The nightly job's figures (no build figures when it reused an interrupted build)."""
+        return cls.of_clean(report.clean, report.build)
+
+    @classmethod
+    def of_prefix_clean(cls, report: PrefixCleanReport) -> RunMetrics:
+        """A prefix clean's figures: no build and no sweep."""
+        return cls(
+            plan=report.plan,
+            cleaned=True,
+            deleted=report.deleted,
+            phase_seconds={k: round(v, 3) for k, v in report.phase_seconds.items()},
+        )
+
+
+Reading = Callable[[RunMetrics], float | None]
+
+
+def _of_build(read: Callable[[BuildResult], float]) -> Reading:
+    return lambda m: None if m.build is None else read(m.build)
+
+
+def _of_sweep(read: Callable[[SweepTotals], float]) -> Reading:
+    return lambda m: None if m.sweep is None else read(m.sweep)
+
+
+def _of_deletes(read: Callable[[DeleteStats], float | None]) -> Reading:
+    """A delete figure: absent without a clean, 0 when the clean deleted nothing."""
+    return lambda m: None if not m.cleaned else 0 if m.deleted is None else read(m.deleted)
+
+
+def _kept_after_t(m: RunMetrics) -> float | None:
+    deleted = m.deleted
+    if deleted is None or deleted.rows_removed is None:
+        return None
+    return deleted.directories - deleted.rows_removed
+
+
+# (metric name, help, how to read it from the run)
+_GAUGES: tuple[tuple[str, str, Reading], ...] = (
     (
         "object_partitions_scanned",
         "Objects-table partitions scanned by the build.",
-        ("build", "partitions_scanned"),
+        _of_build(lambda b: b.partitions_scanned),
     ),
     (
         "filter_directories",
         "Ancestor keys inserted into the filter (a directory once per partition under it).",
-        ("build", "keys_inserted"),
+        _of_build(lambda b: b.keys_inserted),
     ),
-    ("filter_bytes", "Size of the filter body.", ("build", "filter_bytes")),
-    ("filter_fill_ratio", "Share of filter bits set.", ("build", "fill_ratio")),
-    ("filter_fpr_target", "Target false-positive rate.", ("build", "fpr_target")),
+    ("filter_bytes", "Size of the filter body.", _of_build(lambda b: b.filter_bytes)),
+    (
+        "filter_fill_ratio",
+        "Share of filter bits set.",
+        _of_build(lambda b: round(b.fill_ratio, 6)),
+    ),
+    ("filter_fpr_target", "Target false-positive rate.", _of_build(lambda b: b.header.target_p)),
     (
         "filter_fpr_estimated",
         "Effective false-positive rate estimated from the fill.",
-        ("build", "fpr_estimated"),
+        _of_build(lambda b: b.estimated_fpr),
     ),
-    ("directories_scanned", "Folder-index rows swept.", ("clean", "sweep", "swept_dirs")),
-    ("candidates", "Directories absent from the filter.", ("clean", "sweep", "candidates")),
+    ("directories_scanned", "Folder-index rows swept.", _of_sweep(lambda s: s.swept_rows)),
+    ("candidates", "Directories absent from the filter.", _of_sweep(lambda s: s.candidates)),
     (
         "verified_nonempty",
         "Candidates found non-empty on re-check and kept.",
-        ("clean", "dropped_nonempty"),
+        lambda m: m.dropped_nonempty,
     ),
     (
         "deleted_directories",
         "Directory entries deletes were issued for (at the delete timestamp).",
-        ("clean", "deleted_dirs"),
+        _of_deletes(lambda d: d.directories),
     ),
     (
         "rows_removed",
         "Folder rows the deletes removed (embedded store only).",
-        ("clean", "rows_removed"),
+        _of_deletes(lambda d: d.rows_removed),
     ),
     (
         "kept_written_after_delete_timestamp",
         "Candidates kept: written after the delete timestamp (embedded store only).",
-        ("clean", "kept_written_after_t"),
+        _kept_after_t,
     ),
-    ("partition_tombstones", "Partition deletes issued.", ("clean", "partition_tombstones")),
-    ("row_tombstones", "Row deletes issued.", ("clean", "row_tombstones")),
+    (
+        "partition_tombstones",
+        "Partition deletes issued.",
+        _of_deletes(lambda d: d.partition_deletes),
+    ),
+    ("row_tombstones", "Row deletes issued.", _of_deletes(lambda d: d.row_deletes)),
     (
         "range_tombstones",
         "Range deletes issued (each counts as two tombstones against the budget).",
-        ("clean", "range_tombstones"),
+        _of_deletes(lambda d: d.range_deletes),
     ),
     (
         "deferred_by_budget",
         "Candidates held back by --max-tombstones-per-partition.",
-        ("clean", "plan", "deferred"),
+        lambda m: None if m.plan is None else m.plan.deferred,
     ),
-    ("delete_retries", "Deletes retried after timeouts or overload.", ("clean", "retries")),
+    (
+        "delete_retries",
+        "Deletes retried after timeouts or overload.",
+        _of_deletes(lambda d: d.retries),
+    ),
     (
         "delete_rate",
         "Delete rate (per second) the adaptive throttle ended at.",
-        ("clean", "final_rate"),
+        _of_deletes(lambda d: round(d.final_rate, 1)),
     ),
 )
 
 
-def _lookup(summary: Mapping[str, Any], path: tuple[str, ...]) -> float | None:
-    value: Any = summary
-    for key in path:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def render(summary: Mapping[str, Any], *, success: bool, finished_at: float) -> str:
-    """The run summary (as printed by ``--json``) in Prometheus text exposition format."""
+def render(metrics: RunMetrics, *, success: bool, finished_at: float) -> str:
+    """The run's figures in Prometheus text exposition format."""
     lines: list[str] = []
 
     def gauge(name: str, help_text: str, value: float, labels: str = "") -> None:
@@ -91,23 +169,15 @@ def render(summary: Mapping[str, Any], *, success: bool, finished_at: float) -> 
         if not any(line.startswith(f"# TYPE {full} ") for line in lines):
             lines.append(f"# HELP {full} {help_text}")
             lines.append(f"# TYPE {full} gauge")
-        lines.append(f"{full}{labels} {value:.15g}")
+        lines.append(f"{full}{labels} {float(value):.15g}")
 
     gauge("last_run_success", "1 if the last run finished without error.", 1.0 if success else 0.0)
     gauge("last_run_timestamp_seconds", "When the last run finished (Unix time).", finished_at)
-    for name, help_text, path in _GAUGES:
-        value = _lookup(summary, path)
+    for name, help_text, read in _GAUGES:
+        value = read(metrics)
         if value is not None:
             gauge(name, help_text, value)
-    phases: dict[str, float] = {}
-    build_seconds = _lookup(summary, ("build", "seconds"))
-    if build_seconds is not None:
-        phases["build"] = build_seconds
-    clean = summary.get("clean", summary)
-    if isinstance(clean, Mapping):
-        for phase, seconds in dict(clean.get("phase_seconds", {})).items():
-            phases[str(phase)] = float(seconds)
-    for phase, seconds in sorted(phases.items()):
+    for phase, seconds in sorted(metrics.phase_seconds.items()):
         gauge("phase_seconds", "Duration of each phase.", seconds, f'{{phase="{phase}"}}')
     return "\n".join(lines) + "\n"
 

@@ -11,7 +11,7 @@ import click
 
 from dircleaner.cli.context import note_json
 from dircleaner.errors import UsageError
-from dircleaner.filter.bloom import ENGINES
+from dircleaner.filter.engines import ENGINES
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
 from dircleaner.job.run import CleanConfig, SweepConfig
 from dircleaner.model import Shard

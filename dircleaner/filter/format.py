@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dircleaner.errors import FilterCorrupt, FilterMismatch
-from dircleaner.filter.bloom import Filter, engine_class
+from dircleaner.filter.engines import Filter, engine_class
 
 MAGIC = b"DCBLOOM\x00"
 FORMAT_VERSION = 1

@@ -16,7 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
-from dircleaner.filter.bloom import Filter, count_set_bits
+from dircleaner.filter.bloom import count_set_bits
+from dircleaner.filter.engines import Filter
 from dircleaner.filter.format import FilterHeader, decode_header, deserialize, merge_shards
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.errors import DircleanerError, FilterNotFound, GuardRefused, UsageError
-from dircleaner.filter.bloom import Filter, start_loading_kernels
+from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
+from dircleaner.filter.bloom import start_loading_kernels
+from dircleaner.filter.engines import Filter
 from dircleaner.filter.format import FilterHeader
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.sizing import record_clean
@@ -19,9 +20,9 @@ from dircleaner.filter.stored import (
     load_generation,
 )
 from dircleaner.gcpause import cyclic_gc_paused
+from dircleaner.job.cleanphases import CleanCheckpoint, CleanDecision, SliceWork, add_totals
 from dircleaner.job.orders import delete_orders
 from dircleaner.job.resume import (
-    MAX_CHECKPOINTED_NONEMPTY,
     PHASE_BUILD,
     PHASE_CLEAN,
     PHASE_DONE,
@@ -32,7 +33,7 @@ from dircleaner.job.resume import (
 )
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
-from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.model import Shard
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import (
     BuildConfig,
@@ -45,14 +46,10 @@ from dircleaner.pipeline.build import (
     swept_count_key,
 )
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
-from dircleaner.pipeline.guards import GuardConfig, check_filter, check_sweep
+from dircleaner.pipeline.guards import GuardConfig, check_filter
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
 from dircleaner.pipeline.slice import (
-    ShardCleaned,
-    ShardSwept,
     merge_delete_stats,
-    plan_and_delete,
-    sweep_and_recheck,
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.progress import Progress, no_progress
@@ -230,14 +227,6 @@ def run_clean(
             return _run_clean(store, config, progress, checkpoint, pool, lease.owner)
 
 
-@dataclass(frozen=True)
-class CleanCheckpoint:
-    """Where an interrupted clean of this generation got to, and how to record progress."""
-
-    previous: CleanProgress | None
-    save: Callable[[CleanProgress], None]
-
-
 def _run_clean(
     store: Store,
     config: CleanConfig,
@@ -269,71 +258,31 @@ def _run_clean(
         keep_plan=len(todo) == 1,
     )
     budget, orders = planned.budget, planned.delete
-    progress_now = previous
-    verdict: str | None = None
-    shared = SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt)
-    bucket = sweep_config.bucket
-    verify = config.verify
-
-    def first(part_store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, _Kept]:
-        swept, facts = sweep_and_recheck(
-            part_store, shard, bucket, shared.get(part_store), verify, report
-        )
-        return swept, (facts, swept.nonempty)
-
-    def decide(tallies: list[ShardSwept]) -> frozenset[BucketDir]:
-        nonlocal progress_now, verdict
-        totals = _add_totals([t.totals for t in tallies])
-        # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run
-        # deletes nothing anyway: it plans on, and reports what a real run would meet.
-        try:
-            check_sweep(loaded.header, totals.swept_rows, totals.candidates, sweep_config.guards)
-        except GuardRefused as exc:
-            if not config.dry_run:
-                raise
-            verdict = str(exc)
-        # A directory with an object keeps its ancestors, whichever slice lists them: every
-        # slice drops every slice's finds (and their ancestors) from its candidates, and so do
-        # the slices an interrupted attempt left for this one.
-        nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
-        progress_now = replace(previous, nonempty=nonempty)
-        save_progress()  # before any delete
-        return nonempty
-
-    def second(
-        part_store: Store,
-        shard: Shard,
-        kept: _Kept,
-        nonempty: frozenset[BucketDir],
-        report: Progress,
-    ) -> ShardCleaned:
-        facts, own_nonempty = kept
-        # A first phase run again (its worker was lost) may have found more than the decision
-        # pooled: its own finds stay too.
-        return plan_and_delete(part_store, facts, nonempty | own_nonempty, orders, report)
-
-    def slice_done(position: int) -> None:
-        nonlocal progress_now
-        progress_now = replace(progress_now, done=progress_now.done | {todo[position]})
-        save_progress()
-
-    def save_progress() -> None:
-        # Too many non-empty finds to store: a resumed run then cleans every slice again.
-        small = len(progress_now.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
-        if checkpoint and not config.dry_run and small:
-            checkpoint.save(progress_now)
-
+    work = SliceWork(
+        SharedFilter(loaded.generation, sweep_config.bucket, loaded.filt),
+        sweep_config.bucket,
+        config.verify,
+        orders,
+    )
+    decision = CleanDecision(
+        loaded.header,
+        sweep_config.guards,
+        dry_run=config.dry_run,
+        previous=previous,
+        todo=todo,
+        checkpoint=checkpoint,
+    )
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in todo],
-        first,
-        decide,
-        second,
+        work.sweep,
+        decision.decide,
+        work.clean,
         ("sweep", "clean"),
         progress,
-        slice_done,
+        decision.slice_done,
     )
-    totals = _add_totals([t.totals for t in tallies])
+    totals = add_totals([t.totals for t in tallies])
     whole = not previous.done and sweep_config.shard.count == 1
     if whole:
         # The exact count sizes the next build on stores that cannot count cheaply.
@@ -360,20 +309,7 @@ def _run_clean(
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(previous.done)),
         budget=budget,
-        would_be_refused=verdict,
-    )
-
-
-#: what a clean's first phase keeps for its second: the slice's candidates and its own finds
-_Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
-
-
-def _add_totals(parts: list[SweepTotals]) -> SweepTotals:
-    return SweepTotals(
-        swept_rows=sum(p.swept_rows for p in parts),
-        partitions=sum(p.partitions for p in parts),
-        candidates=sum(p.candidates for p in parts),
-        seconds=max((p.seconds for p in parts), default=0.0),
+        would_be_refused=decision.verdict,
     )
 
 

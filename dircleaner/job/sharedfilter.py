@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from dircleaner.filter.bloom import Filter
+from dircleaner.filter.engines import Filter
 from dircleaner.filter.stored import find_generation, load_generation
 from dircleaner.pipeline.build import scope_of
 from dircleaner.store.base import Store

@@ -17,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
-from dircleaner.filter.bloom import finish_loading_kernels, new_filter, start_loading_kernels
+from dircleaner.filter.bloom import finish_loading_kernels, start_loading_kernels
+from dircleaner.filter.engines import new_filter
 from dircleaner.filter.format import (
     FilterHeader,
     decode_header,

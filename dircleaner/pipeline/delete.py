@@ -1,8 +1,11 @@
 """Executing a deletion plan: rate limit, bounded concurrency, backoff, and the audit log.
 
-The only place that retries. Deletes are issued at timestamp T (the build's start minus
-``--min-age``): a tombstone shadows only writes at or before T, so a directory that received an
-object after T keeps its entry whatever this module does.
+The only place that retries deletes: the store returns their transient failures, and this
+module re-sends them in rounds of its own loop, because each round also steers the adaptive
+rate (halved on overload, raised while healthy). The waits between rounds come from the one
+retry policy (``dircleaner.retry``) the store's other requests use. Deletes are issued at
+timestamp T (the build's start minus ``--min-age``): a tombstone shadows only writes at or before
+T, so a directory that received an object after T keeps its entry whatever this module does.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dircleaner.errors import (
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
+from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
 
 
@@ -49,6 +53,11 @@ class ThrottleConfig:
             raise UsageError("--rate must be >= 0")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be >= 1")
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """The first try and ``max_retries`` more, waits between ``base_backoff_s`` and the cap."""
+        return RetryPolicy(self.max_retries + 1, self.base_backoff_s, self.max_backoff_s)
 
 
 class AdaptiveRate:
@@ -136,6 +145,7 @@ def execute_plan(
     started = time.monotonic()
     stats = DeleteStats()
     rate = AdaptiveRate(throttle, sleep=sleep)
+    retry = throttle.retry_policy
     jitter = rng or random.Random()
     done = 0
     total_dirs = sum(len(action.rows) for action in plan.actions)
@@ -172,14 +182,13 @@ def execute_plan(
                 break
             rate.on_overload()
             attempt += 1
-            if attempt > throttle.max_retries:
+            if attempt >= retry.attempts:
                 raise StoreUnavailable(
                     f"{len(failed)} deletes still failing after {throttle.max_retries} retries: "
                     f"{next(e for e in errors if e is not None)}"
                 )
             stats.retries += len(failed)
-            backoff = min(throttle.max_backoff_s, throttle.base_backoff_s * 2**attempt)
-            sleep(jitter.uniform(0, backoff))  # full jitter
+            sleep(retry.delay(attempt, jitter))
             pending = failed
         # Directories, as the summary counts them (a partition or range delete takes several).
         done += sum(len(action.rows) for action in chunk)

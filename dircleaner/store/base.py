@@ -1,7 +1,10 @@
 """The store protocol: a handful of primitives every metastore backend implements.
 
 Everything else (filter storage, sizing, the job itself) is built on these, as fsspec builds
-``walk`` on ``ls``. Backends override the batch helpers only where they can do them faster.
+``walk`` on ``ls``. Where there is a batch and a single-item form, the batch is the primitive
+and the single item derives from it; backends override the derived helpers only where they can
+do them faster. Optional capabilities are small protocols of their own (``TombstoneCounter``,
+``BulkLoader``), checked with ``isinstance``.
 """
 
 from __future__ import annotations
@@ -165,12 +168,19 @@ class Store(abc.ABC):
 
     # -- emptiness re-check --------------------------------------------------------------------
     @abc.abstractmethod
-    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
-        """Whether the objects partition ``(bucket, parent)`` holds a live row (LIMIT 1)."""
-
     def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The subset of ``(bucket, parent)`` whose objects partition holds a live row."""
-        return {key for key in keys if self.objects_partition_nonempty(*key)}
+        """The subset of ``(bucket, parent)`` whose objects partition holds a live row.
+
+        The re-check's primitive: the job asks in batches, and a backend answers a batch in
+        few requests (one set-based query, ``IN`` reads), stopping at each partition's first row.
+        """
+
+    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        """Whether the objects partition ``(bucket, parent)`` holds a live row (LIMIT 1).
+
+        A batch of one here; a backend may override it with a point read.
+        """
+        return (bucket, parent) in self.nonempty_object_partitions([(bucket, parent)])
 
     # -- deletes at a timestamp ---------------------------------------------------------------
     @abc.abstractmethod
@@ -319,6 +329,15 @@ class Store(abc.ABC):
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
             yield from batch
+
+
+@runtime_checkable
+class TombstoneCounter(Protocol):
+    """Optional capability: the tombstones a read of one folders partition meets, as Cassandra
+    counts them (tests and benchmarks check the live budget with it)."""
+
+    def tombstones_in_partition(self, bucket: str, parent: str) -> int:
+        """Tombstone cells a read of folders partition ``(bucket, parent)`` scans now."""
 
 
 @runtime_checkable

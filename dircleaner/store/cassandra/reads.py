@@ -13,7 +13,6 @@ import logging
 import math
 import random
 import re
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
@@ -23,8 +22,8 @@ from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
-from dircleaner.store.cassandra.mapping import _q, model_parent, padded_in, partition_token
-from dircleaner.store.cassandra.requests import REQUEST_ATTEMPTS, CassandraRequests
+from dircleaner.store.cassandra.mapping import model_parent, padded_in, partition_token
+from dircleaner.store.cassandra.requests import CassandraRequests, InStatements
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
 
@@ -53,11 +52,10 @@ class CassandraReads(CassandraRequests):
     _folder_partition_rows: PreparedStatement
     _folder_row: PreparedStatement
     _size_estimates: PreparedStatement
-    #: the verify re-check's IN reads by number of bind markers, prepared when first needed
-    _in_probes: dict[int, PreparedStatement]
-    #: the prefix walk's IN reads of folders partitions, likewise
-    _in_folder_reads: dict[int, PreparedStatement]
-    _in_probes_lock: threading.Lock
+    #: the verify re-check's IN reads (``… PER PARTITION LIMIT 1``)
+    _in_probe: InStatements
+    #: the prefix walk's IN reads of folders partitions
+    _in_folder_read: InStatements
 
     # -- scans ------------------------------------------------------------------------------------
     def scan_object_partitions(
@@ -281,22 +279,6 @@ class CassandraReads(CassandraRequests):
         for key in keys:
             yield key, found.get(key, [])
 
-    def _in_folder_read(self, size: int) -> PreparedStatement:
-        """``SELECT token, key, name FROM folders WHERE … parent IN (size markers)``."""
-        with self._in_probes_lock:
-            stmt = self._in_folder_reads.get(size)
-            if stmt is None:
-                cfg = self.config
-                folders = f"{_q(cfg.keyspace)}.{_q(cfg.tables.folders)}"
-                key = ", ".join(_q(c) for c in self._key_columns)
-                bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
-                marks = ", ".join("?" * size)
-                stmt = self._in_folder_reads[size] = self._prepare(
-                    f"SELECT token({key}), {key}, {_q(cfg.columns.name)} FROM {folders}"
-                    f" WHERE {bucket_eq}{_q(cfg.columns.parent)} IN ({marks})"
-                )
-            return stmt
-
     def has_folder_row(self, bucket: str, directory: str) -> bool:
         parent, name = folder_row_of(directory)
         result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
@@ -304,6 +286,7 @@ class CassandraReads(CassandraRequests):
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        """One ``LIMIT 1`` read (the benchmarks' naive check is one of these per directory)."""
         result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
         return bool(result.current_rows)
 
@@ -338,7 +321,7 @@ class CassandraReads(CassandraRequests):
         server warning per chunk otherwise). A chunk's reads share one request timeout: lower
         ``verify_batch`` if partitions full of tombstones make chunks time out.
 
-        A chunk that keeps failing after REQUEST_ATTEMPTS attempts raises TransientStoreError
+        A chunk that keeps failing after ``retry_policy.attempts`` tries raises TransientStoreError
         (any other error is raised as it is), never a partial answer: an unverified directory
         must not be treated as empty, and silently treating it as non-empty would hide an
         outage.
@@ -357,7 +340,7 @@ class CassandraReads(CassandraRequests):
                     for chunk in chunks[start : start + VERIFY_WAVE_READS]
                 ],
                 "verify",
-                retries=REQUEST_ATTEMPTS - 1,
+                retry=True,
             )
             for result in results:
                 if isinstance(result, BaseException):
@@ -413,23 +396,6 @@ class CassandraReads(CassandraRequests):
         bound.routing_token = chunk[0][0]
         bound.fetch_size = None  # at most one row per key: one unpaged response
         return bound
-
-    def _in_probe(self, size: int) -> PreparedStatement:
-        """``SELECT key FROM objects WHERE … parent IN (size markers) PER PARTITION LIMIT 1``."""
-        with self._in_probes_lock:
-            stmt = self._in_probes.get(size)
-            if stmt is None:
-                cfg = self.config
-                objects = f"{_q(cfg.keyspace)}.{_q(cfg.tables.objects)}"
-                key = ", ".join(_q(c) for c in self._key_columns)
-                bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
-                marks = ", ".join("?" * size)
-                stmt = self._in_probes[size] = self._prepare(
-                    f"SELECT {key} FROM {objects}"
-                    f" WHERE {bucket_eq}{_q(cfg.columns.parent)} IN ({marks})"
-                    " PER PARTITION LIMIT 1"
-                )
-            return stmt
 
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
         """Tombstones a read of one folders partition scans, as Cassandra counts them (tests).

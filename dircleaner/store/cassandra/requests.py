@@ -3,8 +3,9 @@
 One request with bounded retries of transient failures (``_execute``), every page of a query
 (``_pages``), jobs run ``concurrency`` at a time with their items yielded in job order
 (``_ordered``), token-range splits of a shard (``_splits``, ``_range_scan``), many statements at
-once with retries (``_run_many``), and the mapping of a model ``(bucket, parent)`` to the bound
-key values and back.
+once, optionally with retries (``_run_many``), and the mapping of a model ``(bucket, parent)`` to
+the bound key values and back. Retries follow ``REQUEST_RETRY``, the one policy of
+``dircleaner.retry``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from cassandra.query import PreparedStatement
 
 from dircleaner.errors import UsageError
 from dircleaner.model import Shard
+from dircleaner.retry import RetryPolicy
 from dircleaner.store.cassandra.config import CassandraConfig
 from dircleaner.store.cassandra.mapping import model_parent, stored_parent
 from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
 from dircleaner.store.cassandra.session import (
     TRANSIENT_ERRORS,
-    _backoff,
     _one_line,
     map_error,
 )
@@ -36,8 +37,9 @@ log = logging.getLogger(__name__)
 
 #: pages each running split may read ahead of the consumer
 PAGES_AHEAD = 2
-#: attempts per page / per verify or generator request before giving up
-REQUEST_ATTEMPTS = 4
+#: tries per page, per metadata, verify or generator request before giving up (mean waits
+#: 0.1, 0.2, 0.4 s); deletes are retried by the deleter, which also steers the rate
+REQUEST_RETRY = RetryPolicy(attempts=4, base_s=0.1, cap_s=4.0)
 
 T = TypeVar("T")
 Params = tuple[object, ...]
@@ -57,6 +59,26 @@ class _Failed:
 _DONE = _Done()
 
 
+class InStatements:
+    """One CQL shape with an ``IN (?, …)`` list: a prepared statement per list size, prepared
+    on first use (``padded_in`` keeps the sizes few). Safe to call from the scan threads."""
+
+    def __init__(self, prepare: Callable[[str], PreparedStatement], head: str, tail: str) -> None:
+        #: the CQL before and after the ``IN`` list's markers
+        self._prepare, self._head, self._tail = prepare, head, tail
+        self._by_size: dict[int, PreparedStatement] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, size: int) -> PreparedStatement:
+        """The statement with ``size`` markers in its ``IN`` list."""
+        with self._lock:
+            stmt = self._by_size.get(size)
+            if stmt is None:
+                marks = ", ".join("?" * size)
+                stmt = self._by_size[size] = self._prepare(f"{self._head}{marks}{self._tail}")
+            return stmt
+
+
 class CassandraRequests:
     """Paging, ordered concurrency, retries and the key mapping; the base of reads and writes."""
 
@@ -65,6 +87,8 @@ class CassandraRequests:
     _session: Session
     #: the partition key's mapped columns: ([bucket,] parent)
     _key_columns: tuple[str, ...]
+    #: how transient failures of a request are retried
+    retry_policy: RetryPolicy = REQUEST_RETRY
 
     def _prepare(self, cql: str) -> PreparedStatement:
         stmt = self._session.prepare(cql)
@@ -117,17 +141,16 @@ class CassandraRequests:
             bound.fetch_size = fetch_size
         if routing_token is not None:
             bound.routing_token = routing_token
-        for attempt in range(REQUEST_ATTEMPTS):
-            try:
-                return self._session.execute(
+        try:
+            return self.retry_policy.call(
+                lambda: self._session.execute(
                     bound, execution_profile=profile, paging_state=paging_state
-                )
-            except TRANSIENT_ERRORS as exc:
-                if attempt == REQUEST_ATTEMPTS - 1:
-                    raise map_error(exc) from exc
-                log.debug("retrying after %s", _one_line(exc))
-                _backoff(attempt)
-        raise AssertionError("unreachable")
+                ),
+                retry_if=lambda exc: isinstance(exc, TRANSIENT_ERRORS),
+                on_retry=lambda exc: log.debug("retrying after %s", _one_line(exc)),
+            )
+        except TRANSIENT_ERRORS as exc:
+            raise map_error(exc) from exc
 
     def _pages(
         self,
@@ -226,38 +249,33 @@ class CassandraRequests:
         return self._ordered(jobs)
 
     def _run_many(
-        self, stmt: Any, params: Sequence[Params], profile: str, *, retries: int = 0
+        self, stmt: Any, params: Sequence[Params], profile: str, *, retry: bool = False
     ) -> list[Any]:
         """Run one statement per params, ``concurrency`` in flight; a result or the exception.
 
-        Transient failures are retried ``retries`` times, with backoff, before being returned.
+        With ``retry``, transient failures are retried by ``retry_policy`` before being returned.
         """
-        return self._run_statements([(stmt, p) for p in params], profile, retries=retries)
+        return self._run_statements([(stmt, p) for p in params], profile, retry=retry)
 
     def _run_statements(
-        self, items: Sequence[tuple[Any, Params]], profile: str, *, retries: int = 0
+        self, items: Sequence[tuple[Any, Params]], profile: str, *, retry: bool = False
     ) -> list[Any]:
-        results: list[Any] = [None] * len(items)
-        pending = list(range(len(items)))
-        for attempt in range(retries + 1):
-            if not pending:
-                break
-            if attempt:
-                _backoff(attempt)
-            outcome = execute_concurrent(
-                self._session,
-                [items[i] for i in pending],
-                concurrency=self.config.concurrency,
-                raise_on_first_error=False,
-                execution_profile=profile,
+        def run(batch: Sequence[tuple[Any, Params]]) -> list[tuple[bool, Any]]:
+            return list(
+                execute_concurrent(
+                    self._session,
+                    batch,
+                    concurrency=self.config.concurrency,
+                    raise_on_first_error=False,
+                    execution_profile=profile,
+                )
             )
-            retry: list[int] = []
-            for index, (ok, value) in zip(pending, outcome, strict=True):
-                results[index] = value
-                if not ok and isinstance(value, TRANSIENT_ERRORS):
-                    retry.append(index)
-            pending = retry
-        return results
+
+        def transient(outcome: tuple[bool, Any]) -> bool:
+            return not outcome[0] and isinstance(outcome[1], TRANSIENT_ERRORS)
+
+        outcomes = self.retry_policy.rerun_failed(items, run, transient) if retry else run(items)
+        return [value for _ok, value in outcomes]
 
     @staticmethod
     def _outcomes(results: Sequence[Any]) -> list[BaseException | None]:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import ssl
-import time
 from typing import Any, TypeVar
 
 from cassandra import (
@@ -38,6 +36,7 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
+from dircleaner.retry import RetryPolicy
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
 )
@@ -71,10 +70,6 @@ def map_error(exc: BaseException) -> BaseException:
 def _one_line(exc: BaseException, limit: int = 200) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _backoff(attempt: int) -> None:
-    time.sleep(min(0.1 * 2**attempt, 2.0) * (0.5 + random.random()))
 
 
 def _ttl(seconds: float) -> int:
@@ -147,30 +142,49 @@ def _cluster(cfg: CassandraConfig) -> Any:
     )
 
 
+#: a node that is starting takes seconds: mean waits 0.8, 1.6, 2 s (``connect_retries`` tries)
+CONNECT_BASE_S = 0.8
+CONNECT_CAP_S = 4.0
+_CONNECT_ERRORS = (NoHostAvailable, OperationTimedOut, ConnectionException, OSError)
+
+
+def _host_errors(exc: BaseException) -> list[BaseException]:
+    """What each host answered, when no host could be reached."""
+    return list(exc.errors.values()) if isinstance(exc, NoHostAvailable) and exc.errors else []
+
+
+def _auth_failed(exc: BaseException) -> bool:
+    return any(
+        "AuthenticationFailed" in type(e).__name__ or "Bad credentials" in str(e)
+        for e in _host_errors(exc)
+    )
+
+
 def _connect(cfg: CassandraConfig) -> tuple[Any, Session]:
     """Connect with bounded retries; StoreUnavailable (one line) when no host answers."""
-    reason = "no attempt made"
-    for attempt in range(1, cfg.connect_retries + 1):
+
+    def attempt() -> tuple[Any, Session]:
         cluster = _cluster(cfg)
         try:
             return cluster, cluster.connect()
-        except NoHostAvailable as exc:
-            errors = list(getattr(exc, "errors", {}).values())
-            reason = _one_line(errors[0]) if errors else _one_line(exc)
-            auth_failed = any(
-                "AuthenticationFailed" in type(e).__name__ or "Bad credentials" in str(e)
-                for e in errors
-            )
-        except (OperationTimedOut, ConnectionException, OSError) as exc:
-            reason, auth_failed = _one_line(exc), False
-        cluster.shutdown()
-        if auth_failed:
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+    policy = RetryPolicy(cfg.connect_retries, CONNECT_BASE_S, CONNECT_CAP_S)
+    try:
+        return policy.call(
+            attempt, lambda exc: isinstance(exc, _CONNECT_ERRORS) and not _auth_failed(exc)
+        )
+    except _CONNECT_ERRORS as exc:
+        errors = _host_errors(exc)
+        reason = _one_line(errors[0]) if errors else _one_line(exc)
+        if _auth_failed(exc):
             raise StoreUnavailable(
                 f"Cassandra at {cfg.contact} refused our credentials ([cassandra.auth] or"
                 f" DIRCLEANER_CASSANDRA_USERNAME/PASSWORD): {reason}"
-            )
-        if attempt < cfg.connect_retries:
-            _backoff(attempt + 2)
-    raise StoreUnavailable(
-        f"cannot reach Cassandra at {cfg.contact} after {cfg.connect_retries} attempts: {reason}"
-    )
+            ) from None
+        raise StoreUnavailable(
+            f"cannot reach Cassandra at {cfg.contact} after {cfg.connect_retries} attempts:"
+            f" {reason}"
+        ) from None

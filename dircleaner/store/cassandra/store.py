@@ -10,7 +10,6 @@ requests layer (``requests.py``: retries, paging, ordered concurrency, the key m
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from dircleaner.store.cassandra.config import (
 )
 from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.reads import CassandraReads
+from dircleaner.store.cassandra.requests import InStatements
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
 from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_BATCH, CassandraWrites
@@ -54,13 +54,6 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         )
         #: the partition rewrite's read and write, prepared from the table metadata on first use
         self._rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None = None
-        #: the verify re-check's IN reads by number of bind markers, prepared when first needed
-        self._in_probes: dict[int, PreparedStatement] = {}
-        #: the prefix walk's IN reads of folders partitions, likewise
-        self._in_folder_reads: dict[int, PreparedStatement] = {}
-        #: the ledger's IN reads, likewise
-        self._ledger_reads: dict[int, PreparedStatement] = {}
-        self._in_probes_lock = threading.Lock()
         self._prepare_all()
 
     @classmethod
@@ -122,6 +115,15 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
         self._folder_partition_rows = p(f"SELECT {token}, {name} FROM {folders} WHERE {key_eq}")
         self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
+        # IN reads: one statement per number of markers, prepared when first needed.
+        bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
+        parent_in = f"{bucket_eq}{_q(cfg.columns.parent)} IN ("
+        self._in_probe = InStatements(
+            p, f"SELECT {key} FROM {objects} WHERE {parent_in}", ") PER PARTITION LIMIT 1"
+        )
+        self._in_folder_read = InStatements(
+            p, f"SELECT {token}, {key}, {name} FROM {folders} WHERE {parent_in}", ")"
+        )
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
         self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
@@ -151,6 +153,12 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         self._ledger_put = p(
             f"INSERT INTO {ledger} (bucket, parent, generation, charge, cost)"
             " VALUES (?, ?, ?, ?, ?) USING TTL ?"
+        )
+        self._ledger_read = InStatements(
+            p,
+            f"SELECT parent, generation, charge, cost FROM {ledger}"
+            " WHERE bucket = ? AND parent IN (",
+            ")",
         )
         self._grace = p(
             "SELECT gc_grace_seconds FROM system_schema.tables"

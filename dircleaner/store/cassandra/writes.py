@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import threading
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
@@ -22,7 +21,7 @@ from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
 from dircleaner.store.cassandra.mapping import _q, padded_in, partition_token
-from dircleaner.store.cassandra.requests import CassandraRequests, Params
+from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import _ttl, map_error
 
 log = logging.getLogger(__name__)
@@ -59,8 +58,8 @@ class CassandraWrites(CassandraRequests):
     _lease_renew: PreparedStatement
     _lease_drop: PreparedStatement
     _ledger_put: PreparedStatement
-    _ledger_reads: dict[int, PreparedStatement]
-    _in_probes_lock: threading.Lock
+    #: the ledger's IN reads of many partitions' charges
+    _ledger_read: InStatements
     _grace: PreparedStatement
     #: the partition rewrite's read and write, prepared from the table metadata on first use
     _rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None
@@ -151,7 +150,7 @@ class CassandraWrites(CassandraRequests):
                     )
                 cells = tuple(UNSET_VALUE if v is None else v for v in values)
                 params.append((*key, row[0], *cells, timestamp_us))
-        self._raise_first(self._run_many(write, params, "delete", retries=3))
+        self._raise_first(self._run_many(write, params, "delete", retry=True))
         return len(params)
 
     def _prepare_rewrite(self) -> tuple[PreparedStatement, PreparedStatement, int]:
@@ -249,7 +248,7 @@ class CassandraWrites(CassandraRequests):
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         ttl = _ttl(ttl_s)
         params = [(*charge, ttl) for charge in charges]
-        self._raise_first(self._run_many(self._ledger_put, params, "meta", retries=3))
+        self._raise_first(self._run_many(self._ledger_put, params, "meta", retry=True))
 
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
@@ -272,7 +271,7 @@ class CassandraWrites(CassandraRequests):
             for start in range(0, len(parents), LEDGER_READ_KEYS):
                 padded = padded_in(parents[start : start + LEDGER_READ_KEYS], LEDGER_READ_KEYS)
                 items.append((self._ledger_read(len(padded)), (bucket, *padded)))
-        results = self._run_statements(items, "meta", retries=3)
+        results = self._run_statements(items, "meta", retry=True)
         self._raise_first(results)
         charges: dict[tuple[str, str, str, str], int] = {}
         for (_stmt, params), result in zip(items, results, strict=True):
@@ -282,18 +281,6 @@ class CassandraWrites(CassandraRequests):
         for (bucket, parent, _generation, _charge), cost in charges.items():
             out[(bucket, parent)] = out.get((bucket, parent), 0) + cost
         return {key: total for key, total in out.items() if total}
-
-    def _ledger_read(self, size: int) -> PreparedStatement:
-        with self._in_probes_lock:
-            stmt = self._ledger_reads.get(size)
-            if stmt is None:
-                ledger = f"{_q(self.config.keyspace)}.{_q(self.config.tables.ledger)}"
-                marks = ", ".join("?" * size)
-                stmt = self._ledger_reads[size] = self._prepare(
-                    f"SELECT parent, generation, charge, cost FROM {ledger}"
-                    f" WHERE bucket = ? AND parent IN ({marks})"
-                )
-            return stmt
 
     def folders_grace_seconds(self) -> tuple[float, str]:
         cfg = self.config
@@ -332,14 +319,8 @@ class CassandraWrites(CassandraRequests):
         self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
     ) -> int | None:
         params = [(timestamp_us, *self._key_values(b, p), n) for b, p, n in rows]
-        self._raise_first(self._run_many(self._delete_object_row, params, "write", retries=3))
+        self._raise_first(self._run_many(self._delete_object_row, params, "write", retry=True))
         return None  # a blind delete: Cassandra does not say whether the row existed
-
-    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
-        """Insert ``(token_ignored, bucket, parent, name, ts)`` rows (generator fast path)."""
-        if table not in self._insert:
-            raise ValueError(f"unknown table {table!r}")
-        self._write(table, [(b, p, n, ts) for _, b, p, n, ts in rows])
 
     def _write(self, table: str, rows: Sequence[tuple[str, str, str, int]]) -> None:
         """Upsert rows, one UNLOGGED batch per run of rows in the same partition.
@@ -367,4 +348,4 @@ class CassandraWrites(CassandraRequests):
             batch.add(stmt, (*key, name, ts))
             batch_rows += 1
             batch_bytes += size
-        self._raise_first(self._run_statements(items, "write", retries=3))
+        self._raise_first(self._run_statements(items, "write", retry=True))

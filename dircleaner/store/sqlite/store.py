@@ -202,13 +202,6 @@ class SqliteStore(Store):
         return row is not None
 
     # -- emptiness re-check --------------------------------------------------------------------
-    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
-        row = self._conn.execute(
-            "SELECT 1 FROM objects WHERE token = ? AND bucket = ? AND parent = ? LIMIT 1",
-            (murmur_token(bucket, parent), bucket, parent),
-        ).fetchone()
-        return row is not None
-
     def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """One set-based query per chunk instead of a Python round trip per directory.
 

@@ -1,0 +1,379 @@
+"""The Cassandra store's URL, config file, parent mapping, error mapping and schema text, and
+connecting to no node: no node needed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from cassandra import InvalidRequest, OperationTimedOut, WriteTimeout
+from cassandra.cluster import NoHostAvailable
+from cassandra.protocol import OverloadedErrorMessage
+
+import dircleaner.store.cassandra.session as cassandra_session
+from dircleaner.errors import (
+    SchemaError,
+    StoreUnavailable,
+    StoreUrlError,
+    TransientStoreError,
+    UsageError,
+)
+from dircleaner.store import open_store
+from dircleaner.store.cassandra.config import (
+    Auth,
+    CassandraConfig,
+    CassandraUrl,
+    Columns,
+    Tables,
+    load_cassandra_config,
+    parse_cassandra_url,
+)
+from dircleaner.store.cassandra.mapping import model_parent, stored_parent
+from dircleaner.store.cassandra.schema import schema_cql
+from dircleaner.store.cassandra.session import map_error
+from dircleaner.store.cassandra.store import CassandraStore
+from tests.helpers import write_toml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# -- no node needed -------------------------------------------------------------------------------
+
+
+def test_unreachable_node_is_store_unavailable_quickly(tmp_path: Path) -> None:
+    text = "[cassandra]\nconnect_retries = 2\nconnect_timeout_s = 1\n"
+    cfg = write_toml(tmp_path / "c.toml", text)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as info:
+        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
+    message = str(info.value)
+    assert message.startswith("cannot reach Cassandra at 127.0.0.1:1 after 2 attempts: ")
+    assert "\n" not in message
+    assert time.monotonic() - started < 10
+
+
+class RefusingCluster:
+    """A cluster whose every connect fails with ``error``; counts connects and shutdowns."""
+
+    connects = shutdowns = 0
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def connect(self) -> None:
+        RefusingCluster.connects += 1
+        raise self.error
+
+    def shutdown(self) -> None:
+        RefusingCluster.shutdowns += 1
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts", "message"),
+    [
+        (OperationTimedOut(), 3, "after 3 attempts: "),  # its host errors are None
+        (NoHostAvailable("none", {"h": OSError("refused")}), 3, "after 3 attempts: refused"),
+        (
+            NoHostAvailable("none", {"h": Exception("Bad credentials")}),
+            1,
+            "refused our credentials",
+        ),
+    ],
+)
+def test_connect_retries_what_may_pass_and_shuts_every_cluster_down(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, attempts: int, message: str
+) -> None:
+    monkeypatch.setattr(RefusingCluster, "connects", 0)
+    monkeypatch.setattr(RefusingCluster, "shutdowns", 0)
+    monkeypatch.setattr(cassandra_session, "_cluster", lambda cfg: RefusingCluster(error))
+    monkeypatch.setattr(cassandra_session, "CONNECT_BASE_S", 0.0)
+    cfg = CassandraConfig(keyspace="ks", connect_retries=3)
+    with pytest.raises(StoreUnavailable, match=message):
+        cassandra_session._connect(cfg)
+    assert RefusingCluster.connects == RefusingCluster.shutdowns == attempts
+
+
+def test_credentials_never_appear_in_errors(tmp_path: Path) -> None:
+    cfg = write_toml(
+        tmp_path / "c.toml",
+        '[cassandra]\nconnect_retries = 1\n[cassandra.auth]\nusername = "u"\npassword = "s3cr3t"\n',
+    )
+    with pytest.raises(StoreUnavailable) as info:
+        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
+    assert "s3cr3t" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("cassandra://h1,h2:9042/ks?dc=dc1", CassandraUrl(("h1", "h2"), 9042, "ks", "dc1")),
+        ("cassandra://127.0.0.1/ks", CassandraUrl(("127.0.0.1",), 9042, "ks", None)),
+        ("cassandra://h:19042/ks/", CassandraUrl(("h",), 19042, "ks", None)),
+        ("cassandra://[::1]:9000/ks", CassandraUrl(("::1",), 9000, "ks", None)),
+        ("cassandra://h", CassandraUrl(("h",), 9042, None, None)),
+    ],
+)
+def test_parse_cassandra_url(url: str, expected: CassandraUrl) -> None:
+    assert parse_cassandra_url(url) == expected
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("cassandra://", "no host"),
+        ("cassandra:///ks", "no host"),
+        ("cassandra://h:x/ks", "invalid port"),
+        ("cassandra://h:0/ks", "invalid port"),
+        ("cassandra://h,/ks", "invalid host"),
+        ("cassandra://h/k-s", "invalid keyspace"),
+        ("cassandra://h/a/b", "invalid keyspace"),
+        ("cassandra://h/ks?foo=1", "unknown parameter 'foo'"),
+        ("cassandra://h/ks?dc=", "empty dc"),
+        ("cassandra://h/ks#frag", "fragment"),
+        ("cassandra://user:pw@h/ks", "credentials do not belong in the URL"),
+        ("cassandra:h/ks", "scheme"),
+    ],
+)
+def test_malformed_cassandra_url(url: str, fragment: str) -> None:
+    with pytest.raises(StoreUrlError) as info:
+        parse_cassandra_url(url)
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+    assert "pw@" not in message
+
+
+def test_malformed_url_through_open_store() -> None:
+    with pytest.raises(StoreUrlError, match="invalid port"):
+        open_store("cassandra://h:port/ks")
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+FULL_TOML = """
+[cassandra]
+keyspace = "ks"
+local_dc = "dc9"
+bucket_name = "solo"
+root_parent = "<root>"
+fetch_size = 100
+splits_per_range = 2
+concurrency = 3
+verify_batch = 10
+request_timeout_s = 2
+connect_timeout_s = 1.5
+connect_retries = 5
+protocol_version = 5
+replication_factor = 3
+
+[cassandra.tables]
+objects = "o"
+folders = "f"
+filters = "fl"
+state = "st"
+
+[cassandra.columns]
+bucket = false
+parent = "p"
+name = "n"
+
+[cassandra.consistency]
+verify = "quorum"
+delete = "EACH_QUORUM"
+
+[cassandra.auth]
+username = "file-user"
+password = "file-pass"
+
+[cassandra.tls]
+ca_file = "~/ca.pem"
+verify = false
+"""
+
+
+def test_load_full_config(tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "c.toml", FULL_TOML)
+    cfg = load_cassandra_config(parse_cassandra_url("cassandra://a,b:1234"), path, environ={})
+    assert cfg.hosts == ("a", "b") and cfg.port == 1234
+    assert (cfg.keyspace, cfg.local_dc, cfg.bucket_name, cfg.root_parent) == (
+        "ks",
+        "dc9",
+        "solo",
+        "<root>",
+    )
+    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state) == (
+        "o",
+        "f",
+        "fl",
+        "st",
+    )
+    assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
+    assert cfg.consistency.verify == "QUORUM"
+    assert cfg.consistency.delete == "EACH_QUORUM"
+    assert cfg.consistency.build == "LOCAL_QUORUM"
+    assert (cfg.fetch_size, cfg.splits_per_range, cfg.concurrency) == (100, 2, 3)
+    assert cfg.verify_batch == 10
+    assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)
+    assert (cfg.protocol_version, cfg.replication_factor) == (5, 3)
+    assert (cfg.auth.username, cfg.auth.password) == ("file-user", "file-pass")
+    assert cfg.tls.ca_file == Path("~/ca.pem").expanduser()
+    assert cfg.tls.verify is False and cfg.tls.enabled
+
+
+def test_defaults_without_a_file() -> None:
+    cfg = load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), None, environ={})
+    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks", local_dc="dc1")
+    assert cfg.root_parent == "/" and cfg.columns.bucket == "bucket"
+    assert cfg.consistency.write == "LOCAL_QUORUM"
+    assert not cfg.tls.enabled
+
+
+def test_example_file_loads() -> None:
+    cfg = load_cassandra_config(
+        parse_cassandra_url("cassandra://h/ks"), REPO / "examples" / "cassandra.toml", environ={}
+    )
+    assert cfg == CassandraConfig(hosts=("h",), keyspace="ks")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[cassandra]\nfetchsize = 1\n", "cassandra.fetchsize"),
+        ("[cassandra.tables]\nobject = 'x'\n", "cassandra.tables.object"),
+        ("[cassandra.columns]\nparents = 'x'\n", "cassandra.columns.parents"),
+        ("[cassandra.consistency]\nclean = 'ONE'\n", "cassandra.consistency.clean"),
+        ("[cassandra.auth]\ntoken = 'x'\n", "cassandra.auth.token"),
+        ("[cassandra.tls]\ncafile = 'x'\n", "cassandra.tls.cafile"),
+        ("[cassandra.pool]\nx = 1\n", "cassandra.pool"),
+        ("[sqlite]\nx = 1\n", "sqlite"),
+    ],
+)
+def test_unknown_config_key_is_named(tmp_path: Path, text: str, named: str) -> None:
+    path = write_toml(tmp_path / "c.toml", text)
+    with pytest.raises(UsageError, match=named.replace(".", r"\.")):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), path, environ={})
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[cassandra]\nfetch_size = 'many'\n", "fetch_size must be int"),
+        ("[cassandra]\nfetch_size = true\n", "fetch_size must be int"),
+        ("[cassandra]\nfetch_size = 0\n", "fetch_size must be at least 1"),
+        ("[cassandra]\nconcurrency = 0\n", "concurrency must be at least 1"),
+        ("[cassandra]\nverify_batch = 0\n", "verify_batch must be at least 1"),
+        ("[cassandra]\nverify_batch = 1.5\n", "verify_batch must be int"),
+        ("[cassandra]\nroot_parent = ''\n", "root_parent cannot be empty"),
+        ("[cassandra.tables]\nfolders = 'bad-name'\n", "not a CQL identifier"),
+        ("[cassandra.tables]\nfolders = 'objects'\n", "must be distinct"),
+        ("[cassandra.columns]\nparent = 'x\"; DROP'\n", "not a CQL identifier"),
+        ("[cassandra.columns]\nbucket = true\n", "column name or false"),
+        ("[cassandra.consistency]\nbuild = 'FAST'\n", "consistency.build"),
+        ("[cassandra.auth]\nusername = 'u'\n", "both a username and a password"),
+        ("[cassandra.tls]\ncert_file = 'c.pem'\n", "both cert_file and key_file"),
+        ("[cassandra]\nroot_parent = '/x/'\nparent_prefix = '/'\n", "stored form of parent"),
+        ("[cassandra\n", "not valid TOML"),
+        ("[cassandra]\nkeyspace = 'other'\n", "names keyspace 'ks'"),
+        ("[cassandra]\nlocal_dc = 'dc2'\n", "names dc 'dc1'"),
+    ],
+)
+def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write_toml(tmp_path / "c.toml", text)
+    with pytest.raises(UsageError, match=fragment):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), path, environ={})
+
+
+def test_missing_config_file_and_keyspace(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), tmp_path / "no.toml", {})
+    with pytest.raises(UsageError, match="no keyspace"):
+        load_cassandra_config(parse_cassandra_url("cassandra://h"), None, environ={})
+
+
+def test_environment_credentials_win_over_the_file(tmp_path: Path) -> None:
+    path = write_toml(tmp_path / "c.toml", "[cassandra.auth]\nusername = 'fu'\npassword = 'fp'\n")
+    url = parse_cassandra_url("cassandra://h/ks")
+    env = {"DIRCLEANER_CASSANDRA_USERNAME": "eu", "DIRCLEANER_CASSANDRA_PASSWORD": "ep"}
+    cfg = load_cassandra_config(url, path, environ=env)
+    assert (cfg.auth.username, cfg.auth.password) == ("eu", "ep")
+    assert load_cassandra_config(url, None, environ=env).auth.password == "ep"
+    assert load_cassandra_config(url, path, environ={}).auth.password == "fp"
+
+
+def test_repr_hides_the_password() -> None:
+    cfg = CassandraConfig(auth=Auth("u", "hunter2"))
+    assert "hunter2" not in repr(cfg)
+    assert "hunter2" not in str(cfg)
+
+
+# -- the mapping of parents ------------------------------------------------------------------------
+
+PARENTS = ["", "/", "//", "a/", "/a/", "a//", "<root>/", "<root>", "ü/日/", "a/b/c/"]
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CassandraConfig(),
+        CassandraConfig(root_parent="<root>"),
+        CassandraConfig(root_parent="/", parent_prefix="/"),
+        CassandraConfig(root_parent="ROOT", parent_prefix="P:"),
+    ],
+    ids=["default", "named-root", "absolute-paths", "prefixed"],
+)
+def test_parent_mapping_is_one_to_one(cfg: CassandraConfig) -> None:
+    stored = [stored_parent(cfg, p) for p in PARENTS]
+    assert all(stored)  # partition keys cannot be empty
+    assert len(set(stored)) == len(PARENTS)
+    assert [model_parent(cfg, s) for s in stored] == PARENTS
+    assert stored_parent(cfg, "") == cfg.root_parent
+
+
+def test_default_parent_mapping() -> None:
+    cfg = CassandraConfig()
+    assert [stored_parent(cfg, p) for p in ("", "a/", "/", "/a/")] == ["/", "a/", "//", "//a/"]
+
+
+def test_foreign_stored_parent_under_a_prefix_is_a_schema_error() -> None:
+    with pytest.raises(SchemaError, match="parent_prefix"):
+        model_parent(CassandraConfig(parent_prefix="/"), "a/")
+
+
+# -- errors and schema text ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        WriteTimeout("timed out", write_type=0),
+        OperationTimedOut("client timeout"),
+        NoHostAvailable("none", {}),
+        OverloadedErrorMessage(0x1001, "overloaded", None),
+    ],
+)
+def test_transient_driver_errors_are_mapped(exc: Exception) -> None:
+    mapped = map_error(exc)
+    assert isinstance(mapped, TransientStoreError)
+    assert mapped.__cause__ is exc
+    assert type(exc).__name__ in str(mapped)
+
+
+def test_other_errors_are_returned_unchanged() -> None:
+    exc = InvalidRequest("bad")
+    assert map_error(exc) is exc
+
+
+def test_schema_cql_quotes_mapped_identifiers() -> None:
+    cfg = CassandraConfig(
+        keyspace="Ks", tables=Tables(folders="Dirs"), columns=Columns(bucket=None)
+    )
+    ddl = schema_cql(cfg)
+    assert ddl[0].startswith('CREATE KEYSPACE IF NOT EXISTS "Ks" WITH replication')
+    assert "'replication_factor': 1" in ddl[0]
+    folders = next(s for s in ddl if '"Dirs"' in s)
+    assert folders == (
+        'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
+        ' PRIMARY KEY (("parent"), "name"))'
+    )
+    assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
