@@ -61,7 +61,7 @@ from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
 from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
 from dircleaner.model import FolderRow, Shard  # noqa: E402
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
-from dircleaner.pipeline.build import BuildConfig, size_filter  # noqa: E402
+from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig, size_filter  # noqa: E402
 from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
 from dircleaner.progress import Progress  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
@@ -661,7 +661,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--config", type=Path, default=None, help="dircleaner TOML config")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--empty-fraction", type=float, default=0.05)
-    ap.add_argument("--fpr", type=float, default=0.01)
+    ap.add_argument("--fpr", type=float, default=DEFAULT_FPR, help="default: the job's own")
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     ap.add_argument("--repeat", type=int, default=1, help="floor/job pairs per worker count")
     ap.add_argument("--rate", type=int, default=2000, help="deletes/s of the real clean")

@@ -47,7 +47,7 @@ from dircleaner.filter.engines import new_filter
 from dircleaner.job.run import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
-from dircleaner.pipeline.build import ancestor_keys
+from dircleaner.pipeline.build import DEFAULT_FPR, ancestor_keys
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
@@ -635,7 +635,7 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
     ap.add_argument("--work-dir", type=Path, help="where the scratch copy goes (default: cache)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--fpr", type=float, default=0.01)
+    ap.add_argument("--fpr", type=float, default=DEFAULT_FPR, help="default: the job's own")
     ap.add_argument("--concurrency", type=int, default=1000, help="delete batch size")
     ap.add_argument(
         "--max-tombstones-per-partition",

@@ -78,9 +78,9 @@ def _children(pid: int) -> list[int]:
 
 def test_a_worker_that_dies_is_one_line_and_the_next_run_resumes(url: str, tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
-    # --fpr 1e-7: the next run reuses this filter, and at the default 0.01 (sized for 1,000
-    # directories, holding 220) one of the 200 dead directories is a false positive about once
-    # in 3,000 runs, which the test would take for a directory the resumed run failed to clean.
+    # --fpr 1e-7: the next run reuses this filter, and at the default rate (sized for 1,000
+    # directories, holding 220) one of the 200 dead directories is now and then a false
+    # positive, which the test would take for a directory the resumed run failed to clean.
     args = ["run", "--min-age", "0", "--max-delete-fraction", "1", "--rate", "20", "--fpr", "1e-7"]
     args += ["--concurrency", "4", "--workers", "2", "--audit-log", str(audit)]
     proc = subprocess.Popen(

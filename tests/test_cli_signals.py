@@ -24,7 +24,7 @@ def _start(tmp_path: Path, workers: str) -> tuple[subprocess.Popen[str], Path, P
     assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d", DEAD))).exit_code == 0
     audit, metrics = tmp_path / "audit.jsonl", tmp_path / "m.prom"
     metrics.write_text("dircleaner_last_run_success 1\n")
-    # --fpr 1e-7: the resumed run reuses this filter, and at the default 0.01 one of the 1,000
+    # --fpr 1e-7: the resumed run reuses this filter, and at the default rate one of the 1,000
     # dead directories is now and then a false positive that the test would take for a lost one.
     args = ["--min-age", "0", "--max-delete-fraction", "1", "--rate", "40", "--concurrency", "8"]
     args += ["--fpr", "1e-7"]

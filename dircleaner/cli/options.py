@@ -16,7 +16,7 @@ from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
 from dircleaner.job.run import CleanConfig, SweepConfig
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.pipeline.build import BuildConfig
+from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
@@ -125,7 +125,7 @@ build_options = _apply(
         click.option(
             "--fpr",
             type=float,
-            default=0.01,
+            default=DEFAULT_FPR,
             show_default=True,
             help="Target false-positive rate of the filter.",
         ),
