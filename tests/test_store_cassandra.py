@@ -58,12 +58,25 @@ from dircleaner.store.cassandra.config import (
     load_cassandra_config,
     parse_cassandra_url,
 )
-from dircleaner.store.cassandra.mapping import in_size, model_parent, partition_token, stored_parent
+from dircleaner.store.cassandra.mapping import (
+    in_size,
+    model_parent,
+    partition_token,
+    partition_tokens,
+    stored_parent,
+)
 from dircleaner.store.cassandra.ring import RangeAwarePolicy, cql_token_bounds, ring_splits
 from dircleaner.store.cassandra.schema import init_schema, schema_cql
 from dircleaner.store.cassandra.session import map_error
 from dircleaner.store.cassandra.store import CassandraStore
-from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
+from tests.store_contract import (
+    T0,
+    StoreContract,
+    expected_partitions,
+    folder_rows,
+    partitions,
+    spread_keys,
+)
 from tests.test_sweep import SetFilter, dir_key
 
 REPO = Path(__file__).resolve().parent.parent
@@ -307,6 +320,30 @@ class TestCassandraNode:
         assert [key for key, _ in got] == asked
         assert dict(got) == {**by_partition, ("b", "absent/"): [], ("c", "wide/"): []}
         assert len(dict(got)[("b", "wide/")]) == 25
+
+    def test_walk_reads_both_tables_in_small_chunks_and_pages(self, store: CassandraStore) -> None:
+        """``read_directories``: probes and folders reads in one window, cut into chunks of 4
+        and pages of 3 rows, answer as the single-partition reads do."""
+        keys = spread_keys(80)
+        store.put_objects("b", [*keys, "gone/x"], self.t0)
+        store.delete_objects("b", ["gone/x"], self.t0)
+        store.write_folder_rows([("b", "wide/", f"w{i:02d}") for i in range(25)], self.t0)
+        by_partition: dict[tuple[str, str], list[FolderRow]] = {}
+        for row in folder_rows(store):
+            by_partition.setdefault((row.bucket, row.parent), []).append(row)
+        asked = list(
+            dict.fromkeys(
+                [*sorted(by_partition), *sorted(expected_partitions("b", keys)), ("b", "gone/")]
+            )
+        )
+        asked += [("b", "absent/"), ("c", "wide/")]
+        tiny = dataclasses.replace(store.config, fetch_size=3, verify_batch=4, concurrency=3)
+        with CassandraStore.from_config(tiny) as small:
+            read = small.read_directories(asked)
+        assert read.folder_rows == by_partition
+        assert len(read.folder_rows[("b", "wide/")]) == 25
+        assert read.with_objects == {k for k in asked if store.objects_partition_nonempty(*k)}
+        assert ("b", "gone/") not in read.with_objects and read.with_objects
 
     def test_abandoning_a_scan_does_not_hang(self, store: CassandraStore) -> None:
         store.put_objects("b", spread_keys(200), self.t0)
@@ -963,6 +1000,35 @@ def test_partition_token_is_the_token_cassandra_computes() -> None:
     assert partition_token(("ü/日/",)) == -1465017121307446527
     with pytest.raises(UsageError, match="65535 bytes"):
         partition_token(("b", "x" * 65536))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CassandraConfig(),
+        CassandraConfig(root_parent="<root>"),
+        CassandraConfig(root_parent="/", parent_prefix="/"),
+        CassandraConfig(columns=Columns(bucket=None), bucket_name="only"),
+    ],
+    ids=["default", "named-root", "absolute-paths", "no-bucket-column"],
+)
+def test_partition_tokens_are_partition_token_of_the_bound_key(cfg: CassandraConfig) -> None:
+    bucket = "only" if cfg.columns.bucket is None else "b1"
+    keys = [(bucket, p) for p in PARENTS]
+    if cfg.columns.bucket is not None:
+        keys += [("ü", "a/"), ("b", "a/")]
+    got = partition_tokens(cfg, keys)
+    stored = [stored_parent(cfg, p) for _, p in keys]
+    pairs = zip(keys, stored, strict=True)
+    bound = [(s,) if cfg.columns.bucket is None else (b, s) for (b, _), s in pairs]
+    assert got == [
+        (b, partition_token(v), s, p) for (b, p), v, s in zip(keys, bound, stored, strict=True)
+    ]
+    if cfg.columns.bucket is None:
+        with pytest.raises(UsageError, match="no bucket column"):
+            partition_tokens(cfg, [("other", "a/")])
+    with pytest.raises(UsageError, match="65535 bytes"):
+        partition_tokens(cfg, [(bucket, "x" * 65536)])
 
 
 # -- errors and schema text ------------------------------------------------------------------------

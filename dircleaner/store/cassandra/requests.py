@@ -136,9 +136,10 @@ class CassandraRequests:
         profile: str,
         fetch_size: int,
         routing_token: int | None = None,
+        paging_state: bytes | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
-        """Every page of one query; a failed page is retried from its paging state."""
-        paging_state: bytes | None = None
+        """Every page of one query (from ``paging_state``, when given: the pages after one
+        already read); a failed page is retried from its paging state."""
         while True:
             result = self._execute(
                 stmt,

@@ -24,9 +24,9 @@ from dircleaner.store.cassandra.config import (
     parse_cassandra_url,
 )
 from dircleaner.store.cassandra.mapping import _q
-from dircleaner.store.cassandra.reads import CassandraReads
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
+from dircleaner.store.cassandra.walkreads import CassandraWalkReads
 from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_BATCH, CassandraWrites
 
 __all__ = ["CassandraStore"]
@@ -35,7 +35,7 @@ __all__ = ["CassandraStore"]
 QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
 
 
-class CassandraStore(CassandraReads, CassandraWrites, Store):
+class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
@@ -57,7 +57,8 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         #: the verify re-check's IN reads by number of bind markers, prepared when first needed
         self._in_probes: dict[int, PreparedStatement] = {}
         #: the prefix walk's IN reads of folders partitions, likewise
-        self._in_folder_reads: dict[int, PreparedStatement] = {}
+        self._walk_folder_reads: dict[int, PreparedStatement] = {}
+        self._walk_lock = threading.Lock()
         #: the ledger's IN reads, likewise
         self._ledger_reads: dict[int, PreparedStatement] = {}
         self._in_probes_lock = threading.Lock()
