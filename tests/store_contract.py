@@ -424,6 +424,22 @@ class StoreContract:
             (self.BUCKET, "untouched/", "x"),
         }
 
+    @pytest.mark.two_buckets
+    def test_delete_partitions_of_two_buckets_asked_twice(self, store: Store) -> None:
+        # Cassandra sends one request per bucket and ring range: the same parent in two
+        # buckets is two partitions, and a partition asked twice gets a result at both places.
+        other = self.need_two_buckets()
+        parents = [f"pair{i}/" for i in range(40)]
+        for bucket in (self.BUCKET, other):
+            store.write_folder_rows([(bucket, p, "x") for p in parents], self.t0)
+        keys = {(k.bucket, k.parent): k for k in self._folder_partitions(store)}
+        asked = [keys[(b, p)] for p in parents[:30] for b in (self.BUCKET, other)]
+        asked.append(keys[(other, parents[0])])
+        assert store.delete_folder_partitions(asked, self.t0 + 1) == [None] * len(asked)
+        assert row_keys(folder_rows(store)) == {
+            (b, p, "x") for p in parents[30:] for b in (self.BUCKET, other)
+        }
+
     def test_delete_of_absent_rows_and_partitions_is_harmless(self, store: Store) -> None:
         ghost = FolderRow(0, self.BUCKET, "nowhere/", "x")
         assert store.delete_folder_rows([ghost], self.t0) == [None]

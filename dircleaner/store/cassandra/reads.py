@@ -8,7 +8,6 @@ replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictl
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import random
@@ -28,9 +27,8 @@ from dircleaner.store.cassandra.mapping import (
     model_parent,
     padded_in,
     partition_token,
-    partition_tokens,
 )
-from dircleaner.store.cassandra.requests import REQUEST_ATTEMPTS, CassandraRequests
+from dircleaner.store.cassandra.requests import REQUEST_ATTEMPTS, CassandraRequests, ChunkKey
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
 
@@ -45,9 +43,6 @@ COUNT_LIMIT = 1_000_000
 ROW_OVERHEAD_BYTES = 6
 #: verify re-check: IN reads bound and run at a time (bounds the bound statements held at once)
 VERIFY_WAVE_READS = 1000
-
-#: one partition of an IN read's chunk: (token, stored parent, model parent)
-ChunkKey = tuple[int, str, str]
 
 _TRACE_COUNTS = re.compile(r"Read (\d+) live (?:rows )?and (\d+) tombstone cells")
 
@@ -330,32 +325,8 @@ class CassandraReads(CassandraRequests):
         return out
 
     def _verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
-        """``keys`` (distinct) as (bucket, [(token, stored parent, parent)]) chunks, one range
-        each.
-
-        Chunks hold at most ``verify_batch`` keys of one bucket and one ring range, in token
-        order; the n-th chunks of every (bucket, range) come before the (n+1)-th, so neighbours
-        go to different replicas.
-        """
-        token_map = self._cluster.metadata.token_map
-        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
-        # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
-        # ring token wrap around to range 0.
-        groups: dict[tuple[str, int], list[ChunkKey]] = {}
-        for bucket, token, stored, parent in partition_tokens(self.config, keys):
-            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
-            group = groups.get((bucket, where))
-            if group is None:
-                group = groups[(bucket, where)] = []
-            group.append((token, stored, parent))
-        batch = self.config.verify_batch
-        chunks: list[tuple[int, int, str, list[ChunkKey]]] = []
-        for order, ((bucket, _), members) in enumerate(sorted(groups.items())):
-            members.sort()
-            for index, start in enumerate(range(0, len(members), batch)):
-                chunks.append((index, order, bucket, members[start : start + batch]))
-        chunks.sort(key=lambda chunk: chunk[:2])
-        return [(bucket, members) for _, _, bucket, members in chunks]
+        """``keys`` (distinct) as the re-check's and the walk's IN chunks (``verify_batch``)."""
+        return self._range_chunks(keys, self.config.verify_batch)
 
     def _bind_in_probe(self, bucket: str, chunk: Sequence[ChunkKey]) -> Any:
         """The IN read of one chunk of (token, stored parent), routed to its first token."""

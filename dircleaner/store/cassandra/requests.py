@@ -9,6 +9,7 @@ key values and back.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import queue
 import threading
@@ -23,7 +24,7 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import UsageError
 from dircleaner.model import Shard
 from dircleaner.store.cassandra.config import CassandraConfig
-from dircleaner.store.cassandra.mapping import model_parent, stored_parent
+from dircleaner.store.cassandra.mapping import model_parent, partition_tokens, stored_parent
 from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
 from dircleaner.store.cassandra.session import (
     TRANSIENT_ERRORS,
@@ -41,6 +42,8 @@ REQUEST_ATTEMPTS = 4
 
 T = TypeVar("T")
 Params = tuple[object, ...]
+#: one partition of an IN request's chunk: (token, stored parent, model parent)
+ChunkKey = tuple[int, str, str]
 
 
 class _Done:
@@ -91,6 +94,35 @@ class CassandraRequests:
         if self.config.columns.bucket is None:
             return self.config.bucket_name, model_parent(self.config, row[1])
         return row[1], model_parent(self.config, row[2])
+
+    def _range_chunks(
+        self, keys: Sequence[tuple[str, str]], batch: int
+    ) -> list[tuple[str, list[ChunkKey]]]:
+        """``keys`` (distinct) as (bucket, [(token, stored parent, parent)]) chunks for IN
+        requests: at most ``batch`` keys of one bucket and one ring range each, in token order.
+
+        The n-th chunks of every (bucket, range) come before the (n+1)-th, so neighbours go to
+        different replicas. Each chunk's first token routes it (``routing_token``) to a replica
+        of its range, which then reads or writes every partition of it locally.
+        """
+        token_map = self._cluster.metadata.token_map
+        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
+        # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
+        # ring token wrap around to range 0.
+        groups: dict[tuple[str, int], list[ChunkKey]] = {}
+        for bucket, token, stored, parent in partition_tokens(self.config, keys):
+            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
+            group = groups.get((bucket, where))
+            if group is None:
+                group = groups[(bucket, where)] = []
+            group.append((token, stored, parent))
+        chunks: list[tuple[int, int, str, list[ChunkKey]]] = []
+        for order, ((bucket, _), members) in enumerate(sorted(groups.items())):
+            members.sort()
+            for index, start in enumerate(range(0, len(members), batch)):
+                chunks.append((index, order, bucket, members[start : start + batch]))
+        chunks.sort(key=lambda chunk: chunk[:2])
+        return [(bucket, members) for _, _, bucket, members in chunks]
 
     def _scans_bucket(self, bucket: str | None) -> bool:
         """False when a bucket filter cannot match anything in this metastore."""

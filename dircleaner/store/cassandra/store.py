@@ -27,7 +27,7 @@ from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
 from dircleaner.store.cassandra.walkreads import CassandraWalkReads
-from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_BATCH, CassandraWrites
+from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST, CassandraWrites
 
 __all__ = ["CassandraStore"]
 
@@ -39,7 +39,7 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
-    deletes_per_request = PARTITION_DELETES_PER_BATCH
+    deletes_per_request = PARTITION_DELETES_PER_REQUEST
 
     def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
         self.config = cfg
@@ -59,6 +59,8 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         #: the prefix walk's IN reads of folders partitions, likewise
         self._walk_folder_reads: dict[int, PreparedStatement] = {}
         self._walk_lock = threading.Lock()
+        #: partition deletes by IN size, likewise
+        self._partition_deletes: dict[int, PreparedStatement] = {}
         #: the ledger's IN reads, likewise
         self._ledger_reads: dict[int, PreparedStatement] = {}
         self._in_probes_lock = threading.Lock()
@@ -125,7 +127,6 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
-        self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
         self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
         self._insert = {
             table: p(f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?")
