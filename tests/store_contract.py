@@ -301,6 +301,34 @@ class StoreContract:
         assert [key for key, _ in got] == asked
         assert {key: rows for key, rows in got} == {**by_partition, (self.BUCKET, "missing/"): []}
 
+    def test_read_directories_answers_as_the_probe_and_the_folders_read(self, store: Store) -> None:
+        keys = spread_keys(60)
+        store.put_objects(self.BUCKET, [*keys, "a/b/c", "m/", "gone/x"], self.t0)
+        store.delete_objects(self.BUCKET, ["gone/x"], self.t0)
+        by_partition: dict[tuple[str, str], list[FolderRow]] = {}
+        for row in folder_rows(store):
+            by_partition.setdefault((row.bucket, row.parent), []).append(row)
+        asked = [
+            *sorted(by_partition, reverse=True),
+            *sorted(expected_partitions(self.BUCKET, keys)),
+            (self.BUCKET, "a/b/"),
+            (self.BUCKET, "m/"),
+            (self.BUCKET, "gone/"),
+            (self.BUCKET, "missing/"),
+        ]
+        asked = list(dict.fromkeys(asked))
+        read = store.read_directories(asked)
+        assert read.folder_rows == by_partition
+        assert read.with_objects == {
+            *expected_partitions(self.BUCKET, keys),
+            (self.BUCKET, "a/b/"),
+            (self.BUCKET, "m/"),
+        }
+        assert (self.BUCKET, "gone/") not in read.with_objects
+        assert read.with_objects == store.nonempty_object_partitions(asked)
+        empty = store.read_directories([])
+        assert (empty.with_objects, empty.folder_rows) == (set(), {})
+
     def test_has_folder_row(self, store: Store) -> None:
         store.put_objects(self.BUCKET, ["a/b/c", "top/"], self.t0)
         assert store.has_folder_row(self.BUCKET, "a/")
@@ -394,6 +422,22 @@ class StoreContract:
         assert row_keys(folder_rows(store)) == {
             *((self.BUCKET, p, "late") for p in parents[::3]),
             (self.BUCKET, "untouched/", "x"),
+        }
+
+    @pytest.mark.two_buckets
+    def test_delete_partitions_of_two_buckets_asked_twice(self, store: Store) -> None:
+        # Cassandra sends one request per bucket and ring range: the same parent in two
+        # buckets is two partitions, and a partition asked twice gets a result at both places.
+        other = self.need_two_buckets()
+        parents = [f"pair{i}/" for i in range(40)]
+        for bucket in (self.BUCKET, other):
+            store.write_folder_rows([(bucket, p, "x") for p in parents], self.t0)
+        keys = {(k.bucket, k.parent): k for k in self._folder_partitions(store)}
+        asked = [keys[(b, p)] for p in parents[:30] for b in (self.BUCKET, other)]
+        asked.append(keys[(other, parents[0])])
+        assert store.delete_folder_partitions(asked, self.t0 + 1) == [None] * len(asked)
+        assert row_keys(folder_rows(store)) == {
+            (b, p, "x") for p in parents[30:] for b in (self.BUCKET, other)
         }
 
     def test_delete_of_absent_rows_and_partitions_is_harmless(self, store: Store) -> None:

@@ -29,7 +29,12 @@ from dircleaner.store.cassandra.config import (
     load_cassandra_config,
     parse_cassandra_url,
 )
-from dircleaner.store.cassandra.mapping import model_parent, stored_parent
+from dircleaner.store.cassandra.mapping import (
+    model_parent,
+    partition_token,
+    partition_tokens,
+    stored_parent,
+)
 from dircleaner.store.cassandra.schema import schema_cql
 from dircleaner.store.cassandra.session import map_error
 from dircleaner.store.cassandra.store import CassandraStore
@@ -377,3 +382,32 @@ def test_schema_cql_quotes_mapped_identifiers() -> None:
         ' PRIMARY KEY (("parent"), "name"))'
     )
     assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        CassandraConfig(),
+        CassandraConfig(root_parent="<root>"),
+        CassandraConfig(root_parent="/", parent_prefix="/"),
+        CassandraConfig(columns=Columns(bucket=None), bucket_name="only"),
+    ],
+    ids=["default", "named-root", "absolute-paths", "no-bucket-column"],
+)
+def test_partition_tokens_are_partition_token_of_the_bound_key(cfg: CassandraConfig) -> None:
+    bucket = "only" if cfg.columns.bucket is None else "b1"
+    keys = [(bucket, p) for p in PARENTS]
+    if cfg.columns.bucket is not None:
+        keys += [("ü", "a/"), ("b", "a/")]
+    got = partition_tokens(cfg, keys)
+    stored = [stored_parent(cfg, p) for _, p in keys]
+    pairs = zip(keys, stored, strict=True)
+    bound = [(s,) if cfg.columns.bucket is None else (b, s) for (b, _), s in pairs]
+    assert got == [
+        (b, partition_token(v), s, p) for (b, p), v, s in zip(keys, bound, stored, strict=True)
+    ]
+    if cfg.columns.bucket is None:
+        with pytest.raises(UsageError, match="no bucket column"):
+            partition_tokens(cfg, [("other", "a/")])
+    with pytest.raises(UsageError, match="65535 bytes"):
+        partition_tokens(cfg, [(bucket, "x" * 65536)])

@@ -37,7 +37,14 @@ from dircleaner.store.cassandra.mapping import partition_token, stored_parent
 from dircleaner.store.cassandra.schema import init_schema, schema_cql
 from dircleaner.store.cassandra.store import CassandraStore
 from tests.helpers import write_toml
-from tests.store_contract import T0, StoreContract, folder_rows, partitions, spread_keys
+from tests.store_contract import (
+    T0,
+    StoreContract,
+    expected_partitions,
+    folder_rows,
+    partitions,
+    spread_keys,
+)
 from tests.test_sweep import SetFilter, dir_key
 
 CUSTOM_TOML = """
@@ -274,6 +281,30 @@ class TestCassandraNode:
         assert [key for key, _ in got] == asked
         assert dict(got) == {**by_partition, ("b", "absent/"): [], ("c", "wide/"): []}
         assert len(dict(got)[("b", "wide/")]) == 25
+
+    def test_walk_reads_both_tables_in_small_chunks_and_pages(self, store: CassandraStore) -> None:
+        """``read_directories``: probes and folders reads in one window, cut into chunks of 4
+        and pages of 3 rows, answer as the single-partition reads do."""
+        keys = spread_keys(80)
+        store.put_objects("b", [*keys, "gone/x"], self.t0)
+        store.delete_objects("b", ["gone/x"], self.t0)
+        store.write_folder_rows([("b", "wide/", f"w{i:02d}") for i in range(25)], self.t0)
+        by_partition: dict[tuple[str, str], list[FolderRow]] = {}
+        for row in folder_rows(store):
+            by_partition.setdefault((row.bucket, row.parent), []).append(row)
+        asked = list(
+            dict.fromkeys(
+                [*sorted(by_partition), *sorted(expected_partitions("b", keys)), ("b", "gone/")]
+            )
+        )
+        asked += [("b", "absent/"), ("c", "wide/")]
+        tiny = dataclasses.replace(store.config, fetch_size=3, verify_batch=4, concurrency=3)
+        with CassandraStore.from_config(tiny) as small:
+            read = small.read_directories(asked)
+        assert read.folder_rows == by_partition
+        assert len(read.folder_rows[("b", "wide/")]) == 25
+        assert read.with_objects == {k for k in asked if store.objects_partition_nonempty(*k)}
+        assert ("b", "gone/") not in read.with_objects and read.with_objects
 
     def test_abandoning_a_scan_does_not_hang(self, store: CassandraStore) -> None:
         store.put_objects("b", spread_keys(200), self.t0)

@@ -6,8 +6,9 @@ filter exists because, store-wide, almost every check would find objects). The w
 
 1. reads the folders partition of PREFIX, then of each child, breadth first: a wave of directories
    at a time, the store reading several partitions at once and paging the wide ones;
-2. probes each walked directory's objects partition (``LIMIT 1`` reads, batched by the store's
-   re-check ``nonempty_object_partitions``);
+2. probes each walked directory's objects partition (``LIMIT 1`` reads, as the re-check's
+   ``nonempty_object_partitions``), in the same ``read_directories`` call as the folders reads
+   of step 1, so a store can overlap the two;
 3. decides emptiness bottom-up: a directory is empty when its objects partition has no row and
    every child is empty (a marker object ``dir/`` lives in ``dir/``'s own objects partition, so it
    keeps its directory);
@@ -123,6 +124,8 @@ def walk_prefix(
             f"{prefix!r} is not in the folder index of bucket {bucket!r} (check 'list-dirs')"
         )
     rows_of: dict[str, list[FolderRow]] = {}
+    #: each directory's subdirectories, parallel to its rows in rows_of
+    children_of: dict[str, list[str]] = {}
     with_objects: set[str] = set()
     order: list[str] = []
     seen = {prefix}
@@ -136,20 +139,24 @@ def walk_prefix(
             )
         below: list[str] = []
         for wave in _chunks(level, WAVE_DIRS):
-            keys = [(bucket, directory) for directory in wave]
-            with_objects.update(parent for _, parent in store.nonempty_object_partitions(keys))
-            for (_, directory), rows in store.folder_partitions(keys):
-                if rows:
-                    rows_of[directory] = rows
-                for row in rows:
-                    child = directory + row.name + SEP
-                    if child in seen:
-                        raise FolderIndexLooksCyclic(
-                            f"the folder index lists {child!r} twice under {prefix!r}; it looks"
-                            " cyclic or corrupt, nothing was deleted"
-                        )
-                    seen.add(child)
-                    below.append(child)
+            read = store.read_directories([(bucket, directory) for directory in wave])
+            with_objects.update(parent for _, parent in read.with_objects)
+            for directory in wave:
+                rows = read.folder_rows.get((bucket, directory))
+                if not rows:
+                    continue
+                rows_of[directory] = rows
+                children = children_of[directory] = [directory + row.name + SEP for row in rows]
+                # One partition's names are distinct (its clustering key): a repeat is a child
+                # reached before, from another partition.
+                if not seen.isdisjoint(children):
+                    twice = next(child for child in children if child in seen)
+                    raise FolderIndexLooksCyclic(
+                        f"the folder index lists {twice!r} twice under {prefix!r}; it looks"
+                        " cyclic or corrupt, nothing was deleted"
+                    )
+                seen.update(children)
+                below.extend(children)
                 if len(seen) > max_directories:
                     raise TooManyDirectories(
                         f"more than {max_directories:,} directories under {prefix!r}"
@@ -163,8 +170,8 @@ def walk_prefix(
         order.extend(level)
         level = below
         depth += 1
-    empty = _empty_bottom_up(order, rows_of, with_objects)
-    facts = _facts(rows_of, empty)
+    empty = _empty_bottom_up(order, children_of, with_objects)
+    facts = _facts(rows_of, children_of, empty)
     if prefix in empty:
         own = _own_row_fact(store, bucket, prefix)
         if own is not None:
@@ -186,7 +193,7 @@ def walk_prefix(
 
 
 def _empty_bottom_up(
-    order: list[str], rows_of: dict[str, list[FolderRow]], with_objects: set[str]
+    order: list[str], children_of: dict[str, list[str]], with_objects: set[str]
 ) -> set[str]:
     """The empty directories: no object row of their own and every child empty.
 
@@ -197,16 +204,18 @@ def _empty_bottom_up(
     for directory in reversed(order):
         if directory in with_objects:
             continue
-        if all(directory + row.name + SEP in empty for row in rows_of.get(directory, ())):
+        if all(child in empty for child in children_of.get(directory, ())):
             empty.add(directory)
     return empty
 
 
-def _facts(rows_of: dict[str, list[FolderRow]], empty: set[str]) -> list[PartitionFacts]:
+def _facts(
+    rows_of: dict[str, list[FolderRow]], children_of: dict[str, list[str]], empty: set[str]
+) -> list[PartitionFacts]:
     """One PartitionFacts per partition holding an empty directory, as the sweep builds them."""
     facts: list[PartitionFacts] = []
     for directory, rows in rows_of.items():
-        ordinals = [i for i, row in enumerate(rows) if directory + row.name + SEP in empty]
+        ordinals = [i for i, child in enumerate(children_of[directory]) if child in empty]
         if not ordinals:
             continue
         head = rows[0]

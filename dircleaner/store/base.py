@@ -62,6 +62,17 @@ class DirCountEstimate:
     folder_rows: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DirectoryReads:
+    """The prefix walk's two reads of a wave of directories ``(bucket, parent)``."""
+
+    #: the directories whose objects partition holds a row (as ``nonempty_object_partitions``)
+    with_objects: set[tuple[str, str]]
+    #: each directory's folders partition whole, in clustering order (its subdirectories); a
+    #: directory without any is absent
+    folder_rows: dict[tuple[str, str], list[FolderRow]]
+
+
 def murmur_token(bucket: str, parent: str) -> int:
     """The embedded store's partition token: signed 64-bit MurmurHash3 of the partition key."""
     return int(mmh3.hash64((bucket + "\0" + parent).encode("utf-8"), 0, signed=True)[0])
@@ -90,8 +101,8 @@ class Store(abc.ABC):
     #: opened read-only (an embedded store on a read-only mount): it can be inspected and
     #: swept, and every write fails
     read_only: bool = False
-    #: partition deletes the store sends in one request (Cassandra: an UNLOGGED batch of one
-    #: ring range's partitions); the deleter hands it ``concurrency`` times this many at once
+    #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
+    #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
     deletes_per_request: int = 1
 
     @classmethod
@@ -155,6 +166,17 @@ class Store(abc.ABC):
         for bucket, parent in keys:
             rows = [row for page in self.folder_partition_pages(bucket, parent) for row in page]
             yield (bucket, parent), rows
+
+    def read_directories(self, keys: Sequence[tuple[str, str]]) -> DirectoryReads:
+        """Both reads the prefix walk makes of each directory of ``keys`` (distinct): is its
+        objects partition non-empty, and its folders partition's rows.
+
+        Derived here from ``nonempty_object_partitions`` and ``folder_partitions``, one after
+        the other; a backend that can overlaps the two.
+        """
+        with_objects = self.nonempty_object_partitions(keys)
+        rows = {key: found for key, found in self.folder_partitions(keys) if found}
+        return DirectoryReads(with_objects, rows)
 
     def has_folder_row(self, bucket: str, directory: str) -> bool:
         """Whether the folder index lists ``directory`` (a row in its parent's partition).

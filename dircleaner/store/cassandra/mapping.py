@@ -67,6 +67,50 @@ def partition_token(values: Sequence[str]) -> int:
     return int(Murmur3Token.hash_fn(key))
 
 
+def partition_tokens(
+    cfg: CassandraConfig, keys: Sequence[tuple[str, str]]
+) -> list[tuple[str, int, str, str]]:
+    """``(bucket, token, stored parent, parent)`` of each model key ``(bucket, parent)``.
+
+    The same tokens as ``partition_token`` of the bound key values, computed per batch: the
+    bucket's serialized component once per bucket, not once per key (the walk and the re-check
+    compute tens of thousands of tokens a wave).
+    """
+    hash_fn = Murmur3Token.hash_fn
+    root, prefix = cfg.root_parent, cfg.parent_prefix
+    no_bucket = cfg.columns.bucket is None
+    heads: dict[str, bytes] = {}
+    out: list[tuple[str, int, str, str]] = []
+    for bucket, parent in keys:
+        # stored_parent, inlined: this loop runs once per directory walked or re-checked
+        if not parent:
+            stored = root
+        elif prefix:
+            stored = prefix + parent
+        else:
+            stored = root + parent if parent.startswith(root) else parent
+        tail = stored.encode("utf-8")
+        if len(tail) > 0xFFFF:
+            raise UsageError("a partition key component is longer than 65535 bytes")
+        if no_bucket:
+            if bucket != cfg.bucket_name:
+                raise UsageError(
+                    f"this metastore has no bucket column; its only bucket is"
+                    f" {cfg.bucket_name!r}, not {bucket!r}"
+                )
+            out.append((bucket, int(hash_fn(tail)), stored, parent))
+            continue
+        head = heads.get(bucket)
+        if head is None:
+            raw = bucket.encode("utf-8")
+            if len(raw) > 0xFFFF:
+                raise UsageError("a partition key component is longer than 65535 bytes")
+            head = heads[bucket] = len(raw).to_bytes(2, "big") + raw + b"\0"
+        key = head + len(tail).to_bytes(2, "big") + tail + b"\0"
+        out.append((bucket, int(hash_fn(key)), stored, parent))
+    return out
+
+
 def in_size(keys: int, batch: int) -> int:
     """The ``IN`` size a chunk of ``keys`` partitions is padded to: a power of two or ``batch``."""
     return min(1 << (keys - 1).bit_length(), batch)

@@ -8,7 +8,6 @@ replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictl
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import random
@@ -23,7 +22,7 @@ from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
 from dircleaner.store.cassandra.mapping import model_parent, padded_in, partition_token
-from dircleaner.store.cassandra.requests import CassandraRequests, InStatements
+from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
 
@@ -54,8 +53,6 @@ class CassandraReads(CassandraRequests):
     _size_estimates: PreparedStatement
     #: the verify re-check's IN reads (``… PER PARTITION LIMIT 1``)
     _in_probe: InStatements
-    #: the prefix walk's IN reads of folders partitions
-    _in_folder_read: InStatements
 
     # -- scans ------------------------------------------------------------------------------------
     def scan_object_partitions(
@@ -240,45 +237,6 @@ class CassandraReads(CassandraRequests):
         for page in self._pages(self._folder_partition_rows, values, "sweep", page_rows, token):
             yield [FolderRow(int(row[0]), bucket, parent, row[1]) for row in page]
 
-    def folder_partitions(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
-        """The partitions read ``verify_batch`` at a time, ``concurrency`` reads in flight::
-
-            SELECT token(bucket, parent), bucket, parent, name FROM folders
-            WHERE bucket = ? AND parent IN (?, …)
-
-        chunked, routed and padded exactly as the re-check's reads are (see
-        ``nonempty_object_partitions``), at the sweep consistency, and paged by ``fetch_size``:
-        a wide partition takes as many pages as it needs. Cassandra returns each partition's rows
-        together and in clustering order. Yielded in ``keys`` order once all are read.
-        """
-        unique = list(dict.fromkeys(keys))
-        if not unique:
-            return
-        asked = set(unique)
-
-        def job(bucket: str, chunk: list[tuple[int, str]]) -> Callable[[], Iterator[Any]]:
-            parents = padded_in([stored for _, stored in chunk], self.config.verify_batch)
-            values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
-            stmt = self._in_folder_read(len(parents))
-            fetch = self.config.fetch_size
-            return lambda: self._pages(stmt, values, "sweep", fetch, chunk[0][0])
-
-        found: dict[tuple[str, str], list[FolderRow]] = {}
-        jobs = [job(bucket, chunk) for bucket, chunk in self._verify_chunks(unique)]
-        for page in self._ordered(jobs):
-            for row in page:
-                key = self._bucket_of(row)
-                if key not in asked:
-                    raise SchemaError(
-                        f"the walk's read returned partition {key!r}, a key it did not ask for;"
-                        " check the [cassandra] mapping"
-                    )
-                found.setdefault(key, []).append(FolderRow(int(row[0]), *key, row[-1]))
-        for key in keys:
-            yield key, found.get(key, [])
-
     def has_folder_row(self, bucket: str, directory: str) -> bool:
         parent, name = folder_row_of(directory)
         result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
@@ -360,37 +318,13 @@ class CassandraReads(CassandraRequests):
                     out.add(key)
         return out
 
-    def _verify_chunks(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> list[tuple[str, list[tuple[int, str]]]]:
-        """``keys`` (distinct) as (bucket, [(token, stored parent)]) chunks, one range each.
+    def _verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
+        """``keys`` (distinct) as the re-check's and the walk's IN chunks (``verify_batch``)."""
+        return self._range_chunks(keys, self.config.verify_batch)
 
-        Chunks hold at most ``verify_batch`` keys of one bucket and one ring range, in token
-        order; the n-th chunks of every (bucket, range) come before the (n+1)-th, so neighbours
-        go to different replicas.
-        """
-        token_map = self._cluster.metadata.token_map
-        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
-        # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
-        # ring token wrap around to range 0.
-        groups: dict[tuple[str, int], list[tuple[int, str]]] = {}
-        for bucket, parent in keys:
-            values = cast(tuple[str, ...], self._key_values(bucket, parent))
-            token = partition_token(values)
-            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
-            groups.setdefault((bucket, where), []).append((token, values[-1]))
-        batch = self.config.verify_batch
-        chunks: list[tuple[int, int, str, list[tuple[int, str]]]] = []
-        for order, ((bucket, _), members) in enumerate(sorted(groups.items())):
-            members.sort()
-            for index, start in enumerate(range(0, len(members), batch)):
-                chunks.append((index, order, bucket, members[start : start + batch]))
-        chunks.sort(key=lambda chunk: chunk[:2])
-        return [(bucket, members) for _, _, bucket, members in chunks]
-
-    def _bind_in_probe(self, bucket: str, chunk: Sequence[tuple[int, str]]) -> Any:
+    def _bind_in_probe(self, bucket: str, chunk: Sequence[ChunkKey]) -> Any:
         """The IN read of one chunk of (token, stored parent), routed to its first token."""
-        parents = padded_in([stored for _, stored in chunk], self.config.verify_batch)
+        parents = padded_in([stored for _, stored, _ in chunk], self.config.verify_batch)
         values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
         bound = self._in_probe(len(parents)).bind(values)
         bound.routing_token = chunk[0][0]

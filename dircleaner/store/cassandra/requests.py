@@ -10,6 +10,7 @@ the bound key values and back. Retries follow ``REQUEST_RETRY``, the one policy 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import queue
 import threading
@@ -25,7 +26,7 @@ from dircleaner.errors import UsageError
 from dircleaner.model import Shard
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.cassandra.config import CassandraConfig
-from dircleaner.store.cassandra.mapping import model_parent, stored_parent
+from dircleaner.store.cassandra.mapping import model_parent, partition_tokens, stored_parent
 from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
 from dircleaner.store.cassandra.session import (
     TRANSIENT_ERRORS,
@@ -43,6 +44,8 @@ REQUEST_RETRY = RetryPolicy(attempts=4, base_s=0.1, cap_s=4.0)
 
 T = TypeVar("T")
 Params = tuple[object, ...]
+#: one partition of an IN request's chunk: (token, stored parent, model parent)
+ChunkKey = tuple[int, str, str]
 
 
 class _Done:
@@ -116,6 +119,35 @@ class CassandraRequests:
             return self.config.bucket_name, model_parent(self.config, row[1])
         return row[1], model_parent(self.config, row[2])
 
+    def _range_chunks(
+        self, keys: Sequence[tuple[str, str]], batch: int
+    ) -> list[tuple[str, list[ChunkKey]]]:
+        """``keys`` (distinct) as (bucket, [(token, stored parent, parent)]) chunks for IN
+        requests: at most ``batch`` keys of one bucket and one ring range each, in token order.
+
+        The n-th chunks of every (bucket, range) come before the (n+1)-th, so neighbours go to
+        different replicas. Each chunk's first token routes it (``routing_token``) to a replica
+        of its range, which then reads or writes every partition of it locally.
+        """
+        token_map = self._cluster.metadata.token_map
+        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
+        # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
+        # ring token wrap around to range 0.
+        groups: dict[tuple[str, int], list[ChunkKey]] = {}
+        for bucket, token, stored, parent in partition_tokens(self.config, keys):
+            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
+            group = groups.get((bucket, where))
+            if group is None:
+                group = groups[(bucket, where)] = []
+            group.append((token, stored, parent))
+        chunks: list[tuple[int, int, str, list[ChunkKey]]] = []
+        for order, ((bucket, _), members) in enumerate(sorted(groups.items())):
+            members.sort()
+            for index, start in enumerate(range(0, len(members), batch)):
+                chunks.append((index, order, bucket, members[start : start + batch]))
+        chunks.sort(key=lambda chunk: chunk[:2])
+        return [(bucket, members) for _, _, bucket, members in chunks]
+
     def _scans_bucket(self, bucket: str | None) -> bool:
         """False when a bucket filter cannot match anything in this metastore."""
         return (
@@ -159,9 +191,10 @@ class CassandraRequests:
         profile: str,
         fetch_size: int,
         routing_token: int | None = None,
+        paging_state: bytes | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
-        """Every page of one query; a failed page is retried from its paging state."""
-        paging_state: bytes | None = None
+        """Every page of one query (from ``paging_state``, when given: the pages after one
+        already read); a failed page is retried from its paging state."""
         while True:
             result = self._execute(
                 stmt,

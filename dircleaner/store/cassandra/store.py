@@ -23,11 +23,11 @@ from dircleaner.store.cassandra.config import (
     parse_cassandra_url,
 )
 from dircleaner.store.cassandra.mapping import _q
-from dircleaner.store.cassandra.reads import CassandraReads
 from dircleaner.store.cassandra.requests import InStatements
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
-from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_BATCH, CassandraWrites
+from dircleaner.store.cassandra.walkreads import CassandraWalkReads
+from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST, CassandraWrites
 
 __all__ = ["CassandraStore"]
 
@@ -35,11 +35,11 @@ __all__ = ["CassandraStore"]
 QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
 
 
-class CassandraStore(CassandraReads, CassandraWrites, Store):
+class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
-    deletes_per_request = PARTITION_DELETES_PER_BATCH
+    deletes_per_request = PARTITION_DELETES_PER_REQUEST
 
     def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
         self.config = cfg
@@ -121,12 +121,16 @@ class CassandraStore(CassandraReads, CassandraWrites, Store):
         self._in_probe = InStatements(
             p, f"SELECT {key} FROM {objects} WHERE {parent_in}", ") PER PARTITION LIMIT 1"
         )
-        self._in_folder_read = InStatements(
-            p, f"SELECT {token}, {key}, {name} FROM {folders} WHERE {parent_in}", ")"
+        # the walk's folders reads: the stored parent and the name, nothing else
+        parent_col = _q(cfg.columns.parent)
+        self._walk_folder_read = InStatements(
+            p, f"SELECT {parent_col}, {name} FROM {folders} WHERE {parent_in}", ")"
+        )
+        self._partition_delete = InStatements(
+            p, f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {parent_in}", ")"
         )
         self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
         self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
-        self._delete_folder_part = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {key_eq}")
         self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
         self._insert = {
             table: p(f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?")

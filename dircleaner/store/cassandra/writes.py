@@ -9,7 +9,6 @@ the generator makes.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Collection, Sequence
 from typing import Any, cast
@@ -20,7 +19,7 @@ from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStat
 from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
 from dircleaner.store.base import TombstoneCharge
-from dircleaner.store.cassandra.mapping import _q, padded_in, partition_token
+from dircleaner.store.cassandra.mapping import _q, padded_in
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import _ttl, map_error
 
@@ -32,9 +31,9 @@ FILTER_FETCH_SIZE = 4
 #: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
-#: partition deletes per request: one UNLOGGED batch of partitions of one ring range, at
-#: Cassandra's unlogged_batch_across_partitions_warn_threshold (default 10), not over it
-PARTITION_DELETES_PER_BATCH = 10
+#: partition deletes per request: one ``DELETE … WHERE parent IN (…)`` of partitions of one
+#: bucket and ring range (not a batch: Cassandra's batch warnings do not apply)
+PARTITION_DELETES_PER_REQUEST = 32
 #: partitions per read of the tombstone ledger (one request per chunk, not per partition)
 LEDGER_READ_KEYS = 64
 
@@ -44,7 +43,8 @@ class CassandraWrites(CassandraRequests):
 
     _delete_folder_row: PreparedStatement
     _delete_folder_range: PreparedStatement
-    _delete_folder_part: PreparedStatement
+    #: partition deletes, ``DELETE … USING TIMESTAMP ? WHERE … parent IN (…)``
+    _partition_delete: InStatements
     _delete_object_row: PreparedStatement
     _insert: dict[str, PreparedStatement]
     _put_cell: PreparedStatement
@@ -82,44 +82,31 @@ class CassandraWrites(CassandraRequests):
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
-        """One request per up to PARTITION_DELETES_PER_BATCH partitions of one ring range.
+        """One request per up to PARTITION_DELETES_PER_REQUEST partitions of one bucket and one
+        ring range::
 
-        Each request is an UNLOGGED batch of ``DELETE … USING TIMESTAMP T`` statements, routed
-        to a replica of the range (``routing_token``), which applies every deletion locally: a
-        partition deletion costs one request's share instead of a request of its own. Kept under
-        BATCH_MAX_BYTES (the batch size warning) and at Cassandra's
-        ``unlogged_batch_across_partitions_warn_threshold`` (10), so no batch draws a server
-        warning. An unlogged batch may be applied in part; a failed batch reports every
+            DELETE FROM folders USING TIMESTAMP ? WHERE bucket = ? AND parent IN (?, …)
+
+        routed to a replica of the range (``routing_token``), which applies every partition
+        deletion of it: a partition deletion costs a share of a request instead of a request.
+        The ``IN`` list is padded to a power of two by repeating its last key (a partition
+        deleted twice at T is deleted once), so few statements are prepared. Each partition's
+        deletion is applied on its own, as in an unlogged batch (no batch log, and none of the
+        batch warnings: a single statement is not a batch). A failed request reports every
         partition of it failed, and the deleter retries them (a deletion at T is idempotent).
         """
-        token_map = self._cluster.metadata.token_map
-        ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
-        # ring range → its partitions as (token, index in ``partitions``, key values)
-        groups: dict[int, list[tuple[int, int, Params]]] = {}
+        at: dict[tuple[str, str], list[int]] = {}
         for index, key in enumerate(partitions):
-            values = self._key_values(key.bucket, key.parent)
-            token = partition_token(cast(tuple[str, ...], values))
-            where = bisect.bisect_left(ring, token) % len(ring) if ring else 0
-            groups.setdefault(where, []).append((token, index, values))
+            at.setdefault((key.bucket, key.parent), []).append(index)
         items: list[tuple[Any, Params]] = []
         members: list[list[int]] = []
-        for _, entries in sorted(groups.items()):
-            start = 0
-            while start < len(entries):
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                batch.routing_token = entries[start][0]
-                taken: list[int] = []
-                size = 0
-                for _, index, values in entries[start : start + PARTITION_DELETES_PER_BATCH]:
-                    weight = sum(len(str(v).encode("utf-8")) for v in values) + 16
-                    if taken and size + weight > BATCH_MAX_BYTES:
-                        break
-                    batch.add(self._delete_folder_part, (timestamp_us, *values))
-                    taken.append(index)
-                    size += weight
-                start += len(taken)
-                items.append((batch, ()))
-                members.append(taken)
+        for bucket, chunk in self._range_chunks(list(at), PARTITION_DELETES_PER_REQUEST):
+            parents = padded_in([stored for _, stored, _ in chunk], PARTITION_DELETES_PER_REQUEST)
+            keys = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
+            bound = self._partition_delete(len(parents)).bind((timestamp_us, *keys))
+            bound.routing_token = chunk[0][0]
+            items.append((bound, ()))
+            members.append([i for _, _, parent in chunk for i in at[(bucket, parent)]])
         results: list[BaseException | None] = [None] * len(partitions)
         for taken, outcome in zip(members, self._run_statements(items, "delete"), strict=True):
             error = map_error(outcome) if isinstance(outcome, BaseException) else None
