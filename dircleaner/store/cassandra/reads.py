@@ -21,7 +21,7 @@ from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
-from dircleaner.store.cassandra.mapping import model_parent, padded_in, partition_token
+from dircleaner.store.cassandra.mapping import model_parent, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
@@ -324,9 +324,8 @@ class CassandraReads(CassandraRequests):
 
     def _bind_in_probe(self, bucket: str, chunk: Sequence[ChunkKey]) -> Any:
         """The IN read of one chunk of (token, stored parent), routed to its first token."""
-        parents = padded_in([stored for _, stored, _ in chunk], self.config.verify_batch)
-        values = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
-        bound = self._in_probe(len(parents)).bind(values)
+        values, size = self._in_keys(bucket, chunk, self.config.verify_batch)
+        bound = self._in_probe(size).bind(values)
         bound.routing_token = chunk[0][0]
         bound.fetch_size = None  # at most one row per key: one unpaged response
         return bound

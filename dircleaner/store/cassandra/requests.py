@@ -26,7 +26,12 @@ from dircleaner.errors import UsageError
 from dircleaner.model import Shard
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.cassandra.config import CassandraConfig
-from dircleaner.store.cassandra.mapping import model_parent, partition_tokens, stored_parent
+from dircleaner.store.cassandra.mapping import (
+    model_parent,
+    padded_in,
+    partition_tokens,
+    stored_parent,
+)
 from dircleaner.store.cassandra.ring import cql_token_bounds, ring_splits
 from dircleaner.store.cassandra.session import (
     TRANSIENT_ERRORS,
@@ -147,6 +152,15 @@ class CassandraRequests:
                 chunks.append((index, order, bucket, members[start : start + batch]))
         chunks.sort(key=lambda chunk: chunk[:2])
         return [(bucket, members) for _, _, bucket, members in chunks]
+
+    def _in_keys(
+        self, bucket: str, chunk: Sequence[ChunkKey], batch: int
+    ) -> tuple[tuple[str, ...], int]:
+        """The bound partition keys of one chunk's ``IN`` request, ``([bucket,] parents…)``, the
+        parents padded (``padded_in``), and how many parents that is (the statement's size)."""
+        parents = padded_in([stored for _, stored, _ in chunk], batch)
+        keys = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
+        return keys, len(parents)
 
     def _scans_bucket(self, bucket: str | None) -> bool:
         """False when a bucket filter cannot match anything in this metastore."""

@@ -29,7 +29,6 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
 from dircleaner.store.base import DirectoryReads
-from dircleaner.store.cassandra.mapping import padded_in
 from dircleaner.store.cassandra.reads import CassandraReads
 from dircleaner.store.cassandra.requests import InStatements
 from dircleaner.store.cassandra.session import map_error
@@ -74,17 +73,16 @@ class CassandraWalkReads(CassandraReads):
         reads: list[_Read] = []
         items: list[tuple[Any, tuple[()]]] = []
         for bucket, chunk in self._verify_chunks(unique):
-            parents = padded_in([stored for _, stored, _ in chunk], batch)
-            values = (bucket, *parents) if cfg.columns.bucket else tuple(parents)
+            values, size = self._in_keys(bucket, chunk, batch)
             lookup = {stored: (token, parent) for token, stored, parent in chunk}
             token = chunk[0][0]
             if probe:
-                stmt = self._in_probe(len(parents))
+                stmt = self._in_probe(size)
                 bound = stmt.bind(values)
                 bound.routing_token, bound.fetch_size = token, None
                 reads.append(_Read(True, bucket, lookup, stmt, values, token))
                 items.append((bound, ()))
-            stmt = self._walk_folder_read(len(parents))
+            stmt = self._walk_folder_read(size)
             bound = stmt.bind(values)
             bound.routing_token, bound.fetch_size = token, cfg.fetch_size
             bound.consistency_level = sweep_level

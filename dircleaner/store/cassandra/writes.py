@@ -101,9 +101,8 @@ class CassandraWrites(CassandraRequests):
         items: list[tuple[Any, Params]] = []
         members: list[list[int]] = []
         for bucket, chunk in self._range_chunks(list(at), PARTITION_DELETES_PER_REQUEST):
-            parents = padded_in([stored for _, stored, _ in chunk], PARTITION_DELETES_PER_REQUEST)
-            keys = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
-            bound = self._partition_delete(len(parents)).bind((timestamp_us, *keys))
+            keys, size = self._in_keys(bucket, chunk, PARTITION_DELETES_PER_REQUEST)
+            bound = self._partition_delete(size).bind((timestamp_us, *keys))
             bound.routing_token = chunk[0][0]
             items.append((bound, ()))
             members.append([i for _, _, parent in chunk for i in at[(bucket, parent)]])
