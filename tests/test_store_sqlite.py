@@ -11,7 +11,7 @@ import pytest
 from dircleaner.errors import StoreNotFound, StoreUrlError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, murmur_token
+from dircleaner.store.base import Store, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
 from tests.store_contract import T0, StoreContract, folder_rows
 
@@ -144,6 +144,43 @@ def test_tombstone_ledger_counts_rows_and_partitions(tmp_path: Path) -> None:
         assert store.tombstones_in_partition("b", "q/") == 1
     finally:
         store.close()
+
+
+def test_a_ledger_keyed_by_parent_is_rekeyed_by_token_with_its_charges(tmp_path: Path) -> None:
+    """Files written before the ledger was keyed by partition token (for sequential inserts)
+    keep every live charge when opened: a lost charge would loosen the budget."""
+    path = tmp_path / "m.db"
+    SqliteStore.open(url_of(path), create=True).close()
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        "DROP TABLE ledger;"
+        "CREATE TABLE ledger (bucket TEXT NOT NULL, parent TEXT NOT NULL,"
+        " generation TEXT NOT NULL, charge TEXT NOT NULL, cost INTEGER NOT NULL,"
+        " expires_us INTEGER NOT NULL, PRIMARY KEY (bucket, parent, generation, charge))"
+        " WITHOUT ROWID;"
+    )
+    far = 2**62
+    conn.executemany(
+        "INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            ("b", "p/", "g", "r.0", 3, far),
+            ("b", "p/", "g", "r.1", 2, far),
+            ("b", "q/", "g", "r.0", 7, far),
+        ],
+    )
+    conn.commit()
+    conn.close()
+    with SqliteStore.open(url_of(path)) as store:
+        assert store.tombstones_charged([("b", "p/"), ("b", "q/"), ("b", "r/")]) == {
+            ("b", "p/"): 5,
+            ("b", "q/"): 7,
+        }
+        store.charge_tombstones([TombstoneCharge("b", "p/", "g", "s.0", 1)], 3600)
+        assert store.tombstones_charged([("b", "p/")]) == {("b", "p/"): 6}
+    conn = sqlite3.connect(path)
+    assert {r[1] for r in conn.execute("PRAGMA table_info(ledger)")} >= {"token"}
+    assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (4,)
+    conn.close()
 
 
 def test_the_set_based_overrides_agree_with_the_protocol_helpers(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.store.base import murmur_token
 
 log = logging.getLogger(__name__)
 
@@ -66,23 +67,35 @@ CREATE TABLE IF NOT EXISTS state (
 ) WITHOUT ROWID;
 """
 
-#: tables added after the first release: created on open, so older files keep working
-LATER_SCHEMA = """
-CREATE TABLE IF NOT EXISTS leases (
-    name       TEXT PRIMARY KEY,
-    owner      TEXT    NOT NULL,
-    expires_us INTEGER NOT NULL
-) WITHOUT ROWID;
+# The ledger is keyed by partition token first, like the folders table: a slice's deletes go
+# in token order, so each batch's charges land on one or two B-tree pages instead of one page
+# per partition (a WAL commit costs the pages it writes: ~1 ms a batch at 1M directories,
+# keyed by bucket and parent, against ~0.1 ms keyed by token).
+LEDGER_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger (
+    token      INTEGER NOT NULL,
     bucket     TEXT    NOT NULL,
     parent     TEXT    NOT NULL,
     generation TEXT    NOT NULL,
     charge     TEXT    NOT NULL,
     cost       INTEGER NOT NULL,
     expires_us INTEGER NOT NULL,
-    PRIMARY KEY (bucket, parent, generation, charge)
+    PRIMARY KEY (token, bucket, parent, generation, charge)
+) WITHOUT ROWID
+"""
+
+#: tables added after the first release: created on open, so older files keep working
+LATER_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS leases (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    expires_us INTEGER NOT NULL
 ) WITHOUT ROWID;
 """
+    + LEDGER_TABLE
+    + ";\n"
+)
 
 REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
 
@@ -126,6 +139,8 @@ def open_database(path: Path, *, create: bool) -> tuple[sqlite3.Connection, bool
         have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if "state" in have and not {"leases", "ledger"} <= have:
             conn.executescript(LATER_SCHEMA)
+        elif "ledger" in have:
+            _key_ledger_by_token(conn)
         if "tombstones" in have:
             columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
             if "written_us" not in columns:
@@ -143,6 +158,36 @@ def open_database(path: Path, *, create: bool) -> tuple[sqlite3.Connection, bool
         raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
     _check_tables(path, conn)
     return conn, False
+
+
+def _key_ledger_by_token(conn: sqlite3.Connection) -> None:
+    """A ledger written before it was keyed by token gets the token column, its rows kept."""
+    if "token" in _columns(conn, "ledger"):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "token" in _columns(conn, "ledger"):  # another process did it meanwhile
+            conn.execute("ROLLBACK")
+            return
+        rows = conn.execute(
+            "SELECT bucket, parent, generation, charge, cost, expires_us FROM ledger"
+        ).fetchall()
+        conn.execute("DROP TABLE ledger")
+        conn.execute(LEDGER_TABLE)
+        conn.executemany(
+            "INSERT INTO ledger (token, bucket, parent, generation, charge, cost, expires_us)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(murmur_token(row[0], row[1]), *row) for row in rows],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    log.info("tombstone ledger keyed by partition token (%d charges kept)", len(rows))
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:

@@ -407,9 +407,9 @@ class SqliteStore(Store):
         with self._transaction() as conn:
             conn.executemany(
                 "INSERT OR REPLACE INTO ledger"
-                " (bucket, parent, generation, charge, cost, expires_us)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                [(*charge, expires) for charge in charges],
+                " (token, bucket, parent, generation, charge, cost, expires_us)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(murmur_token(c.bucket, c.parent), *c, expires) for c in charges],
             )
 
     def tombstones_charged(
@@ -419,8 +419,12 @@ class SqliteStore(Store):
         now = now_us()
         for start in range(0, len(partitions), LEDGER_CHUNK):
             chunk = partitions[start : start + LEDGER_CHUNK]
-            where = " OR ".join("(bucket = ? AND parent = ?)" for _ in chunk)
-            params: list[object] = [v for key in chunk for v in key]
+            where = " OR ".join("(token = ? AND bucket = ? AND parent = ?)" for _ in chunk)
+            params: list[object] = [
+                v
+                for bucket, parent in chunk
+                for v in (murmur_token(bucket, parent), bucket, parent)
+            ]
             rows = self._conn.execute(
                 f"SELECT bucket, parent, sum(cost) FROM ledger WHERE ({where})"
                 " AND expires_us > ? GROUP BY bucket, parent",
