@@ -328,3 +328,33 @@ def test_options_that_do_not_go_together_are_one_line(
     [line] = result.stderr.splitlines()
     assert line.startswith(message), line
     assert listed(url, "default") == {d for k in keys_of(50)[0] for d in directories_of(k)}
+
+
+def test_worker_tasks_hash_with_the_compiled_kernels(workers: DaskWorkers, tmp_path: Path) -> None:
+    """A worker process is no fork of the client: unless a task loads the compiled kernels,
+    every build and sweep task there hashes key by key with mmh3 (several times slower)."""
+    from dircleaner.workers import daskcluster
+
+    def kernels_loaded(store: Store, shard: Shard, report: object) -> bool:
+        # A nested function: pickled by value, as the workers cannot import this module.
+        from dircleaner.filter import bloom
+
+        return bloom._kernels is not None
+
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    open_store(url, create=True).close()
+    futures = [
+        workers.client.submit(
+            daskcluster._one_phase,
+            url,
+            None,
+            kernels_loaded,
+            Shard(i, 2),
+            "kernels-test",
+            "sweep",
+            workers=[address],
+            pure=False,
+        )
+        for i, address in enumerate(sorted(workers.client.scheduler_info()["workers"]))
+    ]
+    assert workers.client.gather(futures) == [True, True]

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
+from dircleaner.filter.bloom import load_kernels
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
@@ -291,6 +292,9 @@ def _one_phase(
     phase: str,
 ) -> R:
     """A task on a worker: its own store connection, the task, progress sent as events."""
+    # A worker process is no fork of the client: it loads the compiled filter kernels itself
+    # (once; about a second), or every build and sweep task hashes key by key with mmh3.
+    load_kernels()
     store = open_store(url, config_path=config_path)
     report = _Reporter(topic, phase, shard)
     try:
