@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.bloom import CHUNK, HASH_NAME, BloomFilter, optimal_params
 from dircleaner.filter.engines import ENGINES, PyBloomLiveFilter, new_filter
 
@@ -99,6 +100,7 @@ def test_hash_name_and_engine() -> None:
     assert isinstance(ref, PyBloomLiveFilter)
     assert ref.hash_name == "pybloom-live-4"
     assert dict(ENGINES) == {"mmh3": BloomFilter, "pybloom-live": PyBloomLiveFilter}
+    assert sorted(ENGINE_NAMES) == sorted(ENGINES)  # the CLI's --engine choices, known lazily
     with pytest.raises(TypeError):
         ENGINES["x"] = BloomFilter  # type: ignore[index]
     with pytest.raises(ValueError, match="mmh3, pybloom-live"):

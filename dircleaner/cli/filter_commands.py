@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from dircleaner.cli.context import note_json, obj
 from dircleaner.filter.generation import fresh_generation_id
-from dircleaner.filter.stored import GenerationInfo, find_generation, list_generations
 from dircleaner.timeutil import format_duration, now_us
+
+if TYPE_CHECKING:
+    from dircleaner.filter.stored import GenerationInfo
+
+# filter.stored (numpy) is imported in the commands that read filters: the other commands start
+# without it.
 
 
 def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
@@ -66,6 +72,8 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     Example:
       dircleaner filters list --json
     """
+    from dircleaner.filter.stored import list_generations
+
     with obj(ctx).open() as store:
         rows = [_describe(info, time.time()) for info in list_generations(store)]
     if as_json:
@@ -92,6 +100,8 @@ def show_cmd(ctx: click.Context, generation: str) -> None:
     Example:
       dircleaner filters show 20261122T021500.000000Z-5f3a9c01
     """
+    from dircleaner.filter.stored import find_generation
+
     with obj(ctx).open() as store:
         info = find_generation(store, generation)
     click.echo(json.dumps(_describe(info, time.time()), indent=2))
@@ -107,6 +117,8 @@ def rm_cmd(ctx: click.Context, generation: str) -> None:
     Example:
       dircleaner filters rm 20261122T021500.000000Z-5f3a9c01
     """
+    from dircleaner.filter.stored import find_generation
+
     with obj(ctx).open() as store:
         find_generation(store, generation)
         store.delete_filter_generation(generation)

@@ -6,7 +6,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -49,10 +49,13 @@ from dircleaner.cli.report import (
     sweep_summary,
 )
 from dircleaner.job.prefix import run_prefix_clean
-from dircleaner.job.run import run_clean, run_job, run_sweep
 from dircleaner.paths import dir_of_row
-from dircleaner.pipeline.build import build_filter
-from dircleaner.workers.base import Workers
+
+if TYPE_CHECKING:
+    from dircleaner.workers.base import Workers
+
+# The build and the store-wide job (numpy, the filter modules) are imported in the commands
+# that run them: `clean --prefix` starts without them.
 
 
 @click.command()
@@ -75,6 +78,8 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     Example:
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
+    from dircleaner.pipeline.build import build_filter
+
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(params) as workers:
         config = build_config(params, parse_shard(shard))
@@ -106,6 +111,8 @@ def sweep_cmd(
     Example:
       dircleaner --store sqlite:///meta.db sweep --out candidates.txt
     """
+    from dircleaner.job.run import run_sweep
+
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(params) as workers:
         report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
@@ -147,6 +154,8 @@ def clean(
     if params["prefix"] is not None:
         _clean_prefix(ctx, progress, as_json, shard, metrics_file, params)
         return
+    from dircleaner.job.run import run_clean
+
     config = clean_config(params, parse_shard(shard))
     with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
         report = run_clean(store, config, progress, workers=pool)
@@ -181,6 +190,8 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     Example:
       dircleaner --store sqlite:///meta.db run --fpr 0.001 --rate 500
     """
+    from dircleaner.job.run import run_job
+
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)

@@ -7,13 +7,18 @@ import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dircleaner.job.prefix import PrefixCleanReport
-from dircleaner.job.run import CleanReport, RunReport
-from dircleaner.pipeline.build import BuildResult
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.sweep import SweepTotals
+
+if TYPE_CHECKING:
+    # Types only: the store-wide job and the build pull in numpy and the filter modules,
+    # which `clean --prefix` and the data commands start without.
+    from dircleaner.job.run import CleanReport, RunReport
+    from dircleaner.pipeline.build import BuildResult
 
 PREFIX = "dircleaner_"
 

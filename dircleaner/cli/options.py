@@ -5,23 +5,28 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from dircleaner.cli.context import note_json
 from dircleaner.errors import UsageError
-from dircleaner.filter.engines import ENGINES
+from dircleaner.filter import ENGINE_NAMES
+from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
-from dircleaner.job.run import CleanConfig, SweepConfig
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
 from dircleaner.timeutil import parse_duration
-from dircleaner.workers.base import LocalWorkers, Workers
+
+if TYPE_CHECKING:
+    # The filter, the build and the store-wide job pull in numpy and the filter modules: they
+    # are imported where a command uses them, so that `clean --prefix` starts without them.
+    from dircleaner.job.run import CleanConfig, SweepConfig
+    from dircleaner.pipeline.build import BuildConfig
+    from dircleaner.workers.base import Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -136,7 +141,7 @@ build_options = _apply(
         ),
         click.option(
             "--engine",
-            type=click.Choice(sorted(ENGINES)),
+            type=click.Choice(sorted(ENGINE_NAMES)),
             default="mmh3",
             show_default=True,
             help="Filter engine; pybloom-live is the slow reference.",
@@ -284,6 +289,8 @@ def open_workers(params: dict[str, Any]) -> Workers:
     if scheduler is None:
         if params.get("slices") is not None:
             raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+        from dircleaner.workers.base import LocalWorkers
+
         return LocalWorkers(params["workers"])
     if params["workers"] != 1:
         raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
@@ -293,6 +300,8 @@ def open_workers(params: dict[str, Any]) -> Workers:
 
 
 def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
+    from dircleaner.pipeline.build import BuildConfig
+
     return BuildConfig(
         fpr=params["fpr"],
         expected_dirs=params["expected_dirs"],
@@ -305,6 +314,8 @@ def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
 
 
 def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
+    from dircleaner.job.run import SweepConfig
+
     guards = GuardConfig(
         max_delete_fraction=params.get("max_delete_fraction", GuardConfig.max_delete_fraction),
         max_filter_age_s=parse_duration(params.get("max_filter_age", "24h")),
@@ -320,6 +331,8 @@ def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
 
 
 def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
+    from dircleaner.job.run import CleanConfig
+
     return CleanConfig(
         sweep=sweep_config(params, shard),
         min_age_s=parse_duration(params["min_age"]),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dircleaner.job.prefix import PrefixCleanReport
-from dircleaner.job.run import CleanReport, CleanSweep, RunReport, SweepReport
 from dircleaner.pipeline.budget import TombstoneBudget
-from dircleaner.pipeline.build import BuildResult
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.timeutil import format_duration
+
+if TYPE_CHECKING:
+    # Types only: the store-wide job and the build pull in numpy and the filter modules,
+    # which `clean --prefix` and the data commands start without.
+    from dircleaner.job.run import CleanReport, CleanSweep, RunReport, SweepReport
+    from dircleaner.pipeline.build import BuildResult
 
 Summary = dict[str, Any]
 

@@ -16,6 +16,13 @@ from dataclasses import dataclass, replace
 
 from dircleaner.store.base import DirCountEstimate, Store
 
+#: The filter's target false-positive rate: 11.0 bits and 8 hashes per directory. At 0.01 (9.6
+#: bits, 7 hashes) the false positives alone held a run's recall at 0.99, and a synthetic 30M
+#: store whose wide partitions defer a few thousand directories to the next grace period
+#: ended at 0.987; at 0.005 it ends at 0.991, for a filter 15% larger and a few per cent more
+#: time per filter test or insert (bench/filter_fpr.py: at most ~2 s of CPU at 30M).
+DEFAULT_FPR = 0.005
+
 
 @dataclass(frozen=True)
 class SizingRecord:

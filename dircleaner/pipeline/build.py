@@ -28,6 +28,7 @@ from dircleaner.filter.format import (
 )
 from dircleaner.filter.generation import new_generation_id, parse_generation_id
 from dircleaner.filter.sizing import (
+    DEFAULT_FPR,
     SizingRecord,
     distinct_keys,
     save_sizing_record,
@@ -56,14 +57,6 @@ MIN_CAPACITY = 1000
 PREVIOUS_COUNT_HEADROOM = 1.2
 
 log = logging.getLogger(__name__)
-
-
-#: The filter's target false-positive rate: 11.0 bits and 8 hashes per directory. At 0.01 (9.6
-#: bits, 7 hashes) the false positives alone held a run's recall at 0.99, and a synthetic 30M
-#: store whose wide partitions defer a few thousand directories to the next grace period
-#: ended at 0.987; at 0.005 it ends at 0.991, for a filter 15% larger and a few per cent more
-#: time per filter test or insert (bench/filter_fpr.py: at most ~2 s of CPU at 30M).
-DEFAULT_FPR = 0.005
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dircleaner.errors import (
     FilterStale,
@@ -10,8 +11,10 @@ from dircleaner.errors import (
     FilterTooFull,
     TooManyCandidates,
 )
-from dircleaner.filter.format import FilterHeader
 from dircleaner.timeutil import format_duration
+
+if TYPE_CHECKING:
+    from dircleaner.filter.format import FilterHeader  # numpy, through the engines
 
 
 @dataclass(frozen=True)

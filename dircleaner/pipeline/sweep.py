@@ -16,12 +16,16 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.progress import Progress, no_progress
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported in the functions that use it: the commands that never sweep (``clean
+# --prefix``, the data commands) then start without it.
 
 
 class MembershipFilter(Protocol):
@@ -100,6 +104,8 @@ def sweep(
     only touches the partitions and the candidates (a few per cent of the rows). A measured hot
     loop, kept in one piece (the README's per-core profile says what each step costs).
     """
+    import numpy as np
+
     started = time.monotonic()
     facts: list[PartitionFacts] = []
     swept = partitions = 0
@@ -195,6 +201,8 @@ def _ordinals(
 ) -> dict[int, list[int]]:
     """Each segment's candidate ordinals: index in the batch minus the segment's start, plus, for
     segment 0, the ``carried`` rows its partition had in earlier batches."""
+    import numpy as np
+
     ords = cand_idx - bounds[segs]
     if carried and segs[0] == 0:
         ords[: int(np.searchsorted(segs, 1))] += carried
@@ -214,6 +222,8 @@ def _partition_starts(batch: list[FolderRow]) -> list[int]:
     Boundaries are token changes (numpy); a token shared by several partitions (a collision) is
     split row by row. Rows of one partition are always contiguous.
     """
+    import numpy as np
+
     n = len(batch)
     tokens = np.fromiter(map(itemgetter(0), batch), dtype=np.int64, count=n)
     cuts = np.flatnonzero(tokens[1:] != tokens[:-1]) + 1
@@ -248,6 +258,8 @@ def _partition_dirs_present(
     (up to the child's second-to-last "/", one byte in UTF-8 that no other character's encoding
     contains, after the bucket's "\\0"), so it is sliced from the child's encoded key.
     """
+    import numpy as np
+
     n = len(heads)
     present = np.ones(n, dtype=np.bool_)
     parent_present = np.ones(n, dtype=np.bool_)

@@ -21,7 +21,6 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError
-from dircleaner.filter.bloom import finish_loading_kernels
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
@@ -138,6 +137,8 @@ class _Workers:
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
     ) -> None:
+        from dircleaner.filter.bloom import finish_loading_kernels  # numpy: only with a pool
+
         finish_loading_kernels()  # fork only once the filter kernels are loaded, or not loading
         context = multiprocessing.get_context("fork")
         self.counters = (context.Value("q", 0), context.Value("q", 0))
