@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ class CliRefused(CliError):
     exit_code = 3
 
 
+#: the exit code of output cut short by its reader (`| head`): 128 + SIGPIPE, as a shell reports
+BROKEN_PIPE_EXIT = 141
+
 _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
@@ -70,6 +74,12 @@ class DircleanerGroup(click.Group):
                 " nothing is lost, the next run resumes"
             )
             raise fail(ctx, message, 1, type(exc).__name__) from exc
+        except BrokenPipeError:
+            # The reader stopped early (`| head`): nothing more to say, and nobody to say it
+            # to. Exit as a tool killed by SIGPIPE would, and keep Python's final flush quiet.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(BROKEN_PIPE_EXIT) from None
         except OSError as exc:
             log.debug("an operating-system call failed", exc_info=True)
             what = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
