@@ -57,7 +57,9 @@ def filters() -> None:
 
 
 @filters.command("list")
-@click.option("--json", "as_json", is_flag=True, callback=note_json, help="Print JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, is_eager=True, callback=note_json, help="Print JSON."
+)
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """List every generation with its age, size and completeness.

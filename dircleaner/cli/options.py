@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from dircleaner.cli.context import note_json
+from dircleaner.cli.context import note_json, note_metrics_file
 from dircleaner.errors import UsageError
 from dircleaner.filter.engines import ENGINES
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
@@ -60,13 +60,18 @@ json_option = click.option(
     "--json",
     "as_json",
     is_flag=True,
+    is_eager=True,
     callback=note_json,
     help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …}).',
 )
 metrics_option = click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
-    help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
+    is_eager=True,
+    expose_value=False,
+    callback=note_metrics_file,
+    help="Write Prometheus text-format metrics here (node_exporter textfile collector);"
+    " on any failure (a bad option value too) with dircleaner_last_run_success 0.",
 )
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
 #: worker processes allowed per core: more only contend for the same cores and connections
