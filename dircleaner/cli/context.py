@@ -135,6 +135,14 @@ def refused_without_json(message: str) -> CliError:
     return _error_class(3)(f"a real run would be refused: {message}")
 
 
+def verdict_keys(verdict: str | None) -> dict[str, object]:
+    """What a dry run's JSON summary adds when a real run would be refused: the keys of every
+    other refusal (``"error"``, ``"exit_code"``), so that monitoring reads one shape."""
+    if verdict is None:
+        return {}
+    return {"error": f"a real run would be refused: {verdict}", "exit_code": 3}
+
+
 def fail(
     ctx: click.Context,
     message: str,

@@ -14,6 +14,7 @@ from dircleaner.cli.context import (
     emit,
     obj,
     refused_without_json,
+    verdict_keys,
     warn_if_bucket_empty,
     write_metrics,
 )
@@ -150,8 +151,8 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
         report = run_clean(store, config, progress, workers=pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
-    summary = clean_summary(report)
     verdict = report.would_be_refused
+    summary = {**clean_summary(report), **verdict_keys(verdict)}
     write_metrics(ctx, RunMetrics.of_clean(report), success=verdict is None)
     emit(
         summary,
@@ -186,8 +187,8 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
         report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
-    summary = run_summary(report)
     verdict = report.clean.would_be_refused
+    summary = {**run_summary(report), **verdict_keys(verdict)}
     write_metrics(ctx, RunMetrics.of_run(report), success=verdict is None)
     lines = run_build_lines(report) + clean_lines(
         report.clean, _audit(config.audit_log), params["min_age"]
