@@ -328,3 +328,25 @@ def test_options_that_do_not_go_together_are_one_line(
     [line] = result.stderr.splitlines()
     assert line.startswith(message), line
     assert listed(url, "default") == {d for k in keys_of(50)[0] for d in directories_of(k)}
+
+
+def test_a_relative_audit_log_is_where_the_client_runs(
+    cluster: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers run in their own directories: `--audit-log audit.jsonl` is the file the
+    operator sees beside them, as the summary says, not one in each worker's directory."""
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        every, live = fill(store, "default", 200)
+    name = f"audit-{SESSION}-relative.jsonl"
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["--min-age", "0", "--max-delete-fraction", "1", "--rate", "0"]
+        result = invoke(url, "run", *args, "--audit-log", name, "--scheduler", cluster.address)
+        assert result.exit_code == 0, result.output
+        assert not (ROOT / name).exists()
+        deleted = {e["dir"] for e in audit_entries(tmp_path / name)}
+        assert deleted and deleted <= every - live
+        assert listed(url, "default") == every - deleted
+    finally:
+        (ROOT / name).unlink(missing_ok=True)  # where the workers would have put it

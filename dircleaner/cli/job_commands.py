@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import click
@@ -156,7 +155,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     write_metrics(ctx, RunMetrics.of_clean(report), success=verdict is None)
     emit(
         summary,
-        clean_lines(report, _audit(config.audit_log), params["min_age"]),
+        clean_lines(report, params["audit_log"], params["min_age"]),
         as_json,
         ok=verdict is None,
     )
@@ -191,7 +190,7 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     summary = {**run_summary(report), **verdict_keys(verdict)}
     write_metrics(ctx, RunMetrics.of_run(report), success=verdict is None)
     lines = run_build_lines(report) + clean_lines(
-        report.clean, _audit(config.audit_log), params["min_age"]
+        report.clean, params["audit_log"], params["min_age"]
     )
     emit(summary, lines, as_json, ok=verdict is None)
     if verdict is not None:
@@ -212,10 +211,6 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
         workers.close()
 
 
-def _audit(path: Path | None) -> str | None:
-    return str(path) if path is not None else None
-
-
 def _clean_prefix(
     ctx: click.Context,
     progress: TerminalProgress,
@@ -230,4 +225,4 @@ def _clean_prefix(
     progress.close()
     summary = prefix_summary(report)
     write_metrics(ctx, RunMetrics.of_prefix_clean(report), success=True)
-    emit(summary, prefix_lines(report, _audit(config.audit_log), params["min_age"]), as_json)
+    emit(summary, prefix_lines(report, params["audit_log"], params["min_age"]), as_json)

@@ -279,7 +279,7 @@ def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixClea
         max_deletes=params["max_deletes"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=Path(params["audit_log"]),
+        audit_log=audit_log_path(params["audit_log"]),
     )
 
 
@@ -332,11 +332,17 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         verify=params["verify"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=Path(params["audit_log"]),
+        audit_log=audit_log_path(params["audit_log"]),
         max_rewrite_rows=params["max_rewrite_rows"],
         lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
         grace_period_s=_grace_period(params),
     )
+
+
+def audit_log_path(text: str) -> Path:
+    """The audit log where the command was started: a Dask task (``--scheduler``) writes it
+    from a worker, whose directory is its own, so a relative path is made absolute here."""
+    return Path(text).absolute()
 
 
 def _grace_period(params: dict[str, Any]) -> float | None:
