@@ -19,6 +19,7 @@ from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
 from dircleaner.store import Store, open_store
+from dircleaner.store.sqlite import read_only_here
 from dircleaner.workers.interrupt import stop_on_signals
 
 __all__ = ["TerminalProgress"]
@@ -107,10 +108,16 @@ class DircleanerGroup(click.Group):
             log.debug("the SQLite metastore failed", exc_info=True)
             app = ctx.find_object(AppContext)
             where = app.store_url if app else "the SQLite metastore"
-            message = (
-                f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and rerun:"
-                " nothing is lost, the next run resumes"
-            )
+            if app is not None and read_only_here(app.store_url):
+                # Opened read-only (a read-only mount), and this command writes.
+                message = (
+                    f"the SQLite metastore {where} is read-only here: this command writes to it"
+                )
+            else:
+                message = (
+                    f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and"
+                    " rerun: nothing is lost, the next run resumes"
+                )
             raise fail(ctx, message, 1, type(exc).__name__) from exc
         except BrokenPipeError:
             # The reader stopped early (`| head`): nothing more to say, and nobody to say it
