@@ -204,6 +204,8 @@ class RestorePlan:
     rows: list[tuple[str, str, str]]
     by_via: dict[str, int]
     generations: list[str]
+    #: every generation in the log, selected or not (to say what a selection could have named)
+    logged_generations: list[str]
 
 
 def plan_restore(lines: Iterable[str], selection: AuditSelection) -> RestorePlan:
@@ -211,14 +213,17 @@ def plan_restore(lines: Iterable[str], selection: AuditSelection) -> RestorePlan
     rows: list[tuple[str, str, str]] = []
     by_via: dict[str, int] = {}
     generations: set[str] = set()
+    logged: set[str] = set()
     for entry in iter_audit_entries(lines):
+        generation = str(entry.get("generation", "?"))
+        logged.add(generation)
         if entry not in selection:
             continue
         rows.append((entry["bucket"], entry["parent"], entry["name"]))
         via = str(entry.get("via", "row"))
         by_via[via] = by_via.get(via, 0) + 1
-        generations.add(str(entry.get("generation", "?")))
-    return RestorePlan(rows, by_via, sorted(generations))
+        generations.add(generation)
+    return RestorePlan(rows, by_via, sorted(generations), sorted(logged))
 
 
 def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:

@@ -39,12 +39,19 @@ def test_dry_run_prints_the_plan_and_the_verdict(url: str) -> None:
     assert "default\td/1/\n" in before
 
 
-def test_dry_run_json_says_what_a_real_run_would_meet(url: str) -> None:
-    result = invoke(url, "run", "--dry-run", "--min-age", "0", "--json")
+@pytest.mark.parametrize("command", ["run", "clean"])
+def test_dry_run_json_says_what_a_real_run_would_meet(url: str, command: str) -> None:
+    if command == "clean":
+        assert invoke(url, "build").exit_code == 0
+    result = invoke(url, command, "--dry-run", "--min-age", "0", "--json")
     assert result.exit_code == 3
     summary = json.loads(result.stdout)
-    assert (summary["ok"], summary["clean"]["would_be_refused"]) == (False, VERDICT)
-    assert summary["clean"]["plan"]["directories"] == 3
+    clean = summary["clean"] if command == "run" else summary
+    assert (summary["ok"], clean["would_be_refused"]) == (False, VERDICT)
+    assert clean["plan"]["directories"] == 3
+    # The keys of every other refusal, so that monitoring reads one shape.
+    error = f"a real run would be refused: {VERDICT}"
+    assert (summary["error"], summary["exit_code"]) == (error, 3)
 
 
 def test_a_dry_run_that_would_pass_says_nothing_more(url: str) -> None:

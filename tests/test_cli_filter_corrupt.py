@@ -97,3 +97,17 @@ def test_a_version_1_marker_is_still_read(url: str, tmp_path: Path) -> None:
     result = invoke(url, "sweep", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["generation"] == generation
+
+
+@pytest.mark.parametrize(("seq", "offset"), [(HEADER, 0), (MARKER, 20)])
+def test_filters_list_says_corrupt(url: str, tmp_path: Path, seq: int, offset: int) -> None:
+    """Not 'INCOMPLETE' (a build still running, or crashed) and no Python None in a table."""
+    good = build(url)
+    bad = build(url)
+    poke(tmp_path, bad, seq, offset)
+    lines = invoke(url, "filters", "list").output.splitlines()
+    assert lines[0].startswith(f"{good}  complete    shards 1/1  age ")
+    assert lines[1].startswith(f"{bad}  CORRUPT     shards 0/")
+    assert "None" not in lines[1]
+    listed = json.loads(invoke(url, "filters", "list", "--json").output)
+    assert [g["corrupt"] for g in listed] == [False, True]

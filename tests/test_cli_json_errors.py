@@ -58,3 +58,33 @@ def test_an_error_says_so_in_json(tmp_path: Path) -> None:
 def test_success_says_ok(url: str, tmp_path: Path) -> None:
     result = invoke(url, "build", "--json")
     assert (result.exit_code, json.loads(result.stdout)["ok"]) == (0, True)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "kind"),
+    [
+        (
+            ("--workers", "1000", "--json"),  # --json after the bad option, too
+            "--workers 1000 is more than 4 per core (8 on 2 cores): extra processes only"
+            " contend; try --workers 2",
+            "UsageError",
+        ),
+        (
+            ("--json", "--rate", "abc"),
+            "Invalid value for '--rate': 'abc' is not a valid float range.",
+            "BadParameter",
+        ),
+    ],
+)
+def test_a_bad_option_says_so_in_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], error: str, kind: str
+) -> None:
+    monkeypatch.setattr("dircleaner.cli.options.usable_cores", lambda: 2)
+    result = invoke(f"sqlite:///{tmp_path}/meta.db", "run", *args)
+    assert result.exit_code == 2
+    assert json.loads(result.stdout) == {
+        "ok": False,
+        "error": error,
+        "error_type": kind,
+        "exit_code": 2,
+    }

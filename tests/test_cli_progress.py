@@ -52,3 +52,26 @@ def test_a_long_phase_logs_every_interval(tmp_path: Path, monkeypatch: pytest.Mo
     messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
     progress = [re.sub(r" \([0-9,]+/s\)$", "", m) for m in messages if m.startswith("put: ")]
     assert progress[:3] == ["put: started", "put: 5,000", "put: 10,000"]
+
+
+def test_with_workers_the_sweep_counts_directories_swept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-check inside a worker's sweep must not replace the sweep's count by its own."""
+    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "3600")
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(url, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    audit = str(tmp_path / "a.jsonl")
+    args = ["run", *EAGER, "--audit-log", audit, "--workers", "2"]
+    result = invoke(url, "--log-level", "info", *args)
+    assert result.exit_code == 0, result.output
+    assert phase_lines(result.stderr) == [
+        "build: started",
+        "build: done: 7",
+        "sweep: started",
+        "sweep: done: 11",
+        "clean: started",
+        "clean: done: 3",
+    ]

@@ -52,3 +52,14 @@ def test_a_read_only_store_can_be_inspected(tmp_path: Path) -> None:
             1,
             f"Error: {mounted}/meta.db is read-only here: this command writes to it\n",
         )
+        # A dry run deletes nothing: its plan can be seen too.
+        args = ("clean", "--max-delete-fraction", "1", "--min-age", "0")
+        planned = invoke(ro, *args, "--dry-run")
+        assert planned.exit_code == 0, planned.output
+        assert "plan    1 directories: " in planned.output
+        # A real clean says why it cannot, not "free space?".
+        cleaned = invoke(ro, *args, "--audit-log", str(tmp_path / "a.jsonl"))
+        assert (cleaned.exit_code, cleaned.output) == (
+            1,
+            f"Error: the SQLite metastore {ro} is read-only here: this command writes to it\n",
+        )

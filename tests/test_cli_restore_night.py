@@ -38,7 +38,15 @@ def test_restore_one_night_of_two(tmp_path: Path) -> None:
     assert not {"n/5/", "n/6/", "n/7/"} & set(listed)
 
     later = invoke(url, "restore", str(audit), "--since", "2100-01-01", "--dry-run")
-    assert later.output == "would restore 0 directory entries (by none; generations: none)\n"
+    assert later.stdout == "would restore 0 directory entries (by none; generations: none)\n"
+    # A selection that matches nothing is most likely a typo: said on stderr, as for --bucket.
+    warning = (
+        f"warning: no entry of {audit} matches --generation/--since/--until; the generations"
+        f" in it: {first}, {second}\n"
+    )
+    assert later.stderr == warning
+    typo = invoke(url, "restore", str(audit), "--generation", second[:-1])
+    assert (typo.exit_code, typo.stderr) == (0, warning)
     every = invoke(url, "restore", str(audit), "--until", "2100-01-01T00:00:00", "--dry-run")
     assert every.output == (
         f"would restore 4 directory entries (by 3 range, 1 row; generations: {first}, {second})\n"

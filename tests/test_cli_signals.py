@@ -82,3 +82,40 @@ def test_a_signal_stops_after_the_batch_in_flight_and_the_next_run_resumes(
     )
     assert again.exit_code == 0, again.output
     assert not dead_dirs & _folder_names(tmp_path), again.output
+
+
+# Every other child of big/ keeps an object, so each empty one is a row delete of its own.
+PREFIX_KEYS = [f"big/{i:04d}/x" for i in range(600)]
+PREFIX_DEAD = PREFIX_KEYS[1::2]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_a_prefix_clean_the_same_way(tmp_path: Path, signum: int, code: int) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k", PREFIX_KEYS))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d", PREFIX_DEAD))).exit_code == 0
+    audit, metrics = tmp_path / "audit.jsonl", tmp_path / "m.prom"
+    metrics.write_text("dircleaner_last_run_success 1\n")
+    args = ["clean", "--prefix", "big/", "--min-age", "0", "--audit-log", str(audit)]
+    command = [sys.executable, "-m", "dircleaner", "--store", url, *args]
+    command += ["--rate", "40", "--concurrency", "8", "--metrics-file", str(metrics)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not audit.exists() or audit.stat().st_size == 0:  # wait until deletes have begun
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code
+    assert err.splitlines()[-1] == (
+        f"Error: interrupted by {signal.Signals(signum).name}: stopped after the batch in"
+        " flight; what was deleted is in the audit log and the next run resumes"
+    )
+    assert "dircleaner_last_run_success 0" in metrics.read_text()
+    audited = [json.loads(line) for line in audit.read_text().splitlines()]
+    left = _folder_names(tmp_path)
+    assert not {(e["parent"], e["name"]) for e in audited} & left
+    dead_dirs = {("big/", key.split("/")[1]) for key in PREFIX_DEAD}
+    assert dead_dirs & left
+    again = invoke(url, *args, "--rate", "0")
+    assert again.exit_code == 0, again.output
+    assert not dead_dirs & _folder_names(tmp_path), again.output

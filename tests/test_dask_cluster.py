@@ -358,3 +358,63 @@ def test_worker_tasks_hash_with_the_compiled_kernels(workers: DaskWorkers, tmp_p
         for i, address in enumerate(sorted(workers.client.scheduler_info()["workers"]))
     ]
     assert workers.client.gather(futures) == [True, True]
+
+
+def test_a_relative_audit_log_is_where_the_client_runs(
+    cluster: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers run in their own directories: `--audit-log audit.jsonl` is the file the
+    operator sees beside them, as the summary says, not one in each worker's directory."""
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        every, live = fill(store, "default", 200)
+    name = f"audit-{SESSION}-relative.jsonl"
+    monkeypatch.chdir(tmp_path)
+    try:
+        args = ["--min-age", "0", "--max-delete-fraction", "1", "--rate", "0"]
+        result = invoke(url, "run", *args, "--audit-log", name, "--scheduler", cluster.address)
+        assert result.exit_code == 0, result.output
+        assert not (ROOT / name).exists()
+        deleted = {e["dir"] for e in audit_entries(tmp_path / name)}
+        assert deleted and deleted <= every - live
+        assert listed(url, "default") == every - deleted
+    finally:
+        (ROOT / name).unlink(missing_ok=True)  # where the workers would have put it
+
+
+def test_sigterm_stops_the_client_and_its_tasks_and_the_next_run_resumes(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    """SIGTERM to a `run --scheduler` client: 143, one line, metrics 0, and no task deletes
+    after it (the client cancels them); the next run finishes the job."""
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        every, live = fill(store, "default", 1500)
+    audit, metrics = tmp_path / "audit.jsonl", tmp_path / "m.prom"
+    metrics.write_text("dircleaner_last_run_success 1\n")
+    args = ["--min-age", "0", "--max-delete-fraction", "1", "--fpr", "1e-7"]
+    args += ["--audit-log", str(audit), "--scheduler", cluster.address]
+    command = [sys.executable, "-m", "dircleaner", "--store", url, "run", *args]
+    command += ["--rate", "20", "--concurrency", "4", "--metrics-file", str(metrics)]
+    client = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while audit_lines_written(audit) == 0 and time.monotonic() < deadline:
+        assert client.poll() is None, client.communicate()
+        time.sleep(0.05)
+    client.send_signal(signal.SIGTERM)
+    _out, err = client.communicate(timeout=120)
+    assert client.returncode == 143, err
+    assert err.splitlines()[-1] == (
+        "Error: interrupted by SIGTERM: stopped after the batch in flight; what was deleted is"
+        " in the audit log and the next run resumes"
+    )
+    assert "dircleaner_last_run_success 0" in metrics.read_text()
+    stopped = listed(url, "default")
+    time.sleep(CHECK_INTERVAL_S + 2)
+    assert listed(url, "default") == stopped  # no task went on deleting
+    assert live < stopped < every
+    again = invoke(url, "run", *args, "--rate", "0")
+    assert again.exit_code == 0, again.output
+    assert listed(url, "default") == live

@@ -7,6 +7,8 @@ import re
 import stat
 from pathlib import Path
 
+import pytest
+
 from dircleaner.cli.metrics import RunMetrics, render
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
@@ -139,3 +141,33 @@ def test_an_unexpected_exception_still_marks_the_run_failed(tmp_path: Path) -> N
     result = invoke(url, "run", *args)
     assert result.exit_code != 0
     assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("run", "--min-age", "bogus"),  # refused by our own parsing
+        ("run", "--rate", "abc"),  # refused by click's
+        ("run", "--workers", "1000"),  # refused by an option's own check
+        ("clean", "--prefix", "a/", "--shard", "0/2"),
+    ],
+)
+def test_a_run_refused_for_its_options_is_a_failed_run(
+    tmp_path: Path, bad: tuple[str, ...]
+) -> None:
+    """A cron line edited wrong fails every night: monitoring must see it, not last week's 1."""
+    url = _dataset(tmp_path)
+    metrics = tmp_path / "dircleaner.prom"
+    ok = invoke(url, "run", "--metrics-file", str(metrics), "--audit-log", str(tmp_path / "a"))
+    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 1, ok.output
+    result = invoke(url, *bad, "--metrics-file", str(metrics))
+    assert result.exit_code == 2, result.output
+    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0
+
+
+def test_help_leaves_the_metrics_alone(tmp_path: Path) -> None:
+    metrics = tmp_path / "dircleaner.prom"
+    metrics.write_text("dircleaner_last_run_success 1\n")
+    result = invoke(f"sqlite:///{tmp_path}/m.db", "run", "--metrics-file", str(metrics), "--help")
+    assert result.exit_code == 0
+    assert metrics.read_text() == "dircleaner_last_run_success 1\n"

@@ -59,7 +59,8 @@ def cli(ctx: click.Context, store_url: str, config_path: str | None, log_level: 
     The global options are accepted after the command too (dircleaner list-dirs --store URL).
 
     Exit codes: 0 success, 1 error, 2 usage, 3 refused by a safety guard
-    (or a dry run a real run would refuse), 130 Ctrl-C, 143 SIGTERM.
+    (or a dry run a real run would refuse), 130 Ctrl-C, 141 output cut short by its reader
+    (| head), 143 SIGTERM.
     """
     configure_logging(log_level)
     ctx.obj = AppContext(store_url, config_path)

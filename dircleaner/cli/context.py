@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 import sys
+import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
+from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
 from dircleaner.store import Store, open_store
+from dircleaner.store.sqlite import read_only_here
 from dircleaner.workers.interrupt import stop_on_signals
 
 __all__ = ["TerminalProgress"]
@@ -38,18 +43,39 @@ class CliRefused(CliError):
     exit_code = 3
 
 
+#: the exit code of output cut short by its reader (`| head`): 128 + SIGPIPE, as a shell reports
+BROKEN_PIPE_EXIT = 141
+
 _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: CliRefused}
 
 
 #: ``ctx.meta`` key set when the command was asked for ``--json``
 JSON_REQUESTED = "dircleaner.json"
+#: ``ctx.meta`` key: the ``--metrics-file`` not written yet (a failure writes it)
+METRICS_FILE = "dircleaner.metrics_file"
 
 
 def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
-    """Option callback of ``--json``: an error is then reported as JSON on stdout too."""
+    """Callback of the eager ``--json``: an error, even in a later option, is then reported
+    as JSON on stdout too."""
     if value:
         ctx.meta[JSON_REQUESTED] = True
     return value
+
+
+def note_metrics_file(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """Callback of the eager ``--metrics-file``: from here on, whatever ends the command
+    (a bad option too) writes it."""
+    if value is not None:
+        ctx.meta[METRICS_FILE] = value
+
+
+def write_metrics(ctx: click.Context, metrics: RunMetrics, *, success: bool) -> None:
+    """The run's Prometheus textfile metrics, if asked for; written once (what happens after
+    the command's own figures were written does not replace them)."""
+    path = ctx.meta.pop(METRICS_FILE, None)
+    if path is not None:
+        write_atomically(Path(path), render(metrics, success=success, finished_at=time.time()))
 
 
 class DircleanerGroup(click.Group):
@@ -57,19 +83,48 @@ class DircleanerGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
+            return self._invoke_mapped(ctx)
+        except click.exceptions.Exit as exc:
+            if exc.exit_code != 0:
+                _failed_run_metrics(ctx)
+            raise
+        except BaseException:
+            # Every way out but success (an error, a refusal, a bad option, Ctrl-C, SIGTERM, a
+            # bug) tells monitoring the run failed: an old ``last_run_success 1`` must not stay.
+            _failed_run_metrics(ctx)
+            raise
+
+    def _invoke_mapped(self, ctx: click.Context) -> Any:
+        try:
             with stop_on_signals():
                 return super().invoke(ctx)
+        except click.UsageError as exc:
+            if ctx.meta.get(JSON_REQUESTED):
+                _echo_json_failure(exc.format_message(), type(exc).__name__, exc.exit_code)
+            raise
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
         except sqlite3.Error as exc:
             log.debug("the SQLite metastore failed", exc_info=True)
             app = ctx.find_object(AppContext)
             where = app.store_url if app else "the SQLite metastore"
-            message = (
-                f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and rerun:"
-                " nothing is lost, the next run resumes"
-            )
+            if app is not None and read_only_here(app.store_url):
+                # Opened read-only (a read-only mount), and this command writes.
+                message = (
+                    f"the SQLite metastore {where} is read-only here: this command writes to it"
+                )
+            else:
+                message = (
+                    f"the SQLite metastore {where} failed: {exc}; fix that (free space?) and"
+                    " rerun: nothing is lost, the next run resumes"
+                )
             raise fail(ctx, message, 1, type(exc).__name__) from exc
+        except BrokenPipeError:
+            # The reader stopped early (`| head`): nothing more to say, and nobody to say it
+            # to. Exit as a tool killed by SIGPIPE would, and keep Python's final flush quiet.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise click.exceptions.Exit(BROKEN_PIPE_EXIT) from None
         except OSError as exc:
             log.debug("an operating-system call failed", exc_info=True)
             what = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
@@ -77,9 +132,22 @@ class DircleanerGroup(click.Group):
             raise fail(ctx, message, 1, type(exc).__name__) from exc
 
 
+def _failed_run_metrics(ctx: click.Context) -> None:
+    with suppress(OSError):  # the original error is the one to report
+        write_metrics(ctx, RunMetrics(), success=False)
+
+
 def refused_without_json(message: str) -> CliError:
     """The one line (exit 3) of a dry run a real run would refuse; its JSON summary says so."""
     return _error_class(3)(f"a real run would be refused: {message}")
+
+
+def verdict_keys(verdict: str | None) -> dict[str, object]:
+    """What a dry run's JSON summary adds when a real run would be refused: the keys of every
+    other refusal (``"error"``, ``"exit_code"``), so that monitoring reads one shape."""
+    if verdict is None:
+        return {}
+    return {"error": f"a real run would be refused: {verdict}", "exit_code": 3}
 
 
 def fail(
@@ -94,11 +162,22 @@ def fail(
     verdict = "refused" if exit_code == 3 else "failed"
     log.info("%s %s: %s", ctx.invoked_subcommand or "command", verdict, message)
     if ctx.meta.get(JSON_REQUESTED):
-        report = {"ok": False, "error": message, "error_type": kind, "exit_code": exit_code}
-        if details:
-            report["details"] = details
-        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        _echo_json_failure(message, kind, exit_code, details)
     return _error_class(exit_code)(message)
+
+
+def _echo_json_failure(
+    message: str, kind: str, exit_code: int, details: dict[str, object] | None = None
+) -> None:
+    report: dict[str, object] = {
+        "ok": False,
+        "error": message,
+        "error_type": kind,
+        "exit_code": exit_code,
+    }
+    if details:
+        report["details"] = details
+    click.echo(json.dumps(report, indent=2, sort_keys=True))
 
 
 def _error_class(exit_code: int) -> type[CliError]:

@@ -211,6 +211,16 @@ def restore_cmd(
     plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
     vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
     of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
+    if not plan.rows and selection != AuditSelection() and plan.logged_generations:
+        logged = plan.logged_generations
+        shown = ", ".join(logged[-5:]) + (
+            f" (and {len(logged) - 5:,} more)" if len(logged) > 5 else ""
+        )
+        click.echo(
+            f"warning: no entry of {audit_log.name} matches --generation/--since/--until;"
+            f" the generations in it: {shown}",
+            err=True,
+        )
     if dry_run:
         click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
         return

@@ -24,6 +24,7 @@ def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
     out: dict[str, object] = {
         "generation": info.generation,
         "complete": info.complete,
+        "corrupt": info.corrupt,
         "shards": f"{sum(s.complete for s in info.shards)}/{header.shard_count if header else '?'}",
     }
     if header is not None:
@@ -63,7 +64,9 @@ def filters() -> None:
 
 
 @filters.command("list")
-@click.option("--json", "as_json", is_flag=True, callback=note_json, help="Print JSON.")
+@click.option(
+    "--json", "as_json", is_flag=True, is_eager=True, callback=note_json, help="Print JSON."
+)
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
     """List every generation with its age, size and completeness.
@@ -82,12 +85,18 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
     if not rows:
         click.echo("no filters stored")
     for row in rows:
-        state = "complete" if row["complete"] else "INCOMPLETE"
+        state = "complete" if row["complete"] else "CORRUPT" if row["corrupt"] else "INCOMPLETE"
         click.echo(
-            f"{row['generation']}  {state:10}  shards {row['shards']}  age {row.get('age', '?')}"
-            f"  items {row.get('items', '?')}  fill {row.get('fill', '?')}"
-            f"  fpr {row.get('fpr_estimated', '?')} (target {row.get('fpr_target', '?')})"
+            f"{row['generation']}  {state:10}  shards {row['shards']}  age {_shown(row, 'age')}"
+            f"  items {_shown(row, 'items')}  fill {_shown(row, 'fill')}"
+            f"  fpr {_shown(row, 'fpr_estimated')} (target {_shown(row, 'fpr_target')})"
         )
+
+
+def _shown(row: dict[str, object], key: str) -> object:
+    """A field for people: '?' when it is absent or unknown."""
+    value = row.get(key)
+    return "?" if value is None else value
 
 
 @filters.command("show")

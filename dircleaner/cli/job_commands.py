@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,9 +13,11 @@ from dircleaner.cli.context import (
     emit,
     obj,
     refused_without_json,
+    verdict_keys,
     warn_if_bucket_empty,
+    write_metrics,
 )
-from dircleaner.cli.metrics import RunMetrics, render, write_atomically
+from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
     bucket_option,
     build_config,
@@ -137,9 +137,7 @@ def sweep_cmd(
 @json_option
 @metrics_option
 @click.pass_context
-def clean(
-    ctx: click.Context, /, as_json: bool, shard: str | None, metrics_file: str | None, **params: Any
-) -> None:
+def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
     With --prefix, clean one subtree now (after a mass delete): walk the folder index under
@@ -152,21 +150,21 @@ def clean(
     """
     progress = TerminalProgress()
     if params["prefix"] is not None:
-        _clean_prefix(ctx, progress, as_json, shard, metrics_file, params)
+        _clean_prefix(ctx, progress, as_json, shard, params)
         return
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+    with obj(ctx).open() as store, workers_for(params) as pool:
         report = run_clean(store, config, progress, workers=pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
-    summary = clean_summary(report)
     verdict = report.would_be_refused
-    write_metrics(metrics_file, RunMetrics.of_clean(report), success=verdict is None)
+    summary = {**clean_summary(report), **verdict_keys(verdict)}
+    write_metrics(ctx, RunMetrics.of_clean(report), success=verdict is None)
     emit(
         summary,
-        clean_lines(report, _audit(config.audit_log), params["min_age"]),
+        clean_lines(report, params["audit_log"], params["min_age"]),
         as_json,
         ok=verdict is None,
     )
@@ -183,7 +181,7 @@ def clean(
 @json_option
 @metrics_option
 @click.pass_context
-def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params: Any) -> None:
+def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     """The nightly job: build + sweep + clean (never prompts).
 
     \b
@@ -195,15 +193,15 @@ def run(ctx: click.Context, /, as_json: bool, metrics_file: str | None, **params
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store, workers_for(params) as pool:
+    with obj(ctx).open() as store, workers_for(params) as pool:
         report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
-    summary = run_summary(report)
     verdict = report.clean.would_be_refused
-    write_metrics(metrics_file, RunMetrics.of_run(report), success=verdict is None)
+    summary = {**run_summary(report), **verdict_keys(verdict)}
+    write_metrics(ctx, RunMetrics.of_run(report), success=verdict is None)
     lines = run_build_lines(report) + clean_lines(
-        report.clean, _audit(config.audit_log), params["min_age"]
+        report.clean, params["audit_log"], params["min_age"]
     )
     emit(summary, lines, as_json, ok=verdict is None)
     if verdict is not None:
@@ -224,41 +222,18 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
         workers.close()
 
 
-def write_metrics(path: str | None, metrics: RunMetrics, *, success: bool) -> None:
-    """Prometheus textfile metrics, when asked for."""
-    if path is not None:
-        write_atomically(Path(path), render(metrics, success=success, finished_at=time.time()))
-
-
-@contextlib.contextmanager
-def metrics_on_failure(path: str | None) -> Iterator[None]:
-    """On every way out but success (an error, a refusal, Ctrl-C, SIGTERM, a bug), still tell
-    monitoring that the run failed: an old ``last_run_success 1`` must not survive it."""
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(OSError):  # the original error is the one to report
-            write_metrics(path, RunMetrics(), success=False)
-        raise
-
-
-def _audit(path: Path | None) -> str | None:
-    return str(path) if path is not None else None
-
-
 def _clean_prefix(
     ctx: click.Context,
     progress: TerminalProgress,
     as_json: bool,
     shard: str | None,
-    metrics_file: str | None,
     params: dict[str, Any],
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     config = prefix_clean_config(params, shard)
-    with metrics_on_failure(metrics_file), obj(ctx).open() as store:
+    with obj(ctx).open() as store:
         report = run_prefix_clean(store, config, progress)
     progress.close()
     summary = prefix_summary(report)
-    write_metrics(metrics_file, RunMetrics.of_prefix_clean(report), success=True)
-    emit(summary, prefix_lines(report, _audit(config.audit_log), params["min_age"]), as_json)
+    write_metrics(ctx, RunMetrics.of_prefix_clean(report), success=True)
+    emit(summary, prefix_lines(report, params["audit_log"], params["min_age"]), as_json)

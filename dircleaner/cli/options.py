@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dircleaner.cli.context import note_json
+from dircleaner.cli.context import note_json, note_metrics_file
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
@@ -65,13 +65,18 @@ json_option = click.option(
     "--json",
     "as_json",
     is_flag=True,
+    is_eager=True,
     callback=note_json,
     help='Print a JSON summary (on an error or refusal: {"ok": false, "error": …}).',
 )
 metrics_option = click.option(
     "--metrics-file",
     type=click.Path(dir_okay=False),
-    help="Write Prometheus text-format metrics here (node_exporter textfile collector).",
+    is_eager=True,
+    expose_value=False,
+    callback=note_metrics_file,
+    help="Write Prometheus text-format metrics here (node_exporter textfile collector);"
+    " on any failure (a bad option value too) with dircleaner_last_run_success 0.",
 )
 bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
 #: worker processes allowed per core: more only contend for the same cores and connections
@@ -279,7 +284,7 @@ def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixClea
         max_deletes=params["max_deletes"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=Path(params["audit_log"]),
+        audit_log=audit_log_path(params["audit_log"]),
     )
 
 
@@ -340,11 +345,17 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         verify=params["verify"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=Path(params["audit_log"]),
+        audit_log=audit_log_path(params["audit_log"]),
         max_rewrite_rows=params["max_rewrite_rows"],
         lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
         grace_period_s=_grace_period(params),
     )
+
+
+def audit_log_path(text: str) -> Path:
+    """The audit log where the command was started: a Dask task (``--scheduler``) writes it
+    from a worker, whose directory is its own, so a relative path is made absolute here."""
+    return Path(text).absolute()
 
 
 def _grace_period(params: dict[str, Any]) -> float | None:

@@ -284,7 +284,7 @@ def _run_clean(
     )
     totals = add_totals([t.totals for t in tallies])
     whole = not previous.done and sweep_config.shard.count == 1
-    if whole:
+    if whole and not store.read_only:  # a dry run of a read-only store writes nothing
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope), str(totals.swept_rows))
     deleted = merge_delete_stats([c.deleted for c in cleaned])

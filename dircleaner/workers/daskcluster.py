@@ -341,6 +341,8 @@ class _Reporter:
         self._done: int | None = None
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if phase != self._phase:
+            return  # a step inside the task's phase (the sweep's re-check) counts other things
         self._done = done
         now = time.monotonic()
         if now - self._last >= REPORT_EVERY_S:

@@ -68,7 +68,7 @@ def map_shards(
     def only_phase(part_store: Store, shard: Shard, report: Progress) -> tuple[R, None]:
         return task(part_store, shard, report), None
 
-    workers = _Workers(store, shards, only_phase, None)
+    workers = _Workers(store, shards, only_phase, None, (phase, ""))
     finished = False
     try:
         results: list[R] = _gather(
@@ -107,7 +107,7 @@ def run_two_phases(
         result = second(store, shards[0], kept, message, progress)
         done(0)
         return [tally], [result]
-    workers = _Workers(store, shards, first, second)
+    workers = _Workers(store, shards, first, second, phases)
     second_started = False
     try:
         tallies: list[T] = _gather(
@@ -136,6 +136,7 @@ class _Workers:
         shards: Sequence[Shard],
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
+        phases: tuple[str, str],
     ) -> None:
         from dircleaner.filter.bloom import finish_loading_kernels  # numpy: only with a pool
 
@@ -148,7 +149,16 @@ class _Workers:
             parent_end, child_end = context.Pipe()
             proc = context.Process(
                 target=_worker,
-                args=(child_end, store, shard, first, second, self.counters, os.getpid()),
+                args=(
+                    child_end,
+                    store,
+                    shard,
+                    first,
+                    second,
+                    self.counters,
+                    phases,
+                    os.getpid(),
+                ),
                 daemon=True,
             )
             proc.start()
@@ -181,6 +191,7 @@ def _worker(
     first: FirstPhase[Any, Any],
     second: SecondPhase[Any, Any, Any] | None,
     counters: tuple[Any, Any],
+    phases: tuple[str, str],
     parent_pid: int,
 ) -> None:
     """A worker: the first phase, then the second if the parent says go (and there is one)."""
@@ -191,13 +202,14 @@ def _worker(
         conn.send(("error", _portable(exc)))
         return
     try:
-        tally, kept = first(store, shard, _reporter(counters[0]))
+        tally, kept = first(store, shard, _reporter(counters[0], phases[0]))
         conn.send(("ok", tally))
         if second is None:
             return
         kind, message = conn.recv()
         if kind == "go":
-            conn.send(("ok", second(store, shard, kept, message, _reporter(counters[1]))))
+            report = _reporter(counters[1], phases[1])
+            conn.send(("ok", second(store, shard, kept, message, report)))
     except EOFError:
         pass  # the parent is gone
     except BaseException as exc:
@@ -207,15 +219,17 @@ def _worker(
         store.close()
 
 
-def _reporter(counter: Any) -> Progress:
-    """A progress hook that adds a worker's advances to a counter shared with the parent."""
+def _reporter(counter: Any, counted: str) -> Progress:
+    """A progress hook that adds a worker's advances in phase ``counted`` to a counter shared
+    with the parent (a step inside it, such as the sweep's re-check, counts other things)."""
     seen = 0
 
     def report(phase: str, done: int, total: int | None) -> None:
         nonlocal seen
-        with counter.get_lock():
-            counter.value += done - seen
-        seen = done
+        if phase == counted:
+            with counter.get_lock():
+                counter.value += done - seen
+            seen = done
         interrupt.check()  # a worker stops after its batch in flight, like the parent
 
     return report

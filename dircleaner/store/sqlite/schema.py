@@ -24,6 +24,15 @@ def _readable_read_only(path: Path) -> bool:
     )
 
 
+def read_only_here(url: str) -> bool:
+    """Whether the metastore at ``url`` exists and this process can read but not write it
+    (what a write through its read-only connection then failed on)."""
+    try:
+        return _readable_read_only(path_from_url(url))
+    except (StoreUrlError, OSError):
+        return False
+
+
 def _on_read_only_mount(path: Path) -> bool:
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 

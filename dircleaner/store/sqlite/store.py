@@ -90,7 +90,9 @@ class SqliteStore(Store):
             while batch := cursor.fetchmany(SCAN_BATCH):
                 yield batch
         finally:
-            cursor.close()
+            # A stream abandoned by an error may be finalised after the store was closed.
+            with contextlib.suppress(sqlite3.ProgrammingError):
+                cursor.close()
 
     def _scan_slice(
         self, select: str, order: str, shard: Shard, bucket: str | None

@@ -1,0 +1,24 @@
+"""Output piped into a reader that stops early (`| head`): a quiet exit, no error, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.helpers import invoke
+
+# Much more than a pipe's buffer (64 KiB), so the writer meets the closed pipe.
+KEYS = "".join(f"some/longer/directory/name/{i:06d}/object\n" for i in range(5000))
+
+
+def test_list_dirs_into_head_stops_quietly(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    assert invoke(url, "import-keys", "-", input=KEYS).exit_code == 0
+    command = [sys.executable, "-m", "dircleaner", "--store", url, "list-dirs"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"default\t")
+    proc.stdout.close()  # what `head -1` does once it has its line
+    err = proc.stderr.read().decode()
+    assert (proc.wait(timeout=60), err) == (141, "")
