@@ -84,6 +84,11 @@ def sweep_and_recheck(
     progress: Progress,
 ) -> tuple[ShardSwept, list[PartitionFacts]]:
     """Phase 1: the slice's candidates (kept) and what the parent must know of them."""
+    from dircleaner.filter.bloom import finish_loading_kernels
+
+    # The kernels loaded while the filter was read; a loader still importing numba would hold
+    # the GIL against the sweep's first batches.
+    finish_loading_kernels()
     result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
     nonempty: set[BucketDir] = set()
     checked = 0
