@@ -360,6 +360,33 @@ def test_worker_tasks_hash_with_the_compiled_kernels(workers: DaskWorkers, tmp_p
     assert workers.client.gather(futures) == [True, True]
 
 
+def test_fresh_workers_load_the_kernels_once_the_client_connects(tmp_path: Path) -> None:
+    """A worker started for this run loads the compiled kernels in the background as soon as
+    the client connects, not in its first task (a second of the first task's time otherwise)."""
+
+    def kernels_started() -> bool:
+        # A nested function: pickled by value, as the workers cannot import this module.
+        from dircleaner.filter import bloom
+
+        return bloom._loader is not None or bloom._kernels is not None
+
+    fresh = LoopbackCluster(tmp_path, workers=1)
+    try:
+        fresh.wait_for_workers(1)
+        pool = DaskWorkers(fresh.address)
+        try:
+            deadline = time.monotonic() + 30
+            started = list(pool.client.run(kernels_started).values())
+            while started != [True] and time.monotonic() < deadline:
+                time.sleep(0.2)
+                started = list(pool.client.run(kernels_started).values())
+            assert started == [True]
+        finally:
+            pool.close()
+    finally:
+        fresh.close()
+
+
 def test_a_relative_audit_log_is_where_the_client_runs(
     cluster: LoopbackCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
-from dircleaner.filter.bloom import load_kernels
+from dircleaner.filter.bloom import load_kernels, start_loading_kernels
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
@@ -81,6 +81,10 @@ class DaskWorkers:
             raise SchedulerUnavailable(
                 f"the Dask scheduler at {address} has no worker (start 'dask worker {address}')"
             ) from exc
+        # A worker started for this run loads the compiled filter kernels (about a second) in
+        # the background from now on, while this client sizes or reads the filter, instead of
+        # in its first task; a long-lived worker has them already.
+        self.client.run(start_loading_kernels, on_error="return")  # a thread each: at once
         nthreads = self.client.nthreads()
         self.threads = sum(nthreads.values())
         self._slices = slices
