@@ -12,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -34,6 +35,8 @@ from dircleaner.workers.base import SliceFailed
 from dircleaner.workers.daskcluster import DaskWorkers
 from tests.daskcluster import ROOT, LoopbackCluster
 from tests.helpers import audit_entries, audit_lines_written, invoke, tombstones_per_partition
+
+R = TypeVar("R")
 
 OLD = now_us() - 10**10
 SESSION = secrets.token_hex(4)
@@ -333,13 +336,21 @@ def test_options_that_do_not_go_together_are_one_line(
 def test_worker_tasks_hash_with_the_compiled_kernels(workers: DaskWorkers, tmp_path: Path) -> None:
     """A worker process is no fork of the client: unless a task loads the compiled kernels,
     every build and sweep task there hashes key by key with mmh3 (several times slower)."""
-    from dircleaner.workers import daskcluster
 
     def kernels_loaded(store: Store, shard: Shard, report: object) -> bool:
         # A nested function: pickled by value, as the workers cannot import this module.
         from dircleaner.filter import bloom
 
         return bloom._kernels is not None
+
+    assert _one_task_on_each_worker(workers, kernels_loaded, tmp_path) == [True, True]
+
+
+def _one_task_on_each_worker(
+    workers: DaskWorkers, task: Callable[[Store, Shard, object], R], tmp_path: Path
+) -> list[R]:
+    """``task`` run on each worker as the job's tasks run there (``_one_phase``)."""
+    from dircleaner.workers import daskcluster
 
     url = f"sqlite:///{tmp_path / 'meta.db'}"
     open_store(url, create=True).close()
@@ -348,16 +359,16 @@ def test_worker_tasks_hash_with_the_compiled_kernels(workers: DaskWorkers, tmp_p
             daskcluster._one_phase,
             url,
             None,
-            kernels_loaded,
+            task,
             Shard(i, 2),
-            "kernels-test",
+            f"probe-{i}",
             "sweep",
             workers=[address],
             pure=False,
         )
         for i, address in enumerate(sorted(workers.client.scheduler_info()["workers"]))
     ]
-    assert workers.client.gather(futures) == [True, True]
+    return list(workers.client.gather(futures))
 
 
 def test_worker_tasks_keep_large_blocks_on_the_heap(workers: DaskWorkers, tmp_path: Path) -> None:
@@ -396,25 +407,7 @@ def test_worker_tasks_keep_large_blocks_on_the_heap(workers: DaskWorkers, tmp_pa
         libc.free(block)
         return os.environ.get("MALLOC_TRIM_THRESHOLD_"), after - before
 
-    from dircleaner.workers import daskcluster
-
-    url = f"sqlite:///{tmp_path / 'meta.db'}"
-    open_store(url, create=True).close()
-    futures = [
-        workers.client.submit(
-            daskcluster._one_phase,
-            url,
-            None,
-            blocks_mapped,
-            Shard(i, 2),
-            "malloc-test",
-            "sweep",
-            workers=[address],
-            pure=False,
-        )
-        for i, address in enumerate(sorted(workers.client.scheduler_info()["workers"]))
-    ]
-    results = workers.client.gather(futures)
+    results = _one_task_on_each_worker(workers, blocks_mapped, tmp_path)
     assert [trim for trim, _ in results] == ["65536", "65536"]  # as the nanny sets it
     assert [mapped for _, mapped in results] == [0, 0]
 
