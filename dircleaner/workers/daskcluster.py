@@ -83,10 +83,10 @@ class DaskWorkers:
             raise SchedulerUnavailable(
                 f"the Dask scheduler at {address} has no worker (start 'dask worker {address}')"
             ) from exc
-        # A worker started for this run loads the compiled filter kernels (about a second) in
-        # the background from now on, while this client sizes or reads the filter, instead of
-        # in its first task; a long-lived worker has them already.
-        self.client.run(_prepare_worker, on_error="return")  # at once: the kernels load in a thread
+        # A worker started for this run gets ready now (its malloc setting; the compiled
+        # filter kernels, about a second, loading in the background while this client sizes
+        # or reads the filter) instead of in its first task; a long-lived worker already is.
+        self.client.run(_prepare_worker, on_error="return")  # returns at once
         nthreads = self.client.nthreads()
         self.threads = sum(nthreads.values())
         self._slices = slices
