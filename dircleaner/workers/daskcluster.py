@@ -268,7 +268,6 @@ def _slice_failed(phase: str, shard: Shard, exc: BaseException | None) -> SliceF
 _M_MMAP_THRESHOLD = -3
 #: glibc's ceiling for that threshold on 64-bit, where its dynamic adjustment would take it
 _MMAP_THRESHOLD_MAX = 32 << 20
-_malloc_tuned = False
 
 
 def tune_malloc_under_nanny() -> None:
@@ -280,13 +279,10 @@ def tune_malloc_under_nanny() -> None:
     fresh mapping and its page faults, and are unmapped when freed: a build slice ran about 30%
     slower there than in a local worker (and as slow locally with the variable set). Raising the
     mmap threshold to glibc's own ceiling gives that back; the trim threshold stays as the nanny
-    set it, so freed memory at the top of the heap still goes back. Once per process; nothing
-    where no threshold is set, where the operator set the mmap threshold, or off glibc.
+    set it, so freed memory at the top of the heap still goes back. Idempotent (each task calls
+    it; one library call); nothing where no threshold is set, where the operator set the mmap
+    threshold, or off glibc.
     """
-    global _malloc_tuned
-    if _malloc_tuned:
-        return
-    _malloc_tuned = True
     if "MALLOC_TRIM_THRESHOLD_" not in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
     with contextlib.suppress(OSError, AttributeError):
