@@ -428,10 +428,10 @@ def test_fresh_workers_load_the_kernels_once_the_client_connects(tmp_path: Path)
         pool = DaskWorkers(fresh.address)
         try:
             deadline = time.monotonic() + 30
-            started = list(pool.client.run(kernels_started).values())
-            while started != [True] and time.monotonic() < deadline:
+            while (started := list(pool.client.run(kernels_started).values())) != [True]:
+                if time.monotonic() > deadline:
+                    break
                 time.sleep(0.2)
-                started = list(pool.client.run(kernels_started).values())
             assert started == [True]
         finally:
             pool.close()
