@@ -1,9 +1,13 @@
-"""Worker processes: partial filters OR-merge to exactly the single-process filter."""
+"""Worker processes: partial filters OR-merge to exactly the single-process filter, and the
+local pool hands slices out as its processes free up."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import time
 from pathlib import Path
+from typing import Any
 
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import find_generation, load_generation
@@ -11,8 +15,10 @@ from dircleaner.job.run import SweepConfig, run_sweep
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig
-from dircleaner.store import open_store
+from dircleaner.progress import Progress
+from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us
+from dircleaner.workers.local import map_shards, run_two_phases
 
 
 def make_store(tmp_path: Path) -> str:
@@ -104,3 +110,63 @@ def test_a_sharded_build_needs_a_shared_generation_and_size(tmp_path: Path) -> N
     result = invoke(url, "build", "--shard", "0/2", "--expected-dirs", "10")
     assert result.exit_code == 2
     assert "--generation" in result.stderr
+
+
+# -- the local pool hands slices out as its processes free up --------------------------------------
+
+
+def _held_until_the_last_slice_is_done(gate: Path, count: int) -> Any:
+    def task(store: Store, shard: Shard, report: Progress) -> int:
+        if shard.index == 0:
+            deadline = time.monotonic() + 60
+            while not gate.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        elif shard.index == count - 1:
+            gate.touch()
+        return os.getpid()
+
+    return task
+
+
+def test_a_free_process_takes_the_next_slice_while_another_is_held(tmp_path: Path) -> None:
+    url = make_store(tmp_path)
+    shards = Shard().split(8)
+    task = _held_until_the_last_slice_is_done(tmp_path / "gate", len(shards))
+    with open_store(url) as store:
+        pids = map_shards(store, shards, task, "test", processes=2)
+    # Slice 0 holds its process until slice 7 is done: the other process ran slices 1 to 7.
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    assert pids[0] not in pids[1:] and len(set(pids[1:])) == 1
+
+
+def test_each_slice_s_second_phase_runs_where_its_first_phase_ran(tmp_path: Path) -> None:
+    url = make_store(tmp_path)
+    shards = Shard().split(6)
+    held = _held_until_the_last_slice_is_done(tmp_path / "gate", len(shards))
+
+    def first(store: Store, shard: Shard, report: Progress) -> tuple[int, tuple[int, int]]:
+        pid = held(store, shard, report)
+        return pid, (shard.index, pid)  # what the process keeps across the barrier
+
+    def second(
+        store: Store, shard: Shard, kept: tuple[int, int], factor: int, report: Progress
+    ) -> tuple[int, int]:
+        assert kept[0] == shard.index
+        return kept[1], os.getpid() * factor
+
+    finished: list[int] = []
+    with open_store(url) as store:
+        tallies, results = run_two_phases(
+            store,
+            shards,
+            first,
+            lambda t: 1,
+            second,
+            ("one", "two"),
+            on_second_done=finished.append,
+            processes=2,
+        )
+    assert [kept for kept, _ in results] == tallies
+    assert [ran for _, ran in results] == tallies
+    assert len(set(tallies)) == 2 and tallies[0] not in tallies[1:]
+    assert sorted(finished) == list(range(len(shards)))

@@ -45,6 +45,7 @@ from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, TombstoneCounter, murm
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers
 from tests.helpers import tombstones_per_partition
 
 PARENTS = 12
@@ -468,7 +469,7 @@ def test_a_run_killed_during_its_build_builds_only_the_missing_shard(
     assert listed(url) == expected
 
 
-# -- a clean that died in one slice of the ring ---------------------------------------------------
+# -- a clean that died in some slices of the ring -------------------------------------------------
 
 SLICED_CLEAN = replace(
     RESUME_CLEAN,
@@ -477,7 +478,7 @@ SLICED_CLEAN = replace(
 )
 
 
-def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
+def test_a_clean_that_died_in_some_slices_sweeps_only_those_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def run(url: str) -> Any:
@@ -493,26 +494,31 @@ def test_a_clean_that_died_in_one_slice_sweeps_only_that_slice_again(
     url = build_dataset(tmp_path, "killed")
     real = clean_phases.plan_and_delete
 
-    def dies_in_the_second_slice(store: Store, facts: list[Any], *args: Any) -> Any:
-        if any(f.key.token >= 0 for f in facts):  # slice 1 of 2: the non-negative tokens
+    def dies_in_the_second_half(store: Store, facts: list[Any], *args: Any) -> Any:
+        if any(f.key.token >= 0 for f in facts):  # the slices of the non-negative tokens
             raise StoreUnavailable("injected: the slice's replicas went away")
         return real(store, facts, *args)
 
     # Workers are forked after the patch, so they inherit it.
-    monkeypatch.setattr(clean_phases, "plan_and_delete", dies_in_the_second_slice)
+    monkeypatch.setattr(clean_phases, "plan_and_delete", dies_in_the_second_half)
     with pytest.raises(StoreUnavailable, match="injected"):
         run(url)
     monkeypatch.setattr(clean_phases, "plan_and_delete", real)
     with open_store(url) as store:
         state = load_run_state(store, scope_of(store, None))
     assert state is not None and state.clean is not None
-    assert state.clean.done == {0} and state.clean.slices == 2
+    # Each worker cleans its slices in ring order and stops at its first failure: every slice
+    # of the first half of the ring was finished, none of the second.
+    slices = LocalWorkers(2).slices(Shard(), CLEAN)
+    first_half = set(range(len(slices) // 2))
+    assert len(slices) > 2 and state.clean.slices == len(slices)
+    assert state.clean.done == first_half
 
     with open_store(url) as store:
         unfinished = sum(len(b) for b in store.scan_folder_rows(Shard(1, 2)))
     resumed = run(url)
     assert resumed.resumed_generation == state.generation
-    assert resumed.clean.slices_already_clean == (0,)
+    assert resumed.clean.slices_already_clean == tuple(sorted(first_half))
     # Only the unfinished slice was swept again.
     assert 0 < resumed.clean.sweep.result.swept_rows == unfinished
     assert listed(url) == listed(whole)

@@ -2,8 +2,9 @@
 
 Two mechanisms implement it:
 
-- ``LocalWorkers`` (the zero set-up default): one forked process per slice on this machine
-  (``dircleaner.workers.local``); the workers die with the parent.
+- ``LocalWorkers`` (the zero set-up default): forked processes on this machine
+  (``dircleaner.workers.local``), each taking the next slice as it finishes one; the workers
+  die with the parent.
 - ``DaskWorkers`` (``--scheduler``, in ``dircleaner.workers.daskcluster``): tasks on a Dask
   distributed cluster, the ring cut into many more slices than worker threads.
 
@@ -34,6 +35,10 @@ M = TypeVar("M")
 #: so a mechanism may cut it coarser than the sweep and the clean
 BUILD = "build"
 CLEAN = "clean"
+#: sweep and clean slices per worker when not told otherwise: enough that the slices' unequal
+#: sizes (a wide partition is never split) even out, and that a lost or slow worker's share is
+#: picked up by the others; few enough that per-slice costs stay small
+CLEAN_SLICES_PER_WORKER = 4
 
 
 class SliceFailed(DircleanerError):
@@ -91,7 +96,8 @@ class Workers(Protocol):
 
 
 class LocalWorkers:
-    """Forked processes on this machine: one per slice, ``count`` slices (the default)."""
+    """``count`` forked processes on this machine (the default): one build slice each, and
+    ``CLEAN_SLICES_PER_WORKER`` sweep and clean slices each, handed out as they free up."""
 
     dashboard: str | None = None
     #: the kernel kills the forked workers with this process
@@ -104,7 +110,9 @@ class LocalWorkers:
         self.description = f"{count} local process{'es' if count > 1 else ''}"
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
-        return shard.split(self.count) if self.count > 1 else [shard]
+        if self.count == 1:
+            return [shard]
+        return shard.split(self.count * (1 if purpose == BUILD else CLEAN_SLICES_PER_WORKER))
 
     def map_shards(
         self,
@@ -114,7 +122,7 @@ class LocalWorkers:
         phase: str,
         progress: Progress = no_progress,
     ) -> list[R]:
-        return parallel.map_shards(store, shards, task, phase, progress)
+        return parallel.map_shards(store, shards, task, phase, progress, self.count)
 
     def run_two_phases(
         self,
@@ -128,7 +136,7 @@ class LocalWorkers:
         on_second_done: Callable[[int], None] | None = None,
     ) -> tuple[list[T], list[R]]:
         return parallel.run_two_phases(
-            store, shards, first, decide, second, phases, progress, on_second_done
+            store, shards, first, decide, second, phases, progress, on_second_done, self.count
         )
 
     def close(self) -> None:

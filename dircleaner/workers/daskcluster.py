@@ -33,7 +33,7 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.workers.base import BUILD, SliceFailed
+from dircleaner.workers.base import BUILD, CLEAN_SLICES_PER_WORKER, SliceFailed
 from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
 
 R = TypeVar("R")
@@ -41,9 +41,6 @@ T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
 
-#: sweep and clean slices per worker thread when --slices is not given: enough that a lost or
-#: slow worker's share is picked up by the others, few enough that per-task costs stay small
-SLICES_PER_THREAD = 4
 #: how long to wait for the scheduler, and for its first worker
 CONNECT_TIMEOUT_S = 30.0
 #: a task reports its progress at most this often
@@ -60,7 +57,7 @@ class DaskWorkers:
 
     The build is cut into one slice per worker thread by default (each slice stores a partial
     filter as large as the whole filter: they OR-merge at load), the sweep and the clean into
-    ``SLICES_PER_THREAD`` per thread; ``slices`` sets both.
+    ``CLEAN_SLICES_PER_WORKER`` per thread; ``slices`` sets both.
     """
 
     outlives_client = True
@@ -106,7 +103,7 @@ class DaskWorkers:
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         count = self._slices or (
-            self.threads if purpose == BUILD else self.threads * SLICES_PER_THREAD
+            self.threads if purpose == BUILD else self.threads * CLEAN_SLICES_PER_WORKER
         )
         return shard.split(count) if count > 1 else [shard]
 

@@ -1,10 +1,12 @@
-"""Running one task per shard in worker processes, so every core scans its slice of the ring.
+"""Running one task per shard in worker processes, so every core scans slices of the ring.
 
 One mechanism serves both shapes of work: ``map_shards`` (one phase: build, sweep) and
 ``run_two_phases`` (a decision by the parent between two phases: the clean). Workers are
 forked: the task (and anything it closes over, such as a loaded filter) is inherited
-copy-on-write rather than pickled, and each worker opens its own store connection. Only results
-travel back. Workers die with the parent (a killed run leaves no orphan scanning or deleting).
+copy-on-write rather than pickled, and each worker opens its own store connection. The parent
+hands the shards out one at a time, so a worker that finishes early takes the next one. Only
+results travel back. Workers die with the parent (a killed run leaves no orphan scanning or
+deleting).
 """
 
 from __future__ import annotations
@@ -60,23 +62,27 @@ def map_shards(
     task: ShardTask[R],
     phase: str,
     progress: Progress = no_progress,
+    processes: int | None = None,
 ) -> list[R]:
-    """``task(store, shard, progress)`` for every shard, in shard order; forked when several."""
+    """``task(store, shard, progress)`` for every shard, in shard order; forked when several.
+
+    ``processes`` (default: one per shard) run the shards, each taking the next one as it
+    finishes its own.
+    """
     if len(shards) == 1:
         return [task(store, shards[0], progress)]
 
     def only_phase(part_store: Store, shard: Shard, report: Progress) -> tuple[R, None]:
         return task(part_store, shard, report), None
 
-    workers = _Workers(store, shards, only_phase, None, (phase, ""))
+    pool = _Pool(store, shards, only_phase, None, (phase, ""), processes)
     finished = False
     try:
-        results: list[R] = _gather(
-            workers.conns, shards, workers.counters[0], phase, progress, workers=workers
-        )
+        results: list[R] = pool.first_phase(progress)
+        pool.stop()
         finished = True
     finally:
-        workers.reap(_SECOND_PHASE_GRACE_S if finished else 0)
+        pool.reap(_SECOND_PHASE_GRACE_S if finished else 0)
     return results
 
 
@@ -89,13 +95,16 @@ def run_two_phases(
     phases: tuple[str, str],
     progress: Progress = no_progress,
     on_second_done: Callable[[int], None] | None = None,
+    processes: int | None = None,
 ) -> tuple[list[T], list[R]]:
     """Two phases per shard with one decision between them, taken by the parent on every
-    shard's first result. The workers keep their state across the barrier (one process per
-    shard); if ``decide`` raises, no second phase runs anywhere and the error propagates.
+    shard's first result. A shard's second phase runs in the process that ran its first (which
+    kept its state across the barrier); if ``decide`` raises, no second phase runs anywhere and
+    the error propagates.
 
     ``on_second_done(i)`` is called in the parent as each shard's second phase succeeds. If one
-    fails, the others still finish theirs (and are reported) before the error propagates.
+    fails, its process stops there and the other processes still finish theirs (and are
+    reported) before the error propagates.
     """
     done = on_second_done or (lambda _index: None)
     if not shards:
@@ -107,28 +116,28 @@ def run_two_phases(
         result = second(store, shards[0], kept, message, progress)
         done(0)
         return [tally], [result]
-    workers = _Workers(store, shards, first, second, phases)
+    pool = _Pool(store, shards, first, second, phases, processes)
     second_started = False
     try:
-        tallies: list[T] = _gather(
-            workers.conns, shards, workers.counters[0], phases[0], progress, workers=workers
-        )
+        tallies: list[T] = pool.first_phase(progress)
         message = decide(tallies)
-        _send_all(workers.conns, ("go", message))
         second_started = True
-        results: list[R] = _gather(
-            workers.conns, shards, workers.counters[1], phases[1], progress, done, workers
-        )
+        results: list[R] = pool.second_phase(message, progress, done)
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.
-        workers.reap(_SECOND_PHASE_GRACE_S if second_started else 0)
+        pool.reap(_SECOND_PHASE_GRACE_S if second_started else 0)
     return tallies, results
 
 
-class _Workers:
-    """One forked process per shard, each with a pipe to the parent and shared progress counters
-    (one per phase)."""
+class _Pool:
+    """Forked worker processes, each with a pipe to the parent, and shared progress counters
+    (one per phase).
+
+    The parent hands the shards out one at a time: each process gets one to start with and the
+    next as it sends a result, so the slices' unequal sizes even out across the processes. A
+    shard's first-phase state stays in the process that ran it, which runs its second phase.
+    """
 
     def __init__(
         self,
@@ -137,41 +146,95 @@ class _Workers:
         first: FirstPhase[Any, Any],
         second: SecondPhase[Any, Any, Any] | None,
         phases: tuple[str, str],
+        processes: int | None,
     ) -> None:
         from dircleaner.filter.bloom import finish_loading_kernels  # numpy: only with a pool
 
         finish_loading_kernels()  # fork only once the filter kernels are loaded, or not loading
         context = multiprocessing.get_context("fork")
+        self.shards = shards
+        self.phases = phases
         self.counters = (context.Value("q", 0), context.Value("q", 0))
         self.conns: list[Connection] = []
         self._procs: list[Any] = []
-        for shard in shards:
+        #: shard index → the process that ran (or runs) its first phase
+        self.owner: dict[int, int] = {}
+        self._next = 0
+        for _ in range(min(processes or len(shards), len(shards))):
             parent_end, child_end = context.Pipe()
             proc = context.Process(
                 target=_worker,
-                args=(
-                    child_end,
-                    store,
-                    shard,
-                    first,
-                    second,
-                    self.counters,
-                    phases,
-                    os.getpid(),
-                ),
+                args=(child_end, store, shards, first, second, self.counters, phases, os.getpid()),
                 daemon=True,
             )
             proc.start()
             child_end.close()
             self.conns.append(parent_end)
             self._procs.append(proc)
+        self._forwarded = False
 
-    def forward(self, signum: int) -> None:
-        """Pass a stop request on: each worker stops after its own batch in flight."""
-        for proc in self._procs:
-            if proc.is_alive() and proc.pid is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signum)
+    def first_phase(self, progress: Progress) -> list[Any]:
+        """Every shard's first result, in shard order; the first error is raised at once."""
+        results: dict[int, Any] = {}
+        in_hand: dict[int, int] = {}  # process → the shard it runs
+        for worker in range(len(self.conns)):
+            self._hand_out(worker, in_hand)
+        while len(results) < len(self.shards):
+            if not in_hand:  # a stop was requested before every shard was handed out
+                interrupt.check()
+            self._forward_stop()
+            progress(self.phases[0], int(self.counters[0].value), None)
+            for worker, message in self._heard(in_hand):
+                if message is None:
+                    raise self._died(self.phases[0], [in_hand[worker]])
+                kind, index, value = message
+                if kind == "error":
+                    raise _failure(value)
+                results[index] = value
+                del in_hand[worker]
+                self._hand_out(worker, in_hand)
+        progress(self.phases[0], int(self.counters[0].value), None)
+        return [results[i] for i in range(len(self.shards))]
+
+    def second_phase(
+        self, message: Any, progress: Progress, on_done: Callable[[int], None]
+    ) -> list[Any]:
+        """Every shard's second result, in shard order, once every process was heard."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(("go", message))
+        pending: dict[int, list[int]] = {}  # process → its shards not finished yet
+        for index, worker in sorted(self.owner.items()):
+            pending.setdefault(worker, []).append(index)
+        results: list[Any] = [None] * len(self.shards)
+        error: BaseException | None = None
+        while pending:
+            self._forward_stop()
+            progress(self.phases[1], int(self.counters[1].value), None)
+            for worker, heard in self._heard(pending):
+                if heard is None:
+                    error = error or self._died(self.phases[1], pending.pop(worker))
+                    continue
+                kind, index, value = heard
+                if kind == "error":
+                    error = error or _failure(value)
+                    del pending[worker]  # it stops at its first failure
+                    continue
+                results[index] = value
+                pending[worker].remove(index)
+                if not pending[worker]:
+                    del pending[worker]
+                on_done(index)
+        if error is not None:
+            raise error
+        progress(self.phases[1], int(self.counters[1].value), None)
+        return results
+
+    def stop(self) -> None:
+        """Tell every process there is nothing more: it exits."""
+        for conn in self.conns:
+            with contextlib.suppress(OSError):
+                conn.send(("stop", None))
 
     def reap(self, wait_s: float) -> None:
         """Wait up to ``wait_s`` for each worker to exit, then kill what is left."""
@@ -183,38 +246,92 @@ class _Workers:
         for conn in self.conns:
             conn.close()
 
+    def _hand_out(self, worker: int, in_hand: dict[int, int]) -> None:
+        """Give ``worker`` the next shard, unless none is left or a stop was requested."""
+        if self._next >= len(self.shards) or interrupt.requested() is not None:
+            return
+        index = self._next
+        self._next += 1
+        self.conns[worker].send(("shard", index))
+        self.owner[index] = worker
+        in_hand[worker] = index
+
+    def _heard(self, waiting: dict[int, Any]) -> list[tuple[int, tuple[str, Any, Any] | None]]:
+        """The messages of the processes in ``waiting`` that sent one within half a second
+        (None for a process that died)."""
+        by_conn = {id(self.conns[w]): w for w in waiting}
+        heard: list[tuple[int, tuple[str, Any, Any] | None]] = []
+        for ready in wait([self.conns[w] for w in waiting], timeout=0.5):
+            worker = by_conn[id(ready)]
+            try:
+                heard.append((worker, self.conns[worker].recv()))
+            except EOFError:
+                heard.append((worker, None))
+        return heard
+
+    def _forward_stop(self) -> None:
+        """Pass a stop request on once: each worker stops after its own batch in flight."""
+        signum = interrupt.requested()
+        if signum is None or self._forwarded:
+            return
+        self._forwarded = True
+        for proc in self._procs:
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
+
+    def _died(self, phase: str, indices: Sequence[int]) -> WorkerDied:
+        named = ", ".join(str(self.shards[i]) for i in indices)
+        return WorkerDied(
+            f"the {phase} worker of slice{'s' if len(indices) > 1 else ''} {named} died"
+            " (killed, or out of memory?); what it deleted is in the audit log: rerun, the"
+            " next run resumes"
+        )
+
 
 def _worker(
     conn: Connection,
     parent_store: Store,
-    shard: Shard,
+    shards: Sequence[Shard],
     first: FirstPhase[Any, Any],
     second: SecondPhase[Any, Any, Any] | None,
     counters: tuple[Any, Any],
     phases: tuple[str, str],
     parent_pid: int,
 ) -> None:
-    """A worker: the first phase, then the second if the parent says go (and there is one)."""
+    """A worker: first phases of the shards the parent hands it, then, if the parent says go
+    (and there is one), the second phase of each of them."""
     _die_with_parent(parent_pid)
     try:
         store = open_store(parent_store.url, config_path=parent_store.config_path)
     except BaseException as exc:
-        conn.send(("error", _portable(exc)))
+        conn.send(("error", None, _portable(exc)))
         return
+    kept: dict[int, Any] = {}
+    index: int | None = None
     try:
-        tally, kept = first(store, shard, _reporter(counters[0], phases[0]))
-        conn.send(("ok", tally))
-        if second is None:
-            return
-        kind, message = conn.recv()
-        if kind == "go":
-            report = _reporter(counters[1], phases[1])
-            conn.send(("ok", second(store, shard, kept, message, report)))
+        while True:
+            kind, value = conn.recv()
+            if kind == "shard":
+                index = value
+                tally, state = first(store, shards[index], _reporter(counters[0], phases[0]))
+                if second is not None:
+                    kept[index] = state
+                conn.send(("ok", index, tally))
+            elif kind == "go" and second is not None:
+                for index in sorted(kept):
+                    interrupt.check()
+                    report = _reporter(counters[1], phases[1])
+                    result = second(store, shards[index], kept.pop(index), value, report)
+                    conn.send(("ok", index, result))
+                return
+            else:
+                return
     except EOFError:
         pass  # the parent is gone
     except BaseException as exc:
-        log.debug("the worker of slice %s failed", shard, exc_info=True)
-        conn.send(("error", _portable(exc)))
+        log.debug("the worker of slice %s failed", index, exc_info=True)
+        conn.send(("error", index, _portable(exc)))
     finally:
         store.close()
 
@@ -235,61 +352,8 @@ def _reporter(counter: Any, counted: str) -> Progress:
     return report
 
 
-def _gather(
-    conns: list[Connection],
-    shards: Sequence[Shard],
-    counter: Any,
-    phase: str,
-    progress: Progress,
-    on_done: Callable[[int], None] | None = None,
-    workers: _Workers | None = None,
-) -> list[Any]:
-    """One message from every worker, in shard order; a worker's error is raised here.
-
-    Without ``on_done`` the first error is raised at once; with it, every other worker is
-    still heard (and its success reported) first.
-    """
-    results: list[Any] = [None] * len(conns)
-    pending = dict(enumerate(conns))
-    error: BaseException | None = None
-    forwarded = False
-    while pending:
-        signum = interrupt.requested()
-        if signum is not None and not forwarded and workers is not None:
-            workers.forward(signum)  # they stop after their batch; the parent waits for them
-            forwarded = True
-        progress(phase, int(counter.value), None)
-        for ready in wait(list(pending.values()), timeout=0.5):
-            index = next(i for i, c in pending.items() if c is ready)
-            conn = pending.pop(index)
-            try:
-                kind, value = conn.recv()
-            except EOFError:
-                kind = "error"
-                value = WorkerDied(
-                    f"the {phase} worker of slice {shards[index].index}/{shards[index].count}"
-                    " died (killed, or out of memory?); what it deleted is in the audit log:"
-                    " rerun, the next run resumes"
-                )
-            if kind == "error":
-                failure = value if isinstance(value, BaseException) else RuntimeError(str(value))
-                if on_done is None:
-                    raise failure
-                error = error or failure
-                continue
-            results[index] = value
-            if on_done is not None:
-                on_done(index)
-    if error is not None:
-        raise error
-    progress(phase, int(counter.value), None)
-    return results
-
-
-def _send_all(conns: Sequence[Connection], message: tuple[str, Any]) -> None:
-    for conn in conns:
-        with contextlib.suppress(OSError):
-            conn.send(message)
+def _failure(value: Any) -> BaseException:
+    return value if isinstance(value, BaseException) else RuntimeError(str(value))
 
 
 def _portable(exc: BaseException) -> BaseException:
