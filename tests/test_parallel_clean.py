@@ -7,10 +7,13 @@ import shutil
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import dircleaner.job.run as job_run
 from dircleaner.errors import TooManyCandidates
+from dircleaner.job.orders import delete_orders
 from dircleaner.job.run import CleanConfig, CleanReport, SweepConfig, run_clean
 from dircleaner.model import Shard
 from dircleaner.paths import directories_of
@@ -20,6 +23,7 @@ from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
 from dircleaner.store.base import Store, murmur_token
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers
 from tests.helpers import tombstones_per_partition
 
 OLD = now_us() - 10**10
@@ -85,6 +89,32 @@ def test_workers_delete_exactly_what_one_process_deletes(tmp_path: Path, workers
     # Never a directory that holds an object (or an ancestor of one).
     holding = {a for p in nonempty for a in directories_of(p + "x")}
     assert not holding & (before - left_n)
+
+
+def test_the_rate_is_shared_by_the_slices_that_delete_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db, generation = make_db(tmp_path)
+    rate = 50_000.0
+    shares: list[float] = []
+
+    def recorded(*args: Any, throttle: ThrottleConfig, **kwargs: Any) -> Any:
+        shares.append(throttle.rate)
+        return delete_orders(*args, throttle=throttle, **kwargs)
+
+    monkeypatch.setattr(job_run, "delete_orders", recorded)
+    # Full rate from the start: with no overload, each slice deletes at its share throughout.
+    throttle = ThrottleConfig(rate=rate, start_fraction=1.0)
+    report, _, _ = clean_copy(tmp_path, db, generation, 2, throttle=throttle)
+    deleted = report.deleted
+    assert deleted is not None and deleted.directories > 100
+    # Two processes, each deleting its slices one after the other at half the rate: together
+    # the rate asked for (not a quarter of it, as a share per slice would be).
+    assert len(LocalWorkers(2).slices(Shard(), CLEAN)) > 2
+    assert shares == [rate / 2]
+    assert deleted.final_rate == pytest.approx(rate)
+    # The phase's time is the deletes' time, wherever it is reported.
+    assert deleted.seconds == report.phase_seconds["delete"] > 0
 
 
 def test_the_guards_see_every_worker_and_stop_them_all(tmp_path: Path) -> None:

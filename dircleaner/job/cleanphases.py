@@ -5,10 +5,13 @@ the slice, phase 2 plans and deletes it. It is plain data (the filter travels by
 Dask worker can receive it. ``CleanDecision`` stays in this process between the phases: it
 applies the guards to the whole sweep, pools every slice's non-empty finds, and records the
 clean's progress for a resumed run. ``job.run`` hands their methods to the workers.
+``PhaseClock`` times the phases from here: a process runs several slices, so no one slice's
+time is a phase's.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -125,6 +128,47 @@ class CleanDecision:
         small = len(self.progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
         if self._checkpoint and not self._dry_run and small:
             self._checkpoint.save(self.progress)
+
+
+class PhaseClock:
+    """The wall time of the clean's phases, taken in this process around the decision.
+
+    Each phase's span is split between its steps (sweep and re-check; plan and deletes) in the
+    proportion of the slices' own times for them.
+    """
+
+    def __init__(self, decide: Callable[[list[ShardSwept]], frozenset[BucketDir]]) -> None:
+        self._decide = decide
+        self._started = time.monotonic()
+        self._decided = (self._started, self._started)
+
+    def decide(self, tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        """The decision, timed: every first phase ends before it, every second starts after."""
+        reached = time.monotonic()
+        try:
+            return self._decide(tallies)
+        finally:
+            self._decided = (reached, time.monotonic())
+
+    def phases(
+        self, tallies: list[ShardSwept], cleaned: list[ShardCleaned], verify: bool
+    ) -> dict[str, float]:
+        """Seconds per phase: ``sweep``, ``verify`` (if re-checked), ``delete`` (if deleted)."""
+        first_s = self._decided[0] - self._started
+        second_s = time.monotonic() - self._decided[1]
+        sweep_s = sum(t.totals.seconds for t in tallies)
+        phases = {"sweep": _share(first_s, sweep_s, sum(t.verify_s for t in tallies))}
+        if verify:
+            phases["verify"] = first_s - phases["sweep"]
+        if any(c.deleted is not None for c in cleaned):
+            delete_s = sum(c.delete_s for c in cleaned)
+            phases["delete"] = _share(second_s, delete_s, sum(c.plan_s for c in cleaned))
+        return phases
+
+
+def _share(span: float, mine: float, other: float) -> float:
+    """``mine``'s part of ``span`` when ``mine`` and ``other`` took it together."""
+    return span * mine / (mine + other) if mine + other > 0 else span
 
 
 def add_totals(parts: list[SweepTotals]) -> SweepTotals:

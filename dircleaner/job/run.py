@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,13 @@ from dircleaner.filter.stored import (
     load_generation,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.cleanphases import CleanCheckpoint, CleanDecision, SliceWork, add_totals
+from dircleaner.job.cleanphases import (
+    CleanCheckpoint,
+    CleanDecision,
+    PhaseClock,
+    SliceWork,
+    add_totals,
+)
 from dircleaner.job.orders import delete_orders
 from dircleaner.job.resume import (
     PHASE_BUILD,
@@ -189,6 +196,7 @@ def run_sweep(
         return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
 
     shards = pool.slices(config.shard, CLEAN)
+    started = time.monotonic()
     parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
@@ -196,7 +204,7 @@ def run_sweep(
         facts=[fact for part in parts for fact in part.facts],
         swept_rows=sum(p.swept_rows for p in parts),
         partitions=sum(p.partitions for p in parts),
-        seconds=max(p.seconds for p in parts),
+        seconds=time.monotonic() - started,  # a process sweeps several slices in turn
     )
     if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
@@ -243,9 +251,11 @@ def _run_clean(
     if previous is None or previous.slices != len(slices):
         previous = CleanProgress(len(slices), frozenset(), frozenset())
     todo = [i for i in range(len(slices)) if i not in previous.done]
+    # The rate is the total, shared by the slices that delete at once.
+    running = min(len(todo), pool.parallelism)
     throttle = config.throttle
-    if len(todo) > 1 and throttle.rate:
-        throttle = replace(throttle, rate=throttle.rate / len(todo))  # the rate is the total
+    if running > 1 and throttle.rate:
+        throttle = replace(throttle, rate=throttle.rate / running)
     scope = scope_of(store, sweep_config.bucket)
     # T: after the filter's build started, an entry (re)written survives whatever happens here.
     planned = delete_orders(
@@ -272,11 +282,12 @@ def _run_clean(
         todo=todo,
         checkpoint=checkpoint,
     )
+    clock = PhaseClock(decision.decide)
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in todo],
         work.sweep,
-        decision.decide,
+        clock.decide,
         work.clean,
         ("sweep", "clean"),
         progress,
@@ -287,12 +298,15 @@ def _run_clean(
     if whole and not store.read_only:  # a dry run of a read-only store writes nothing
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope), str(totals.swept_rows))
+    phases = clock.phases(tallies, cleaned, config.verify)
+    totals = replace(totals, seconds=phases["sweep"])
     deleted = merge_delete_stats([c.deleted for c in cleaned])
-    phases = {"sweep": max((t.totals.seconds for t in tallies), default=0.0)}
-    if config.verify:
-        phases["verify"] = max((t.verify_s for t in tallies), default=0.0)
     if deleted is not None:
-        phases["delete"] = max(c.delete_s for c in cleaned)
+        # A process deletes several slices one after the other: the deletes took the phase's
+        # time, and only ``running`` slices' throttles ran at once.
+        throttled = sum(c.deleted is not None for c in cleaned)
+        final_rate = deleted.final_rate / throttled * min(running, throttled)
+        deleted = replace(deleted, seconds=phases["delete"], final_rate=final_rate)
         if whole:
             # The folder rows left are what the next build's growth is measured from (the
             # empties just removed were never in the filter).

@@ -73,6 +73,8 @@ class ShardCleaned:
     deleted: DeleteStats | None
     delete_s: float
     deletion_plan: DeletionPlan | None = None
+    #: reading the budget ledger and planning, before the deletes
+    plan_s: float = 0.0
 
 
 def sweep_and_recheck(
@@ -109,6 +111,7 @@ def plan_and_delete(
 ) -> ShardCleaned:
     """Phase 2: drop what must stay (the directories found non-empty in any slice, and their
     ancestors), plan within the budgets and (unless a dry run) delete."""
+    planning = time.monotonic()
     if nonempty:
         facts = drop_nonempty(facts, nonempty)
     # What every run of the grace period already spent (this generation's killed attempts
@@ -151,6 +154,7 @@ def plan_and_delete(
         deleted,
         time.monotonic() - started,
         plan if orders.keep_plan else None,
+        started - planning,
     )
 
 

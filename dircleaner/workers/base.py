@@ -55,6 +55,8 @@ class Workers(Protocol):
     #: whether tasks may go on running after this process dies (then they check the run's
     #: lease before each delete batch)
     outlives_client: bool
+    #: how many slices run at once (processes, or the cluster's threads)
+    parallelism: int
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         """``shard`` cut into the slices this mechanism runs a task for (``BUILD`` or ``CLEAN``)."""
@@ -107,6 +109,7 @@ class LocalWorkers:
         if count < 1:
             raise UsageError("--workers must be at least 1")
         self.count = count
+        self.parallelism = count
         self.description = f"{count} local process{'es' if count > 1 else ''}"
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:

@@ -86,6 +86,8 @@ class DaskWorkers:
         self.client.run(_prepare_worker, on_error="return")  # returns at once
         nthreads = self.client.nthreads()
         self.threads = sum(nthreads.values())
+        #: slices that run at once: one per thread
+        self.parallelism = self.threads
         self._slices = slices
         info = self.client.scheduler_info()
         self.dashboard: str | None = (
