@@ -293,13 +293,12 @@ def _run_clean(
         progress,
         decision.slice_done,
     )
-    totals = add_totals([t.totals for t in tallies])
+    phases = clock.phases(tallies, cleaned, config.verify)
+    totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     whole = not previous.done and sweep_config.shard.count == 1
     if whole and not store.read_only:  # a dry run of a read-only store writes nothing
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope), str(totals.swept_rows))
-    phases = clock.phases(tallies, cleaned, config.verify)
-    totals = replace(totals, seconds=phases["sweep"])
     deleted = merge_delete_stats([c.deleted for c in cleaned])
     if deleted is not None:
         # A process deletes several slices one after the other: the deletes took the phase's

@@ -330,7 +330,9 @@ def _worker(
     except EOFError:
         pass  # the parent is gone
     except BaseException as exc:
-        log.debug("the worker of slice %s failed", index, exc_info=True)
+        log.debug(
+            "the worker of slice %s failed", None if index is None else shards[index], exc_info=True
+        )
         conn.send(("error", index, _portable(exc)))
     finally:
         store.close()
