@@ -90,6 +90,24 @@ def test_mod_without_division_is_exact(m: int) -> None:
     assert np.array_equal(_mods(h, m), h % np.uint64(m))
 
 
+@pytest.mark.parametrize("m", [64, 960, 9_584_960, 287_551_040, (1 << 40) + 64, (1 << 63) - 64])
+def test_positions_are_the_reduced_sums_of_the_double_hash(m: int) -> None:
+    keys = _adversarial_keys()
+    buf, offsets = pack_keys(keys)
+    starts, ends = offsets[:-1], offsets[1:]
+    k = 23  # enough steps that many keys' sums wrap past 2**64
+    mm = np.uint64(m)
+    positions = np.empty(len(keys) * k, dtype=np.uint64)
+    reciprocal = bloomkernel._reciprocal(mm)
+    bloomkernel._positions(
+        positions, mm, reciprocal, k, np.uint64(3), buf, starts, ends, 0, len(keys)
+    )
+    expected = [
+        (int(h1) + i * int(h2)) % 2**64 % m for h1, h2 in _reference(keys, 3) for i in range(k)
+    ]
+    assert positions.tolist() == expected
+
+
 def _keys(n: int, seed: int) -> list[bytes]:
     rng = random.Random(seed)
     return [
