@@ -141,7 +141,7 @@ def test_same_filter_same_deletes_as_one_process(
     with open_store(dataset.url) as store:
         built = build_filter(store, BuildConfig(fpr=0.01, bucket=dataset.bucket), workers=workers)
         # The build's slices are shards of one generation, merged at load.
-        assert built.header.shard_count == workers.threads == 2
+        assert built.header.shard_count == workers.parallelism == 2
         config = clean_config(dataset, tmp_path / "audit.jsonl")
         one = run_clean(store, replace(config, dry_run=True))  # one process, deletes nothing
         assert one.deletion_plan is not None

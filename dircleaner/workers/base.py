@@ -108,14 +108,14 @@ class LocalWorkers:
     def __init__(self, count: int = 1) -> None:
         if count < 1:
             raise UsageError("--workers must be at least 1")
-        self.count = count
         self.parallelism = count
         self.description = f"{count} local process{'es' if count > 1 else ''}"
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
-        if self.count == 1:
+        if self.parallelism == 1:
             return [shard]
-        return shard.split(self.count * (1 if purpose == BUILD else CLEAN_SLICES_PER_WORKER))
+        per_worker = 1 if purpose == BUILD else CLEAN_SLICES_PER_WORKER
+        return shard.split(self.parallelism * per_worker)
 
     def map_shards(
         self,
@@ -125,7 +125,7 @@ class LocalWorkers:
         phase: str,
         progress: Progress = no_progress,
     ) -> list[R]:
-        return parallel.map_shards(store, shards, task, phase, progress, self.count)
+        return parallel.map_shards(store, shards, task, phase, progress, self.parallelism)
 
     def run_two_phases(
         self,
@@ -139,7 +139,15 @@ class LocalWorkers:
         on_second_done: Callable[[int], None] | None = None,
     ) -> tuple[list[T], list[R]]:
         return parallel.run_two_phases(
-            store, shards, first, decide, second, phases, progress, on_second_done, self.count
+            store,
+            shards,
+            first,
+            decide,
+            second,
+            phases,
+            progress,
+            on_second_done,
+            self.parallelism,
         )
 
     def close(self) -> None:

@@ -85,16 +85,15 @@ class DaskWorkers:
         # or reads the filter) instead of in its first task; a long-lived worker already is.
         self.client.run(_prepare_worker, on_error="return")  # returns at once
         nthreads = self.client.nthreads()
-        self.threads = sum(nthreads.values())
         #: slices that run at once: one per thread
-        self.parallelism = self.threads
+        self.parallelism = sum(nthreads.values())
         self._slices = slices
         info = self.client.scheduler_info()
         self.dashboard: str | None = (
             self.client.dashboard_link if "dashboard" in info.get("services", {}) else None
         )
         self.description = (
-            f"Dask scheduler {address}: {len(nthreads)} workers, {self.threads} threads"
+            f"Dask scheduler {address}: {len(nthreads)} workers, {self.parallelism} threads"
         )
         self._run = secrets.token_hex(6)
         self._topic = f"dircleaner-progress-{self._run}"
@@ -105,7 +104,7 @@ class DaskWorkers:
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         count = self._slices or (
-            self.threads if purpose == BUILD else self.threads * CLEAN_SLICES_PER_WORKER
+            self.parallelism if purpose == BUILD else self.parallelism * CLEAN_SLICES_PER_WORKER
         )
         return shard.split(count) if count > 1 else [shard]
 
