@@ -371,6 +371,32 @@ def _one_task_on_each_worker(
     return list(workers.client.gather(futures))
 
 
+def test_the_client_takes_each_result_as_its_task_ends(
+    workers: DaskWorkers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client waits on the tasks themselves, not in sleeps of its progress interval (which
+    cost each phase up to that interval). With the interval at a minute, two short tasks still
+    come back in seconds; a sleeping client would take a minute."""
+    from dircleaner.workers import daskcluster
+
+    monkeypatch.setattr(daskcluster, "_PROGRESS_EVERY_S", 60.0)
+
+    def short(store: Store, shard: Shard, report: object) -> int:
+        import time
+
+        time.sleep(0.5)
+        return shard.index
+
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    store = open_store(url, create=True)
+    try:
+        started = time.monotonic()
+        assert workers.map_shards(store, Shard().split(2), short, "sweep") == [0, 1]
+        assert time.monotonic() - started < 30
+    finally:
+        store.close()
+
+
 def test_worker_tasks_keep_large_blocks_on_the_heap(workers: DaskWorkers, tmp_path: Path) -> None:
     """Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which pins glibc's mmap threshold at 128 KiB:
     every batch-sized array then costs a mapping of its own (a build slice ran ~30% slower).

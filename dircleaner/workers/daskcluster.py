@@ -24,6 +24,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,7 +46,8 @@ M = TypeVar("M")
 CONNECT_TIMEOUT_S = 30.0
 #: a task reports its progress at most this often
 REPORT_EVERY_S = 0.5
-_POLL_S = 0.2
+#: the client shows the tasks' progress at most this often while it waits on them
+_PROGRESS_EVERY_S = 0.2
 
 
 class SchedulerUnavailable(DircleanerError):
@@ -222,6 +224,9 @@ class DaskWorkers:
         """Every future's result, in shard order; a slice that failed for good raises
         ``SliceFailed`` naming it. Without ``on_done`` the first failure is raised at once (the
         other tasks are cancelled by the caller); with it, the others are still waited for."""
+        from distributed import wait
+        from distributed.client import FIRST_COMPLETED as FIRST
+
         results: list[Any] = [None] * len(futures)
         pending = dict(enumerate(futures))
         error: SliceFailed | None = None
@@ -229,7 +234,11 @@ class DaskWorkers:
             progress(phase, self._progress_of(phase), None)
             finished = [i for i, future in pending.items() if future.done()]
             if not finished:
-                time.sleep(_POLL_S)
+                # Back as soon as one finishes (a sleep here cost each phase up to its length,
+                # 0.1 s on average, 2-4% of a 2M slice); the timeout only paces the progress.
+                # A timeout, or a cancelled future, is looked at on the next round.
+                with self.client.as_current(), contextlib.suppress(TimeoutError, CancelledError):
+                    wait(list(pending.values()), timeout=_PROGRESS_EVERY_S, return_when=FIRST)
                 continue
             for index in finished:
                 future = pending.pop(index)
