@@ -4,9 +4,10 @@
 
 Modes (each at every worker count, on a fresh copy of one cached synthetic SQLite dataset):
 
-* ``local``: the default, one forked process per slice (``--workers N``);
+* ``local``: the default, N forked processes taking slices as they free up (``--workers N``);
 * ``dask``: a ``dask scheduler`` and N ``dask worker --nthreads 1`` processes started here on
-  loopback, the job as a client of it (``--scheduler``), sliced as the CLI slices it;
+  loopback with ``scripts/dask-worker.yaml`` (the README's worker settings), the job as a
+  client of it (``--scheduler``), sliced as the CLI slices it;
 * ``localcluster``: a ``distributed.LocalCluster`` of N one-thread worker processes, to decide
   whether it could replace the fork pool as the local default.
 

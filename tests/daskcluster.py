@@ -14,6 +14,8 @@ from typing import Any
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parent.parent
+#: the worker settings the README recommends (read by every process started here)
+WORKER_CONFIG = ROOT / "scripts" / "dask-worker.yaml"
 
 
 def free_port() -> int:
@@ -25,7 +27,7 @@ def free_port() -> int:
 
 class LoopbackCluster:
     """``dask scheduler`` + ``workers`` × ``dask worker --nthreads 1`` (each under its nanny,
-    which starts a new worker process if one is killed)."""
+    which starts a new worker process if one is killed), with ``scripts/dask-worker.yaml``."""
 
     def __init__(self, log_dir: Path, workers: int = 2) -> None:
         self.address = f"tcp://127.0.0.1:{free_port()}"
@@ -69,6 +71,7 @@ class LoopbackCluster:
             stderr=subprocess.STDOUT,
             cwd=ROOT,
             start_new_session=True,  # torn down as a group: nanny and worker together
+            env={**os.environ, "DASK_CONFIG": str(WORKER_CONFIG)},
         )
         self._procs.append(proc)
 

@@ -371,6 +371,22 @@ def _one_task_on_each_worker(
     return list(workers.client.gather(futures))
 
 
+def test_the_workers_run_with_the_recommended_settings(workers: DaskWorkers) -> None:
+    """``scripts/dask-worker.yaml`` is valid Dask configuration, under the keys Dask reads: a
+    misspelled key would leave the 20 ms tick and the 10 ms stack sampler that cost a slice
+    5-12% (the README's systemd unit and the benchmark's workers use this file)."""
+
+    def settings() -> tuple[object, object]:
+        import dask
+
+        return (
+            dask.config.get("distributed.admin.tick.interval"),
+            dask.config.get("distributed.worker.profile.enabled"),
+        )
+
+    assert list(workers.client.run(settings).values()) == [("1s", False)] * 2
+
+
 def test_the_client_takes_each_result_as_its_task_ends(
     workers: DaskWorkers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
