@@ -195,6 +195,7 @@ def test_a_fresh_run_through_the_cli_is_precise(
         f"Dask scheduler {cluster.address}: 2 workers, 2 threads;"
         f" dashboard http://127.0.0.1:{cluster.dashboard_port}/status"
     )
+    assert "note:" not in result.stderr  # the workers run with scripts/dask-worker.yaml
     summary = json.loads(result.stdout)
     left = assert_precise(dataset)
     empty = dataset.every - dataset.live
@@ -385,6 +386,42 @@ def test_the_workers_run_with_the_recommended_settings(workers: DaskWorkers) -> 
         )
 
     assert list(workers.client.run(settings).values()) == [("1s", False)] * 2
+
+
+def test_the_client_says_when_workers_run_dask_s_busy_diagnostics(
+    cluster: LoopbackCluster, tmp_path: Path
+) -> None:
+    """Workers started with Dask's defaults (a 20 ms tick, a 10 ms stack sampler) make every
+    slice slower and nothing else says so: the client learns each worker's settings as it
+    connects and names the fix; with ``scripts/dask-worker.yaml`` it says nothing."""
+
+    def profile(enabled: bool) -> None:
+        import dask
+
+        dask.config.set({"distributed.worker.profile.enabled": enabled})
+
+    cluster.wait_for_workers(2)
+    quiet = DaskWorkers(cluster.address)
+    try:
+        assert quiet.advice is None
+        quiet.client.run(profile, True)
+        loud = DaskWorkers(cluster.address)
+        try:
+            assert loud.advice is not None
+            assert loud.advice.startswith("2 of 2 Dask workers run")
+            assert "scripts/dask-worker.yaml" in loud.advice
+        finally:
+            loud.close()
+        # The CLI says it on stderr, after where the tasks run.
+        url = f"sqlite:///{tmp_path / 'meta.db'}"
+        with open_store(url, create=True) as store:
+            fill(store, "b", 50)
+        result = invoke(url, "build", "--scheduler", cluster.address)
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines()[1].startswith("note: 2 of 2 Dask workers run")
+    finally:
+        quiet.client.run(profile, False)
+        quiet.close()
 
 
 def test_the_client_takes_each_result_as_its_task_ends(

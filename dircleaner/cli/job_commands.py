@@ -217,6 +217,8 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
         if workers.outlives_client:
             where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
             click.echo(f"{workers.description}; {where}", err=True)
+            if workers.advice:
+                click.echo(f"note: {workers.advice}", err=True)
         yield workers
     finally:
         workers.close()

@@ -57,6 +57,8 @@ class Workers(Protocol):
     outlives_client: bool
     #: how many slices run at once (processes, or the cluster's threads)
     parallelism: int
+    #: a setting of the mechanism that costs the job speed, and what to do about it
+    advice: str | None
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         """``shard`` cut into the slices this mechanism runs a task for (``BUILD`` or ``CLEAN``)."""
@@ -102,6 +104,7 @@ class LocalWorkers:
     ``CLEAN_SLICES_PER_WORKER`` sweep and clean slices each, handed out as they free up."""
 
     dashboard: str | None = None
+    advice: str | None = None
     #: the kernel kills the forked workers with this process
     outlives_client = False
 

@@ -85,8 +85,16 @@ class DaskWorkers:
         # A worker started for this run gets ready now (its malloc setting; the compiled
         # filter kernels, about a second, loading in the background while this client sizes
         # or reads the filter) instead of in its first task; a long-lived worker already is.
-        self.client.run(_prepare_worker, on_error="return")  # returns at once
+        prepared = self.client.run(_prepare_worker, on_error="return")  # returns at once
         nthreads = self.client.nthreads()
+        busy = sum(1 for answer in prepared.values() if answer is True)
+        self.advice: str | None = (
+            f"{busy} of {len(prepared)} Dask workers run Dask's 20 ms event-loop tick or its"
+            " 10 ms stack sampler, which make each slice 5-12% slower; start them with"
+            " scripts/dask-worker.yaml (see the README's systemd unit)"
+            if busy
+            else None
+        )
         #: slices that run at once: one per thread
         self.parallelism = sum(nthreads.values())
         self._slices = slices
@@ -296,11 +304,33 @@ def tune_malloc_under_nanny() -> None:
         ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX)
 
 
-def _prepare_worker() -> None:
+def _prepare_worker() -> bool:
     """What a worker process needs once, before its first task (also sent when a client
-    connects, so that a worker started for the run is ready by its first task)."""
+    connects, so that a worker started for the run is ready by its first task). Returns whether
+    the worker runs Dask's busy diagnostics (``busy_diagnostics``)."""
     tune_malloc_under_nanny()
     start_loading_kernels()
+    return busy_diagnostics()
+
+
+#: a worker's event-loop tick at least this far apart leaves a running slice alone
+QUIET_TICK_S = 0.5
+
+
+def busy_diagnostics() -> bool:
+    """Whether this process's Dask settings wake its event loop often enough to slow a slice.
+
+    The loop shares the GIL with the task's thread. Dask's defaults time the loop every 20 ms
+    and sample the task's stack every 10 ms: ~250 GIL hand-overs a second, which made a 2M build
+    slice 5-12% slower on a worker than in the local pool. ``scripts/dask-worker.yaml`` sets
+    the tick to 1 s and turns the sampler off.
+    """
+    import dask
+    from dask.utils import parse_timedelta
+
+    tick_s = parse_timedelta(dask.config.get("distributed.admin.tick.interval"), default="ms")
+    profiling = bool(dask.config.get("distributed.worker.profile.enabled"))
+    return profiling or tick_s < QUIET_TICK_S
 
 
 _gc_lock = threading.Lock()
