@@ -39,6 +39,12 @@ from dircleaner.job.resume import (
     save_run_state,
 )
 from dircleaner.job.sharedfilter import SharedFilter
+from dircleaner.job.sliceorder import (
+    longest_first,
+    record_seconds,
+    recorded_seconds,
+    slice_seconds_key,
+)
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.model import Shard
 from dircleaner.pipeline.budget import TombstoneBudget
@@ -250,13 +256,16 @@ def _run_clean(
     previous = checkpoint.previous if checkpoint else None
     if previous is None or previous.slices != len(slices):
         previous = CleanProgress(len(slices), frozenset(), frozenset())
-    todo = [i for i in range(len(slices)) if i not in previous.done]
+    scope = scope_of(store, sweep_config.bucket)
+    # The slices the last run found slowest go first, so that none is left to run alone.
+    order_key = slice_seconds_key(scope, sweep_config.shard, len(slices))
+    known = recorded_seconds(store, order_key, len(slices))
+    todo = longest_first([i for i in range(len(slices)) if i not in previous.done], known)
     # The rate is the total, shared by the slices that delete at once.
     running = min(len(todo), pool.parallelism)
     throttle = config.throttle
     if running > 1 and throttle.rate:
         throttle = replace(throttle, rate=throttle.rate / running)
-    scope = scope_of(store, sweep_config.bucket)
     # T: after the filter's build started, an entry (re)written survives whatever happens here.
     planned = delete_orders(
         store,
@@ -294,6 +303,9 @@ def _run_clean(
         decision.slice_done,
     )
     phases = clock.phases(tallies, cleaned, config.verify)
+    if len(slices) > 1 and not store.read_only:
+        ran = {i: t.totals.seconds + t.verify_s for i, t in zip(todo, tallies, strict=True)}
+        record_seconds(store, order_key, known, ran)
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     whole = not previous.done and sweep_config.shard.count == 1
     if whole and not store.read_only:  # a dry run of a read-only store writes nothing
