@@ -41,6 +41,13 @@ CLEAN = "clean"
 CLEAN_SLICES_PER_WORKER = 4
 
 
+def default_slice_count(parallelism: int, purpose: str) -> int:
+    """The slices a mechanism with ``parallelism`` workers cuts the ring into for ``purpose``
+    when not told otherwise: one build slice per worker, ``CLEAN_SLICES_PER_WORKER`` sweep
+    and clean slices per worker."""
+    return parallelism * (1 if purpose == BUILD else CLEAN_SLICES_PER_WORKER)
+
+
 class SliceFailed(DircleanerError):
     """A slice's task failed for good (its retries spent); the next run resumes the others."""
 
@@ -117,8 +124,7 @@ class LocalWorkers:
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         if self.parallelism == 1:
             return [shard]
-        per_worker = 1 if purpose == BUILD else CLEAN_SLICES_PER_WORKER
-        return shard.split(self.parallelism * per_worker)
+        return shard.split(default_slice_count(self.parallelism, purpose))
 
     def map_shards(
         self,

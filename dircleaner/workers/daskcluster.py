@@ -34,7 +34,7 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.workers.base import BUILD, CLEAN_SLICES_PER_WORKER, SliceFailed
+from dircleaner.workers.base import SliceFailed, default_slice_count
 from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
 
 R = TypeVar("R")
@@ -113,9 +113,7 @@ class DaskWorkers:
         self.client.subscribe_topic(self._topic, self._on_progress)
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
-        count = self._slices or (
-            self.parallelism if purpose == BUILD else self.parallelism * CLEAN_SLICES_PER_WORKER
-        )
+        count = self._slices or default_slice_count(self.parallelism, purpose)
         return shard.split(count) if count > 1 else [shard]
 
     def map_shards(
