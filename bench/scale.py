@@ -19,6 +19,11 @@ loaded in this process and in every worker (untimed, about a second per process)
 is a long-lived process that loads them once, and the CLI's local run loads them in the
 background while it sizes or reads the filter. JSON (``--out``) and a Markdown table. Ratios
 within one run are what count: absolute seconds on a shared machine are noise.
+
+``--night first`` (the default) cleans with no record of a last run, so the clean's slices go in
+ring order; ``--night later`` first runs each point once untimed and starts each timed clean
+from the slice times that run recorded, as every night after the first does (the slowest slice
+first). Only the record is carried over: the timed run's caches start cold either way.
 """
 
 from __future__ import annotations
@@ -38,9 +43,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
 from dircleaner.filter.bloom import load_kernels  # noqa: E402
+from dircleaner.gcpause import cyclic_gc_paused  # noqa: E402
 from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
+from dircleaner.job.sliceorder import slice_seconds_key  # noqa: E402
 from dircleaner.model import Shard  # noqa: E402
-from dircleaner.pipeline.build import BuildConfig, build_filter  # noqa: E402
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of  # noqa: E402
 from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
 from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
@@ -85,6 +92,32 @@ def _noop(store: Store, shard: Shard, progress: Any) -> int:
     return shard.index
 
 
+def _count_object_partitions(store: Store, shard: Shard, progress: Any) -> int:
+    with cyclic_gc_paused():  # as in the build: a collection every few batches is not the scan
+        return sum(len(batch) for batch in store.scan_object_partitions(shard))
+
+
+def _count_folder_rows(store: Store, shard: Shard, progress: Any) -> int:
+    with cyclic_gc_paused():
+        return sum(len(batch) for batch in store.scan_folder_rows(shard))
+
+
+def scan_floor(pool: Workers, url: str) -> dict[str, float]:
+    """The two scans alone (rows read and counted, nothing else), through the same workers and
+    slices as the build and the clean: what the job would take if its per-row work cost
+    nothing. On its own connection, so the job's starts as cold as without it."""
+    out: dict[str, float] = {}
+    with open_store(url) as store:
+        for phase, purpose, count in (
+            ("floor_build", "build", _count_object_partitions),
+            ("floor_sweep", "clean", _count_folder_rows),
+        ):
+            started = time.perf_counter()
+            pool.map_shards(store, pool.slices(Shard(), purpose), count, "floor")
+            out[f"{phase}_s"] = time.perf_counter() - started
+    return out
+
+
 def overheads(pool: Workers, db: Path, generation: str) -> dict[str, float]:
     """What a task pays before its work: a store connection, the filter, the round trip."""
     started = time.perf_counter()
@@ -100,18 +133,29 @@ def overheads(pool: Workers, db: Path, generation: str) -> dict[str, float]:
     return {"connect_s": connect_s, "filter_load_s": filter_s, "noop_task_s": task_s}
 
 
-def one(mode: str, n: int, src: Path, work: Path, dirs: int) -> dict[str, Any]:
+def one(
+    mode: str, n: int, src: Path, work: Path, dirs: int, last_night: str | None = None
+) -> dict[str, Any]:
+    """One point on a fresh copy of the dataset. ``last_night`` is the slice-time record a
+    previous clean of the same point left (None: a first night, slices in ring order); the
+    record this clean leaves is returned as ``slice_record``."""
     db = work / f"scale-{mode}-{n}.db"
     copy_dataset(src, db)
     url = store_url(db)
-    out: dict[str, Any] = {"mode": mode, "workers": n}
+    out: dict[str, Any] = {"mode": mode, "workers": n, "later_night": last_night is not None}
     with mechanism(mode, n, work) as pool, open_store(url) as store:
         out["slices_build"] = len(pool.slices(Shard(), "build"))
         out["slices_clean"] = len(pool.slices(Shard(), "clean"))
+        record_key = slice_seconds_key(scope_of(store, None), Shard(), out["slices_clean"])
+        if last_night is not None:
+            # Only the record is carried over: every cache (this connection's, the workers')
+            # starts as cold as on a first night.
+            store.put_state(record_key, last_night)
         load_kernels()
         client = getattr(pool, "client", None)
         if client is not None:
             client.run(load_kernels)  # each worker's, as a long-lived worker has them
+        out.update(scan_floor(pool, url))
         started = time.perf_counter()
         built = build_filter(store, BuildConfig(fpr=0.01, workers=n), workers=pool)
         out["build_s"] = time.perf_counter() - started
@@ -137,6 +181,7 @@ def one(mode: str, n: int, src: Path, work: Path, dirs: int) -> dict[str, Any]:
         out["plan_delete_s"] = out["clean_s"] - out["sweep_verify_s"]
         out["deleted"] = report.deleted.directories if report.deleted else 0
         out["phase_seconds"] = report.phase_seconds
+        out["slice_record"] = store.get_state(record_key)
         out.update(overheads(pool, db, built.generation))
     for phase in ("build", "sweep_verify", "clean"):
         out[f"{phase}_dirs_per_s"] = dirs / out[f"{phase}_s"] if out[f"{phase}_s"] else None
@@ -164,13 +209,23 @@ def fastest(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+PHASES = ("build", "sweep_verify", "plan_delete", "clean")
+
+
 def ratios(rows: list[dict[str, Any]]) -> None:
     """Speedup over one worker of the same mode; each mode against ``local`` at the same N."""
     by = {(r["mode"], r["workers"]): r for r in rows}
     for r in rows:
         base = by.get((r["mode"], 1))
         local = by.get(("local", r["workers"]))
-        for phase in ("build", "sweep_verify", "plan_delete", "clean"):
+        for phase in (
+            "build",
+            "sweep_verify",
+            "plan_delete",
+            "clean",
+            "floor_build",
+            "floor_sweep",
+        ):
             if base:
                 r[f"{phase}_speedup"] = base[f"{phase}_s"] / r[f"{phase}_s"]
             if local:
@@ -180,9 +235,10 @@ def ratios(rows: list[dict[str, Any]]) -> None:
 def markdown(rows: list[dict[str, Any]]) -> str:
     head = (
         "| mode | N | slices b/c | build s (×) | sweep+verify s (×) | plan+delete s (×) |"
-        " clean s (×) | vs local: build / clean | task rtt ms | connect ms | filter ms |"
+        " clean s (×) | scans alone: build / sweep s (×) | vs local: build / clean |"
+        " task rtt ms | connect ms | filter ms |"
     )
-    lines = [head, "|" + "---|" * 11]
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
 
         def cell(phase: str, r: dict[str, Any] = r) -> str:
@@ -191,7 +247,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['mode']} | {r['workers']} | {r['slices_build']}/{r['slices_clean']} |"
             f" {cell('build')} | {cell('sweep_verify')} | {cell('plan_delete')} |"
-            f" {cell('clean')} |"
+            f" {cell('clean')} | {cell('floor_build')} / {cell('floor_sweep')} |"
             f" {r.get('build_vs_local', 0):.2f} / {r.get('clean_vs_local', 0):.2f} |"
             f" {r['noop_task_s'] * 1e3:.1f} | {r['connect_s'] * 1e3:.1f} |"
             f" {r['filter_load_s'] * 1e3:.1f} |"
@@ -210,6 +266,14 @@ def main() -> None:
         default=1,
         help="rounds over every point, interleaved (each phase keeps its fastest time)",
     )
+    ap.add_argument(
+        "--night",
+        choices=("first", "later"),
+        default="first",
+        help="first: no record of a last run (the clean's slices in ring order); later: each"
+        " point's cleans start from the slice times an untimed run of the same point recorded,"
+        " as a nightly job's second and later nights do (slowest slice first)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--out", type=Path)
@@ -217,19 +281,30 @@ def main() -> None:
     src_dir, meta = ensure_dataset(args.cache_dir, SynthSpec(dirs=args.dirs, seed=args.seed))
     src = src_dir / "meta.db"
     counts = [int(x) for x in args.workers.split(",")]
+    modes = args.modes.split(",")
+    last_night: dict[tuple[str, int], str | None] = {}
+    if args.night == "later":
+        for n in counts:
+            for mode in modes:
+                # Untimed: only its record is kept (one slice records nothing: nothing to order).
+                last_night[(mode, n)] = one(mode, n, src, args.cache_dir, meta["dirs"])[
+                    "slice_record"
+                ]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for _ in range(args.repeat):
         # Every point once per round, modes interleaved at each N, so that a noisy neighbour
         # or the machine's drift hits them alike.
         for n in counts:
-            for mode in args.modes.split(","):
-                run = one(mode, n, src, args.cache_dir, meta["dirs"])
+            for mode in modes:
+                record = last_night.get((mode, n))
+                run = one(mode, n, src, args.cache_dir, meta["dirs"], record)
                 runs.setdefault((mode, n), []).append(run)
                 print(json.dumps(run), file=sys.stderr, flush=True)
     rows = [fastest(runs[point]) for point in sorted(runs)]
     ratios(rows)
     result = {
         "dirs": meta["dirs"],
+        "night": args.night,
         "cpus": os.cpu_count(),
         "load_avg": os.getloadavg(),
         "rows": rows,
