@@ -18,7 +18,9 @@ round trip through the mechanism. Before anything is timed, the compiled filter 
 loaded in this process and in every worker (untimed, about a second per process): a Dask worker
 is a long-lived process that loads them once, and the CLI's local run loads them in the
 background while it sizes or reads the filter. JSON (``--out``) and a Markdown table. Ratios
-within one run are what count: absolute seconds on a shared machine are noise.
+within one run are what count: absolute seconds on a shared machine are noise. So each point
+also times the two scans alone (rows read and counted, nothing else) through the same workers
+and slices: the job's speedup reads against what the machine gave its scans in the same run.
 
 ``--night first`` (the default) cleans with no record of a last run, so the clean's slices go in
 ring order; ``--night later`` first runs each point once untimed and starts each timed clean
@@ -218,14 +220,7 @@ def ratios(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         base = by.get((r["mode"], 1))
         local = by.get(("local", r["workers"]))
-        for phase in (
-            "build",
-            "sweep_verify",
-            "plan_delete",
-            "clean",
-            "floor_build",
-            "floor_sweep",
-        ):
+        for phase in (*PHASES, "floor_build", "floor_sweep"):
             if base:
                 r[f"{phase}_speedup"] = base[f"{phase}_s"] / r[f"{phase}_s"]
             if local:
