@@ -116,6 +116,34 @@ def test_data_persists_across_reopen(tmp_path: Path) -> None:
         assert store.get_state("k") == "v"
 
 
+@pytest.mark.parametrize("bucket", [None, "b"])
+def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back(
+    tmp_path: Path, bucket: str | None
+) -> None:
+    """A whole-table count visits each page once: filling the connection's 128 MiB cache with
+    them only costs fresh memory, and dropping them when the workers write."""
+    from dircleaner.store.sqlite.schema import CACHE_KIB, COUNT_CACHE_KIB
+
+    with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
+        store.put_objects("b", ["a/b/c", "x/y"], T0)
+        store.put_objects("other", ["q/r"], T0)
+        conn = store._conn
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            estimate = store.estimate_directory_count(bucket)
+        finally:
+            conn.set_trace_callback(None)
+        expected = len([r for r in folder_rows(store) if bucket is None or r.bucket == bucket])
+        assert estimate.count == expected and estimate.exact
+        counts = [i for i, sql in enumerate(seen) if "count(*)" in sql]
+        small = [i for i, sql in enumerate(seen) if f"cache_size=-{COUNT_CACHE_KIB}" in sql]
+        restored = [i for i, sql in enumerate(seen) if f"cache_size=-{CACHE_KIB}" in sql]
+        assert len(counts) == 1 and small and restored
+        assert small[-1] < counts[0] < restored[0]
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+
+
 def test_tokens_are_murmur_of_the_partition_key(tmp_path: Path) -> None:
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c"], T0)

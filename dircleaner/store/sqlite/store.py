@@ -24,7 +24,12 @@ from dircleaner.store.base import (
     TombstoneCharge,
     murmur_token,
 )
-from dircleaner.store.sqlite.schema import open_database, path_from_url
+from dircleaner.store.sqlite.schema import (
+    CACHE_KIB,
+    COUNT_CACHE_KIB,
+    open_database,
+    path_from_url,
+)
 from dircleaner.timeutil import now_us
 
 log = logging.getLogger(__name__)
@@ -120,12 +125,18 @@ class SqliteStore(Store):
             yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
-        if bucket is None:
-            (count,) = self._conn.execute("SELECT count(*) FROM folders").fetchone()
-        else:
-            (count,) = self._conn.execute(
-                "SELECT count(*) FROM folders WHERE bucket = ?", (bucket,)
-            ).fetchone()
+        # Through a small cache: the count reads every page of the table once, and a full cache
+        # would be dropped anyway at this connection's next read after the workers write.
+        self._conn.execute(f"PRAGMA cache_size=-{COUNT_CACHE_KIB}")
+        try:
+            if bucket is None:
+                (count,) = self._conn.execute("SELECT count(*) FROM folders").fetchone()
+            else:
+                (count,) = self._conn.execute(
+                    "SELECT count(*) FROM folders WHERE bucket = ?", (bucket,)
+                ).fetchone()
+        finally:
+            self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return DirCountEstimate(
             int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
         )
@@ -525,7 +536,7 @@ class SqliteStore(Store):
         try:
             yield
         finally:
-            conn.execute("PRAGMA cache_size=-131072")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA journal_mode=WAL")
 
