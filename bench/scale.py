@@ -43,9 +43,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
+from bench.e2e import (  # noqa: E402
+    DEFAULT_CACHE,
+    copy_dataset,
+    count_folder_rows,
+    count_object_partitions,
+    ensure_dataset,
+    store_url,
+)
 from dircleaner.filter.bloom import load_kernels  # noqa: E402
-from dircleaner.gcpause import cyclic_gc_paused  # noqa: E402
 from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
 from dircleaner.job.sliceorder import slice_seconds_key  # noqa: E402
 from dircleaner.model import Shard  # noqa: E402
@@ -95,13 +101,11 @@ def _noop(store: Store, shard: Shard, progress: Any) -> int:
 
 
 def _count_object_partitions(store: Store, shard: Shard, progress: Any) -> int:
-    with cyclic_gc_paused():  # as in the build: a collection every few batches is not the scan
-        return sum(len(batch) for batch in store.scan_object_partitions(shard))
+    return count_object_partitions(store, shard)
 
 
 def _count_folder_rows(store: Store, shard: Shard, progress: Any) -> int:
-    with cyclic_gc_paused():
-        return sum(len(batch) for batch in store.scan_folder_rows(shard))
+    return count_folder_rows(store, shard)
 
 
 def scan_floor(pool: Workers, url: str) -> dict[str, float]:
