@@ -46,10 +46,10 @@ def main() -> None:
     db = args.cache_dir / "slice-order.db"
     copy_dataset(src_dir / "meta.db", db)
     load_kernels()
-    slices = len(LocalWorkers(args.workers).slices(Shard(), CLEAN))
+    pool = LocalWorkers(args.workers)
+    slices = len(pool.slices(Shard(), CLEAN))
     times: dict[str, list[float]] = {"ring order": [], "slowest first": []}
     with open_store(store_url(db)) as store:
-        pool = LocalWorkers(args.workers)
         built = build_filter(store, BuildConfig(workers=args.workers), workers=pool)
         config = CleanConfig(
             sweep=SweepConfig(
@@ -65,7 +65,7 @@ def main() -> None:
             for order, runs in times.items():
                 if order == "ring order":
                     store.put_state(key, "[]")  # no usable record: a first night
-                report = run_clean(store, config, workers=LocalWorkers(args.workers))
+                report = run_clean(store, config, workers=pool)
                 phases = report.phase_seconds
                 runs.append(phases["sweep"] + phases.get("verify", 0.0))
                 recorded = recorded_seconds(store, key, slices)
