@@ -62,6 +62,7 @@ def test_a_clean_that_deleted_nothing_reports_zero_and_a_failed_run_nothing() ->
     failed = parse(render(RunMetrics(), success=False, finished_at=1.0))
     assert failed == {
         "dircleaner_last_run_success": 0.0,
+        "dircleaner_last_run_refused": 0.0,
         "dircleaner_last_run_timestamp_seconds": 1.0,
     }
 
@@ -87,6 +88,7 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     values = parse(metrics.read_text())
     assert values["dircleaner_last_run_success"] == 1
+    assert values["dircleaner_last_run_refused"] == 0
     assert values["dircleaner_directories_scanned"] == 41
     assert values["dircleaner_deleted_directories"] == 10
     assert values["dircleaner_candidates"] == 10
@@ -99,7 +101,23 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
         url, "run", "--min-age", "0", "--max-delete-fraction", "0", "--metrics-file", str(metrics)
     )
     assert result.exit_code == 3
-    assert parse(metrics.read_text())["dircleaner_last_run_success"] == 0
+    refused = parse(metrics.read_text())
+    assert refused["dircleaner_last_run_success"] == 0
+    assert refused["dircleaner_last_run_refused"] == 1
+    # A dry run whose real run would be refused says so too (it exits 3 after its plan).
+    result = invoke(
+        url,
+        "run",
+        "--dry-run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "0",
+        "--metrics-file",
+        str(metrics),
+    )
+    assert result.exit_code == 3
+    assert parse(metrics.read_text())["dircleaner_last_run_refused"] == 1
 
 
 def _dataset(tmp_path: Path) -> str:

@@ -70,12 +70,15 @@ def note_metrics_file(ctx: click.Context, _param: click.Parameter, value: str | 
         ctx.meta[METRICS_FILE] = value
 
 
-def write_metrics(ctx: click.Context, metrics: RunMetrics, *, success: bool) -> None:
+def write_metrics(
+    ctx: click.Context, metrics: RunMetrics, *, success: bool, refused: bool = False
+) -> None:
     """The run's Prometheus textfile metrics, if asked for; written once (what happens after
     the command's own figures were written does not replace them)."""
     path = ctx.meta.pop(METRICS_FILE, None)
     if path is not None:
-        write_atomically(Path(path), render(metrics, success=success, finished_at=time.time()))
+        text = render(metrics, success=success, finished_at=time.time(), refused=refused)
+        write_atomically(Path(path), text)
 
 
 class DircleanerGroup(click.Group):
@@ -88,10 +91,10 @@ class DircleanerGroup(click.Group):
             if exc.exit_code != 0:
                 _failed_run_metrics(ctx)
             raise
-        except BaseException:
+        except BaseException as exc:
             # Every way out but success (an error, a refusal, a bad option, Ctrl-C, SIGTERM, a
             # bug) tells monitoring the run failed: an old ``last_run_success 1`` must not stay.
-            _failed_run_metrics(ctx)
+            _failed_run_metrics(ctx, refused=isinstance(exc, CliRefused))
             raise
 
     def _invoke_mapped(self, ctx: click.Context) -> Any:
@@ -132,9 +135,9 @@ class DircleanerGroup(click.Group):
             raise fail(ctx, message, 1, type(exc).__name__) from exc
 
 
-def _failed_run_metrics(ctx: click.Context) -> None:
+def _failed_run_metrics(ctx: click.Context, *, refused: bool = False) -> None:
     with suppress(OSError):  # the original error is the one to report
-        write_metrics(ctx, RunMetrics(), success=False)
+        write_metrics(ctx, RunMetrics(), success=False, refused=refused)
 
 
 def refused_without_json(message: str) -> CliError:

@@ -161,7 +161,12 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
     verdict = report.would_be_refused
     summary = {**clean_summary(report), **verdict_keys(verdict)}
-    write_metrics(ctx, RunMetrics.of_clean(report), success=verdict is None)
+    write_metrics(
+        ctx,
+        RunMetrics.of_clean(report),
+        success=verdict is None,
+        refused=verdict is not None,
+    )
     emit(
         summary,
         clean_lines(report, params["audit_log"], params["min_age"]),
@@ -199,7 +204,12 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
     verdict = report.clean.would_be_refused
     summary = {**run_summary(report), **verdict_keys(verdict)}
-    write_metrics(ctx, RunMetrics.of_run(report), success=verdict is None)
+    write_metrics(
+        ctx,
+        RunMetrics.of_run(report),
+        success=verdict is None,
+        refused=verdict is not None,
+    )
     lines = run_build_lines(report) + clean_lines(
         report.clean, params["audit_log"], params["min_age"]
     )

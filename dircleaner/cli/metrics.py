@@ -165,8 +165,11 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
 )
 
 
-def render(metrics: RunMetrics, *, success: bool, finished_at: float) -> str:
-    """The run's figures in Prometheus text exposition format."""
+def render(metrics: RunMetrics, *, success: bool, finished_at: float, refused: bool = False) -> str:
+    """The run's figures in Prometheus text exposition format.
+
+    ``refused``: the run ended with exit code 3 (a safety guard, a corrupt or foreign filter,
+    another run's lease), or it was a dry run whose real run would have been."""
     lines: list[str] = []
 
     def gauge(name: str, help_text: str, value: float, labels: str = "") -> None:
@@ -177,6 +180,11 @@ def render(metrics: RunMetrics, *, success: bool, finished_at: float) -> str:
         lines.append(f"{full}{labels} {float(value):.15g}")
 
     gauge("last_run_success", "1 if the last run finished without error.", 1.0 if success else 0.0)
+    gauge(
+        "last_run_refused",
+        "1 if the last run was refused (exit 3: a guard, the filter, the lease), else 0.",
+        1.0 if refused else 0.0,
+    )
     gauge("last_run_timestamp_seconds", "When the last run finished (Unix time).", finished_at)
     for name, help_text, read in _GAUGES:
         value = read(metrics)
