@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 DEMO   := demo
 DEMO_DIRS ?= 200000
 
-.PHONY: install demo test test-faults lint typecheck unit bench cassandra-start cassandra-stop clean-demo
+.PHONY: install tools demo test test-faults lint typecheck unit bench cassandra-start cassandra-stop clean-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,22 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## tools: promtool, node_exporter and systemd-analyze, which the deploy/ tests run: Debian's
+## packages, installed with apt-get when missing (as root, or through sudo)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+tools:
+	@if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus-node-exporter >/dev/null 2>&1; then \
+		echo "make tools: installing Debian's prometheus (promtool) and prometheus-node-exporter"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			prometheus prometheus-node-exporter >/dev/null; \
+	fi
+	@command -v systemd-analyze >/dev/null 2>&1 || { \
+		echo "make tools: installing Debian's systemd (systemd-analyze)"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends \
+			systemd >/dev/null; }
 
 ## demo: generate a synthetic metastore, run the nightly job on it, score it against ground truth
 demo: install
@@ -29,8 +45,8 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
-## test: lint, type-check, and the whole suite, including a real Cassandra node it starts itself
-test: lint typecheck
+## test: the tools, lint, type-check, and the whole suite, including a real Cassandra node it starts itself
+test: tools lint typecheck
 	scripts/with-cassandra $(BIN)/python -m pytest -q -p no:cacheprovider
 
 ## test-faults: a 3-node loopback cluster (RF 3); nodes stopped mid-clean (takes a few minutes)

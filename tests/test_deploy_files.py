@@ -1,0 +1,275 @@
+"""deploy/: the files operators install, checked by the tools that will read them.
+
+promtool checks and unit-tests the alert rules, a real node_exporter serves a real run's
+metrics file, systemd-analyze verifies the units, and every metric the alerts and the
+dashboard query is one a run writes. The tools come from Debian's packages (`make tools`);
+without them these tests skip, or fail in CI, as the Cassandra fixture does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import invoke
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+RULES = DEPLOY / "prometheus" / "dircleaner.rules.yml"
+RULE_TESTS = DEPLOY / "prometheus" / "dircleaner.rules.test.yml"
+DASHBOARD = DEPLOY / "grafana" / "dircleaner.json"
+UNITS = ("dircleaner.service", "dircleaner.timer", "dask-scheduler.service", "dask-worker.service")
+METRIC = re.compile(r"\bdircleaner_[a-z_]+")
+
+
+def tools_required() -> bool:
+    """CI (and a run that requires the Cassandra node) must not pass by skipping."""
+    return os.environ.get("DIRCLEANER_REQUIRE_CASSANDRA") == "1" or bool(os.environ.get("CI"))
+
+
+def tool(name: str) -> str:
+    """The path of a command-line tool, or skip (fail in CI) naming how to install it."""
+    path = shutil.which(name)
+    if path is None:
+        why = f"{name} is not installed; run `make tools` (Debian packages, apt-get)"
+        if tools_required():
+            pytest.fail(why)
+        pytest.skip(why)
+    return path
+
+
+# -- a real run's metrics file --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_metrics(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The textfile directory holding ``dircleaner.prom`` of a real nightly run on SQLite."""
+    base = tmp_path_factory.mktemp("run")
+    url = f"sqlite:///{base}/meta.db"
+    made = invoke(url, "gen", "--dirs", "2000", "--seed", "3", "--truth", str(base / "truth"))
+    assert made.exit_code == 0, made.output
+    textfile = base / "textfile"
+    result = invoke(
+        url,
+        "run",
+        "--rate",
+        "0",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "0.5",
+        "--audit-log",
+        str(base / "audit.jsonl"),
+        "--metrics-file",
+        str(textfile / "dircleaner.prom"),
+    )
+    assert result.exit_code == 0, result.output
+    return textfile
+
+
+def samples(text: str) -> dict[str, float]:
+    """Prometheus text exposition: ``name{labels} value`` per sample line."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def metric_names(text: str) -> set[str]:
+    return {name.split("{", 1)[0] for name in samples(text)}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def node_exporter(run_metrics: Path) -> Iterator[str]:
+    """A real node_exporter on loopback, with only its textfile collector; stopped after."""
+    binary = tool("prometheus-node-exporter")
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--collector.disable-defaults",
+            "--collector.textfile",
+            f"--collector.textfile.directory={run_metrics}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    assert response.status == 200
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    _, err = process.communicate(timeout=5)
+                    pytest.fail(f"node_exporter did not serve {url}: {err.decode()[-500:]}")
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+def test_node_exporter_serves_a_real_runs_metrics(run_metrics: Path, node_exporter: str) -> None:
+    written = samples((run_metrics / "dircleaner.prom").read_text())
+    with urllib.request.urlopen(node_exporter, timeout=10) as response:
+        scraped = samples(response.read().decode())
+    assert scraped["node_textfile_scrape_error"] == 0
+    ours = {name: value for name, value in scraped.items() if name.startswith("dircleaner_")}
+    assert ours == written
+    assert ours["dircleaner_last_run_success"] == 1
+    assert ours["dircleaner_last_run_refused"] == 0
+    assert ours["dircleaner_directories_scanned"] > 2000
+
+
+# -- the alert rules ------------------------------------------------------------------------------
+
+
+def test_the_alert_rules_pass_promtool_check() -> None:
+    result = subprocess.run(
+        [tool("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 4 rules found" in result.stdout
+
+
+def test_each_alert_is_unit_tested_by_promtool() -> None:
+    result = subprocess.run(
+        [tool("promtool"), "test", "rules", RULE_TESTS.name],
+        cwd=RULE_TESTS.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    fired = {
+        case["alertname"]
+        for test in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+        for case in test["alert_rule_test"]
+        if case["exp_alerts"]
+    }
+    assert fired == set(alert_names())
+
+
+def alert_names() -> list[str]:
+    return [rule["alert"] for group in rules()["groups"] for rule in group["rules"]]
+
+
+def rules() -> dict[str, list[dict[str, list[dict[str, str]]]]]:
+    loaded: dict[str, list[dict[str, list[dict[str, str]]]]] = yaml.safe_load(RULES.read_text())
+    return loaded
+
+
+def queried_metrics() -> dict[str, set[str]]:
+    """Every ``dircleaner_*`` metric an alert or a dashboard panel queries, by where."""
+    out: dict[str, set[str]] = {}
+    for group in rules()["groups"]:
+        for rule in group["rules"]:
+            out[f"alert {rule['alert']}"] = set(METRIC.findall(rule["expr"]))
+    dashboard = json.loads(DASHBOARD.read_text())
+    for panel in dashboard["panels"]:
+        exprs = " ".join(target["expr"] for target in panel["targets"])
+        out[f"panel {panel['title']}"] = set(METRIC.findall(exprs))
+    for variable in dashboard["templating"]["list"]:
+        out[f"variable {variable['name']}"] = set(METRIC.findall(json.dumps(variable)))
+    return out
+
+
+def test_alerts_and_dashboard_query_only_metrics_a_run_writes(run_metrics: Path) -> None:
+    written = metric_names((run_metrics / "dircleaner.prom").read_text())
+    queried = queried_metrics()
+    unknown = {where: names - written for where, names in queried.items() if names - written}
+    assert unknown == {}
+    every = set().union(*queried.values())
+    assert {
+        "dircleaner_last_run_success",
+        "dircleaner_last_run_timestamp_seconds",
+        "dircleaner_last_run_refused",
+        "dircleaner_deferred_by_budget",
+    } <= every
+
+
+def test_the_dashboard_is_grafana_json_with_a_query_in_every_panel() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "dircleaner"
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        assert all(METRIC.search(target["expr"]) for target in panel["targets"]), panel["title"]
+
+
+# -- systemd --------------------------------------------------------------------------------------
+
+
+def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    """Verified in a scratch root that holds what the units name (the programs they start,
+    the environment file) and the system's own units they depend on."""
+    analyze = tool("systemd-analyze")
+    root = tmp_path / "root"
+    system_units = Path("/usr/lib/systemd/system")
+    shutil.copytree(system_units, root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    for unit in UNITS:
+        shutil.copy(DEPLOY / unit, root / "etc/systemd/system" / unit)
+    named: set[str] = set()
+    for unit in UNITS:
+        for line in (DEPLOY / unit).read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key == "ExecStart":
+                named.add(value.split()[0])
+            elif key == "EnvironmentFile":
+                (root / value.lstrip("-/")).parent.mkdir(parents=True, exist_ok=True)
+                (root / value.lstrip("-/")).touch()
+    assert named == {"/opt/dircleaner/bin/dircleaner", "/opt/dircleaner/bin/dask"}
+    for program in named:
+        path = root / program.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+    result = subprocess.run(
+        [analyze, "verify", "--man=no", "--generators=no", f"--root={root}"]
+        + [f"/etc/systemd/system/{unit}" for unit in UNITS],
+        capture_output=True,
+        text=True,
+    )
+    # A bad setting is only a warning on stderr ("Unknown key …, ignoring"): none is allowed.
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_the_dask_worker_unit_reads_the_one_worker_settings_file() -> None:
+    """scripts/dask-worker.yaml is the one copy (the tests' and the benchmark's workers read
+    it too); the unit points DASK_CONFIG at where the docs say to install it."""
+    unit = (DEPLOY / "dask-worker.service").read_text()
+    assert "Environment=DASK_CONFIG=/etc/dircleaner/dask-worker.yaml" in unit
+    assert (ROOT / "scripts" / "dask-worker.yaml").is_file()
+    assert not list(DEPLOY.rglob("*.yaml"))
