@@ -273,3 +273,18 @@ def test_the_dask_worker_unit_reads_the_one_worker_settings_file() -> None:
     assert "Environment=DASK_CONFIG=/etc/dircleaner/dask-worker.yaml" in unit
     assert (ROOT / "scripts" / "dask-worker.yaml").is_file()
     assert not list(DEPLOY.rglob("*.yaml"))
+
+
+def test_a_missing_tool_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    monkeypatch.delenv("DIRCLEANER_REQUIRE_CASSANDRA", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="make tools"):
+        tool("promtool")
+    monkeypatch.setenv("DIRCLEANER_REQUIRE_CASSANDRA", "1")
+    with pytest.raises(pytest.fail.Exception, match="make tools"):
+        tool("promtool")
+    monkeypatch.delenv("DIRCLEANER_REQUIRE_CASSANDRA")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="make tools"):
+        tool("promtool")

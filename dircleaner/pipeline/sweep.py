@@ -102,7 +102,7 @@ def sweep(
     Per-row work is kept to building the filter key; partition boundaries, the rows of absent
     partitions, the grouping of candidates and their ordinals are numpy operations, and Python
     only touches the partitions and the candidates (a few per cent of the rows). A measured hot
-    loop, kept in one piece (the README's per-core profile says what each step costs).
+    loop, kept in one piece (docs/performance.md says what it costs against its scan).
     """
     import numpy as np
 

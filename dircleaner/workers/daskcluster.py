@@ -91,7 +91,7 @@ class DaskWorkers:
         self.advice: str | None = (
             f"{busy} of {len(prepared)} Dask workers run Dask's 20 ms event-loop tick or its"
             " 10 ms stack sampler, which make each slice 5-12% slower; start them with"
-            " scripts/dask-worker.yaml (see the README's systemd unit)"
+            " scripts/dask-worker.yaml (DASK_CONFIG, as deploy/dask-worker.service sets it)"
             if busy
             else None
         )
