@@ -249,6 +249,7 @@ def _run_clean(
     pool: Workers,
     lease_owner: str | None,
 ) -> CleanReport:
+    started_us = now_us()
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
@@ -274,6 +275,7 @@ def _run_clean(
         generation=loaded.generation,
         throttle=throttle,
         lease_owner=lease_owner,
+        run_started_us=started_us,
         keep_plan=len(todo) == 1,
     )
     budget, orders = planned.budget, planned.delete
