@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _escape
 from pathlib import Path
@@ -20,7 +20,7 @@ from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.paths import dir_of_row
 from dircleaner.store.base import Store
-from dircleaner.timeutil import format_utc, now_us, parse_utc_time
+from dircleaner.timeutil import format_utc, parse_utc_time
 
 RESTORE_BATCH = 1000
 #: how every record of the log begins (inside a JSON string, the quotes would be escaped)
@@ -52,8 +52,11 @@ class AuditLog:
         *,
         scope: str | None = None,
         run_started_us: int | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         self._stream = stream
+        #: stamps each batch with the time (µs) its deletes are issued
+        self._clock = clock
         # Every line is the dict ``json.dumps(..., ensure_ascii=False)`` would write, built from
         # pre-encoded constant parts and one C-level string escape per field: a dict and an
         # encoder pass per line was most of the audit cost of large runs. Same bytes.
@@ -68,10 +71,12 @@ class AuditLog:
         self.record_many((action,))
 
     def record_many(self, actions: Iterable[DeleteAction]) -> None:
-        """Write the lines of several actions with one write, stamped with the time (UTC) their
-        deletes are issued."""
+        """Write the lines of several actions with one write (stamped, given a clock, with the
+        time their deletes are issued, in UTC)."""
         escape = _escape
-        run = f'"issued": "{format_utc(now_us())}", {self._tail}'
+        run = self._tail
+        if self._clock is not None:
+            run = f'"issued": "{format_utc(self._clock())}", {run}'
         tails = {kind: f'"via": {escape(kind.value)}, {run}\n' for kind in ActionKind}
         self._stream.write(
             "".join(

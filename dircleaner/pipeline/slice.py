@@ -30,6 +30,7 @@ from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
 from dircleaner.progress import Progress
 from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def plan_and_delete(
                     orders.delete_timestamp_us,
                     scope=orders.audit_scope,
                     run_started_us=orders.run_started_us,
+                    clock=now_us,
                 )
                 if stream
                 else None
