@@ -4,6 +4,7 @@ summary forms (-n, --json, --metrics-file) every other command has."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,9 @@ def test_each_store_gets_its_own_default_log_whose_records_name_it(tmp_path: Pat
     assert b_entry["generation"]
     assert b_entry["run_started"].endswith("Z") and b_entry["issued"].endswith("Z")
     assert b_entry["run_started"] <= b_entry["issued"]
+    # `run` began with its build, whose start the generation id carries (to the µs)
+    built = datetime.strptime(b_entry["generation"][:15], "%Y%m%dT%H%M%S")
+    assert b_entry["run_started"] <= built.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert {e["scope"] for e in audit_entries(log_a)} == {scope_of(tmp_path, "a.db")}
 
 
