@@ -4,11 +4,16 @@ summary forms (-n, --json, --metrics-file) every other command has."""
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from dircleaner.paths import dir_of_row
+from dircleaner.store import open_store
+from dircleaner.store.cassandra.config import parse_cassandra_url
+from dircleaner.timeutil import now_us
 from tests.helpers import EAGER, audit_entries, invoke
 
 
@@ -100,6 +105,47 @@ def test_a_log_shared_by_two_stores_restores_only_this_stores_entries(tmp_path: 
     assert {"default\td1/", "default\td2/"} <= set(dirs(a))
     assert not [d for d in dirs(a) if d.startswith("default\tb")]
     assert not {"default\tb3/", "default\tb4/", "default\tb5/"} & set(dirs(b))
+
+
+def store_on(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A store on ``backend`` (URL, bucket) whose ``d1/`` lost its only object an hour ago."""
+    if backend == "sqlite":
+        url, bucket = f"sqlite:///{tmp_path}/on.db", "default"
+    else:
+        base: str = request.getfixturevalue("cassandra_url")
+        keyspace = parse_cassandra_url(base).keyspace or "dircleaner_test"
+        url, bucket = base.rsplit("/", 1)[0] + f"/{keyspace}_restore", f"r{uuid.uuid4().hex}"
+    hour_ago = now_us() - 3_600_000_000
+    with open_store(url, create=True) as store:
+        store.put_objects(bucket, ["d0/x", "d1/x", "d2/x"], hour_ago)
+        store.delete_objects(bucket, ["d1/x"], hour_ago)
+    return url, bucket
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("cassandra", marks=pytest.mark.cassandra)]
+)
+def test_each_backend_names_its_store_and_refuses_a_log_of_another(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str
+) -> None:
+    url, bucket = store_on(backend, tmp_path, request)
+    log = tmp_path / "audit.jsonl"
+    result = invoke(url, "run", *EAGER, "--bucket", bucket, "--audit-log", str(log))
+    assert result.exit_code == 0, result.output
+    (entry,) = audit_entries(log)
+    scope = entry["scope"]
+    assert scope.startswith(f"{backend}:")
+    other = store_with_deletes(tmp_path, "other.db", [])
+    before = dirs(other)
+    refused = invoke(other, "restore", str(log))
+    assert refused.exit_code == 3, refused.output
+    assert f"holds the deletes of store {scope!r}, not of this store" in refused.stderr
+    assert dirs(other) == before
+    restored = invoke(url, "restore", str(log))
+    assert restored.exit_code == 0, restored.output
+    assert restored.output.splitlines()[0] == f"restoring into {scope} from {log}"
+    with open_store(url) as store:
+        assert "d1/" in {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket)}
 
 
 def strip_scope(log: Path) -> Path:
