@@ -2,7 +2,9 @@
 
 Every deleted directory entry is appended (JSON lines) *before* its delete is issued, so nothing
 is ever deleted without a record; ``dircleaner restore`` reads the log back and writes the
-entries again.
+entries again. Each record names its store (``audit_scope``) and its run (generation, start, the
+time its batch was issued), so that a restore writes back only the entries of the store it is
+pointed at.
 """
 
 from __future__ import annotations
