@@ -2,14 +2,18 @@
 
 Every deleted directory entry is appended (JSON lines) *before* its delete is issued, so nothing
 is ever deleted without a record; ``dircleaner restore`` reads the log back and writes the
-entries again.
+entries again. Each record names its store (``audit_scope``) and its run (generation, start, the
+time its batch was issued), so that a restore writes back only the entries of the store it is
+pointed at.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _escape
 from pathlib import Path
 from typing import IO, Any
@@ -18,6 +22,7 @@ from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.paths import dir_of_row
 from dircleaner.store.base import Store
+from dircleaner.timeutil import format_utc, parse_utc_time
 
 RESTORE_BATCH = 1000
 #: how every record of the log begins (inside a JSON string, the quotes would be escaped)
@@ -41,42 +46,58 @@ class AuditLog:
     delete once, at its cost of two tombstones.
     """
 
-    def __init__(self, stream: IO[str], generation: str, timestamp_us: int) -> None:
+    def __init__(
+        self,
+        stream: IO[str],
+        generation: str,
+        timestamp_us: int,
+        *,
+        scope: str | None = None,
+        run_started_us: int | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         self._stream = stream
-        self._generation = generation
-        self._timestamp_us = timestamp_us
+        #: stamps each batch with the time (µs) its deletes are issued
+        self._clock = clock
         # Every line is the dict ``json.dumps(..., ensure_ascii=False)`` would write, built from
         # pre-encoded constant parts and one C-level string escape per field: a dict and an
         # encoder pass per line was most of the audit cost of large runs. Same bytes.
-        tail = json.dumps(
-            {"delete_ts_us": timestamp_us, "generation": generation}, ensure_ascii=False
-        )[1:]
-        self._tail = tail
-        self._tails = {kind: f'"via": {_escape(kind.value)}, {tail}\n' for kind in ActionKind}
+        run: dict[str, object] = {"delete_ts_us": timestamp_us, "generation": generation}
+        if run_started_us is not None:
+            run["run_started"] = format_utc(run_started_us)
+        if scope is not None:
+            run["scope"] = scope
+        self._tail = json.dumps(run, ensure_ascii=False)[1:]
 
     def record(self, action: DeleteAction) -> None:
         self.record_many((action,))
 
     def record_many(self, actions: Iterable[DeleteAction]) -> None:
-        """Write the lines of several actions with one write."""
+        """Write the lines of several actions with one write (stamped, given a clock, with the
+        time their deletes are issued, in UTC)."""
         escape = _escape
+        run = self._tail
+        if self._clock is not None:
+            run = f'"issued": "{format_utc(self._clock())}", {run}'
+        tails = {kind: f'"via": {escape(kind.value)}, {run}\n' for kind in ActionKind}
         self._stream.write(
             "".join(
                 f'{{"bucket": {escape(row.bucket)}, '
                 f'"dir": {escape(dir_of_row(row.parent, row.name))}, '
                 f'"parent": {escape(row.parent)}, "name": {escape(row.name)}, {tail}'
                 for action in actions
-                for tail in (self._tail_of(action),)
+                for tail in (self._tail_of(action, tails, run),)
                 for row in action.rows
             )
         )
 
-    def _tail_of(self, action: DeleteAction) -> str:
+    @staticmethod
+    def _tail_of(action: DeleteAction, tails: dict[ActionKind, str], run: str) -> str:
         """What follows the name on each of an action's lines."""
         if action.kind is not ActionKind.RANGE:
-            return self._tails[action.kind]
+            return tails[action.kind]
         first, last = _escape(action.rows[0].name), _escape(action.rows[-1].name)
-        return f'"via": "range", "range": [{first}, {last}], {self._tail}\n'
+        return f'"via": "range", "range": [{first}, {last}], {run}\n'
 
     def flush(self) -> None:
         self._stream.flush()
@@ -184,46 +205,185 @@ class AuditSelection:
     """Which entries of an (appended, many-night) audit log to restore; None means any."""
 
     generation: str | None = None
-    #: entries deleted at or after this timestamp (µs), before ``until_us``
+    #: entries whose deletes were issued (wall clock) at or after this time (µs), before
+    #: ``until_us``
     since_us: int | None = None
     until_us: int | None = None
+    bucket: str | None = None
 
-    def __contains__(self, entry: dict[str, Any]) -> bool:
+    def selects(self, entry: dict[str, Any], issued_us: int | None) -> bool:
         if self.generation is not None and entry.get("generation") != self.generation:
             return False
-        ts = entry.get("delete_ts_us")
-        if self.since_us is not None and not (isinstance(ts, int) and ts >= self.since_us):
+        if self.bucket is not None and entry["bucket"] != self.bucket:
             return False
-        return self.until_us is None or (isinstance(ts, int) and ts < self.until_us)
+        if self.since_us is not None and not (issued_us is not None and issued_us >= self.since_us):
+            return False
+        return self.until_us is None or (issued_us is not None and issued_us < self.until_us)
+
+
+class RestoreRefused(DircleanerError):
+    """The audit log is not this store's (or cannot tell): nothing was restored."""
+
+    exit_code = 3
 
 
 @dataclass(frozen=True)
 class RestorePlan:
     """The entries a restore would write back, and how they had gone (``via``)."""
 
+    #: each directory entry once
     rows: list[tuple[str, str, str]]
+    #: the rows by how each had gone (its last entry's ``via``): the parts add up to ``rows``
     by_via: dict[str, int]
     generations: list[str]
     #: every generation in the log, selected or not (to say what a selection could have named)
     logged_generations: list[str]
+    #: selected entries naming a directory another selected entry already named
+    repeated: int = 0
+    #: selected entries of other stores, by store scope (skipped)
+    other_scopes: dict[str, int] = field(default_factory=dict)
+    #: selected entries that record no store (restored only with ``force``)
+    unscoped: int = 0
+    #: when the selected deletes were issued, first and last (µs); None if no entry says
+    issued_us: tuple[int, int] | None = None
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.other_scopes.values()) + self.unscoped
 
 
-def plan_restore(lines: Iterable[str], selection: AuditSelection) -> RestorePlan:
-    """The selected entries of an audit log, validated before anything is written."""
-    rows: list[tuple[str, str, str]] = []
-    by_via: dict[str, int] = {}
+@dataclass
+class _LogTally:
+    """What the whole log holds, selected or not (to refuse, or to say what exists)."""
+
+    generations: set[str] = field(default_factory=set)
+    #: entries of this store (or, with ``force``, recording none) in the whole log
+    ours: int = 0
+    other_scopes: dict[str, int] = field(default_factory=dict)
+    unscoped: int = 0
+    buckets: set[str] = field(default_factory=set)
+
+
+def audit_scope(store: Store) -> str:
+    """The store an audit log's entries belong to: its tables (the scope stored filters carry)
+    and where they live (a file, a cluster), so that two SQLite files are two stores."""
+    return f"{store.scope_id()}@{store.location_id()}"
+
+
+def audit_log_name(scope: str) -> str:
+    """The default audit log's file name for a store: its scope, readable, and a hash of it (two
+    scopes that read alike once made file-name-safe still get two files)."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", scope).strip("_")[-120:]
+    digest = hashlib.sha256(scope.encode("utf-8")).hexdigest()[:10]
+    return f"audit-{readable}-{digest}.jsonl"
+
+
+def plan_restore(
+    lines: Iterable[str],
+    selection: AuditSelection,
+    scope: str | None = None,
+    *,
+    force: bool = False,
+    name: str = "the audit log",
+) -> RestorePlan:
+    """The selected entries of an audit log of the store ``scope``, validated before anything is
+    written; RestoreRefused when none of the log is this store's (entries that record no store
+    count as this store's only with ``force``), or ``selection.bucket`` is in none of it.
+
+    ``scope`` None takes every entry, whatever store it records."""
+    by_row: dict[tuple[str, str, str], str] = {}
+    entries = 0
     generations: set[str] = set()
-    logged: set[str] = set()
+    other_scopes: dict[str, int] = {}
+    unscoped = 0
+    issued_range: tuple[int, int] | None = None
+    tally = _LogTally()
+    issued_cache: dict[object, int | None] = {}
     for entry in iter_audit_entries(lines):
         generation = str(entry.get("generation", "?"))
-        logged.add(generation)
-        if entry not in selection:
+        tally.generations.add(generation)
+        recorded = entry.get("scope")
+        ours = scope is None or recorded == scope or (recorded is None and force)
+        if ours:
+            tally.ours += 1
+            tally.buckets.add(entry["bucket"])
+        elif recorded is None:
+            tally.unscoped += 1
+        else:
+            tally.other_scopes[str(recorded)] = tally.other_scopes.get(str(recorded), 0) + 1
+        raw_issued = entry.get("issued")
+        if raw_issued not in issued_cache:
+            issued_cache[raw_issued] = _issued_us(raw_issued)
+        issued = issued_cache[raw_issued]
+        if issued is None:  # written before the issue time was recorded: T is what is known
+            ts = entry.get("delete_ts_us")
+            issued = ts if isinstance(ts, int) else None
+        if not selection.selects(entry, issued):
             continue
-        rows.append((entry["bucket"], entry["parent"], entry["name"]))
-        via = str(entry.get("via", "row"))
-        by_via[via] = by_via.get(via, 0) + 1
+        if not ours:
+            if recorded is None:
+                unscoped += 1
+            else:
+                other_scopes[str(recorded)] = other_scopes.get(str(recorded), 0) + 1
+            continue
+        entries += 1
+        by_row[(entry["bucket"], entry["parent"], entry["name"])] = str(entry.get("via", "row"))
         generations.add(generation)
-    return RestorePlan(rows, by_via, sorted(generations), sorted(logged))
+        if issued is not None:
+            low, high = issued_range or (issued, issued)
+            issued_range = (min(low, issued), max(high, issued))
+    _check_restorable(tally, selection, scope, force, name)
+    by_via: dict[str, int] = {}
+    for via in by_row.values():
+        by_via[via] = by_via.get(via, 0) + 1
+    return RestorePlan(
+        rows=sorted(by_row),
+        by_via=by_via,
+        generations=sorted(generations),
+        logged_generations=sorted(tally.generations),
+        repeated=entries - len(by_row),
+        other_scopes=other_scopes,
+        unscoped=unscoped,
+        issued_us=issued_range,
+    )
+
+
+def _issued_us(raw: object) -> int | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        return parse_utc_time(raw)
+    except UsageError:
+        return None
+
+
+def _check_restorable(
+    tally: _LogTally, selection: AuditSelection, scope: str | None, force: bool, name: str
+) -> None:
+    """Refuse a log none of which is this store's, and a --bucket none of it names."""
+    if not tally.ours and tally.other_scopes:
+        others = sorted(tally.other_scopes, key=lambda s: -tally.other_scopes[s])
+        more = f" (and {len(others) - 1:,} more stores)" if len(others) > 1 else ""
+        raise RestoreRefused(
+            f"{name} holds the deletes of store {others[0]!r}{more}, not of this store"
+            f" {scope!r}: restored nothing; give this store's audit log, or --store the one"
+            " it was written for"
+        )
+    if not tally.ours and tally.unscoped:
+        raise RestoreRefused(
+            f"{name} does not record its store (an older dircleaner wrote it): it may hold"
+            f" another store's deletes; restored nothing; if it is this store's ({scope!r}),"
+            " rerun with --force"
+        )
+    if selection.bucket is not None and tally.ours and selection.bucket not in tally.buckets:
+        shown = sorted(tally.buckets)
+        listed = ", ".join(repr(b) for b in shown[:10]) + (
+            f" (and {len(shown) - 10:,} more)" if len(shown) > 10 else ""
+        )
+        raise RestoreRefused(
+            f"--bucket {selection.bucket!r} is in no entry of {name} for this store;"
+            f" its buckets: {listed}; restored nothing"
+        )
 
 
 def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:

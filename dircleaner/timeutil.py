@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 
 from dircleaner.errors import UsageError
 
@@ -33,3 +34,25 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+#: what ``parse_utc_time``'s errors and the help texts show
+UTC_TIME_EXAMPLE = "2026-11-26T07:28:00Z, 2026-11-26T09:28:00+02:00 or '2026-11-26 07:28' (UTC)"
+
+
+def parse_utc_time(text: str) -> int:
+    """µs since the epoch of an ISO 8601 time: with ``Z`` or an offset, or without one (UTC);
+    a space may stand for the ``T`` and the seconds may be left out (``2026-11-26 07:28``)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"invalid time {text!r} (use e.g. {UTC_TIME_EXAMPLE})") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+def format_utc(timestamp_us: int) -> str:
+    """A µs timestamp as ISO 8601 UTC to the second: ``2026-11-26T07:28:40Z``."""
+    moment = datetime.fromtimestamp(timestamp_us // 1_000_000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,4 +1,5 @@
-"""The default audit log lives under $XDG_STATE_HOME (or ~/.local/state), not in the cwd."""
+"""The default audit log lives under $XDG_STATE_HOME (or ~/.local/state), not in the cwd, one
+file per store, named after it."""
 
 from __future__ import annotations
 
@@ -19,17 +20,20 @@ def test_run_without_audit_log_writes_under_the_state_home(
     monkeypatch.chdir(work)
     if xdg:
         monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-        expected = tmp_path / "state" / "dircleaner" / "audit.jsonl"
+        home = tmp_path / "state" / "dircleaner"
     else:
         monkeypatch.delenv("XDG_STATE_HOME")
         monkeypatch.setenv("HOME", str(tmp_path / "home"))
-        expected = tmp_path / "home" / ".local" / "state" / "dircleaner" / "audit.jsonl"
+        home = tmp_path / "home" / ".local" / "state" / "dircleaner"
     url = f"sqlite:///{tmp_path}/meta.db"
     keys = write_lines(tmp_path / "k", ["a/b/x", "a/c/y"])
     assert invoke(url, "import-keys", str(keys)).exit_code == 0
     assert invoke(url, "delete-keys", "-", input="a/c/y\n").exit_code == 0
     result = invoke(url, "run", *EAGER)
     assert result.exit_code == 0, result.output
+    (expected,) = home.iterdir()
+    assert expected.name.startswith("audit-sqlite_objects_folders_")
+    assert expected.name.endswith("_meta.db-" + expected.name[-16:-6] + ".jsonl")
     assert f"        audit log: {expected}\n" in result.output
     assert list(work.iterdir()) == []
     entries = [json.loads(line) for line in expected.read_text().splitlines()]
@@ -38,4 +42,4 @@ def test_run_without_audit_log_writes_under_the_state_home(
 
 def test_help_documents_the_default() -> None:
     result = invoke("sqlite:///x.db", "run", "--help")
-    assert "$XDG_STATE_HOME/dircleaner/audit.jsonl" in " ".join(result.output.split())
+    assert "$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl" in " ".join(result.output.split())

@@ -10,9 +10,18 @@ from pathlib import Path
 import pytest
 
 from dircleaner import audit as restore_module
-from dircleaner.audit import AuditLog, BadAuditLog, RestoreResult, read_audit_entries, restore
+from dircleaner.audit import (
+    AuditLog,
+    AuditSelection,
+    BadAuditLog,
+    RestoreRefused,
+    RestoreResult,
+    plan_restore,
+    read_audit_entries,
+    restore,
+)
 from dircleaner.errors import UsageError
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import open_store
@@ -310,3 +319,68 @@ def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
     log.seek(0)
     assert restore(store, read_audit_entries(log), 3_000) == RestoreResult(4)
     assert folder_rows(store) == before
+
+
+# -- the store and run each record names -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(ActionKind))
+def test_records_name_their_store_and_run_exactly_as_json_dumps_would(kind: ActionKind) -> None:
+    rows = tuple(FolderRow(3, BUCKET, "p/", name) for name in ("a", 'q"ü'))
+    buffer = io.StringIO()
+    clock = iter([1_795_677_820_000_000, 1_795_677_821_000_000])
+    log = AuditLog(
+        buffer,
+        "g",
+        5,
+        scope='sqlite:objects,folders@/tmp/"ü".db',
+        run_started_us=1_795_677_800_000_000,
+        clock=lambda: next(clock),
+    )
+    log.record(DeleteAction(kind, PartitionKey(3, BUCKET, "p/"), rows[:1]))
+    log.record(DeleteAction(kind, PartitionKey(3, BUCKET, "p/"), rows[1:]))
+    bounds = (
+        ({"range": ["a", "a"]}, {"range": ['q"ü', 'q"ü']}) if kind is ActionKind.RANGE else ({}, {})
+    )
+    expected = "".join(
+        json.dumps(
+            {
+                "bucket": BUCKET,
+                "dir": "p/" + row.name + "/",
+                "parent": "p/",
+                "name": row.name,
+                "via": kind.value,
+                **bound,
+                "issued": issued,
+                "delete_ts_us": 5,
+                "generation": "g",
+                "run_started": "2026-11-26T07:23:20Z",
+                "scope": 'sqlite:objects,folders@/tmp/"ü".db',
+            },
+            ensure_ascii=False,
+        )
+        + "\n"
+        for row, bound, issued in zip(
+            rows, bounds, ["2026-11-26T07:23:40Z", "2026-11-26T07:23:41Z"], strict=True
+        )
+    )
+    assert buffer.getvalue() == expected
+
+
+def test_plan_restore_takes_only_the_entries_of_its_scope() -> None:
+    lines = [
+        entry("", "a", scope="s1"),
+        entry("", "b", scope="s2"),
+        entry("", "c"),
+        entry("", "a", scope="s1", via="range", range=["a", "a"]),
+    ]
+    plan = plan_restore(lines, AuditSelection(), "s1")
+    assert (plan.rows, plan.by_via, plan.repeated) == ([(BUCKET, "", "a")], {"range": 1}, 1)
+    assert (plan.other_scopes, plan.unscoped, plan.skipped) == ({"s2": 1}, 1, 2)
+    forced = plan_restore(lines, AuditSelection(), "s1", force=True)
+    assert forced.rows == [(BUCKET, "", "a"), (BUCKET, "", "c")]
+    with pytest.raises(RestoreRefused, match="holds the deletes of store 's2'"):
+        plan_restore(lines[1:2], AuditSelection(), "s1")
+    with pytest.raises(RestoreRefused, match="does not record its store"):
+        plan_restore(lines[2:3], AuditSelection(), "s1")
+    assert plan_restore(lines, AuditSelection(), None).skipped == 0  # no scope: every entry

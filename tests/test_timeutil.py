@@ -7,7 +7,13 @@ import time
 import pytest
 
 from dircleaner.errors import UsageError
-from dircleaner.timeutil import format_duration, now_us, parse_duration
+from dircleaner.timeutil import (
+    format_duration,
+    format_utc,
+    now_us,
+    parse_duration,
+    parse_utc_time,
+)
 
 
 @pytest.mark.parametrize(
@@ -87,3 +93,34 @@ def test_now_us_is_wall_clock_microseconds() -> None:
     after = time.time_ns() // 1000
     assert isinstance(value, int)
     assert before <= value <= after
+
+
+# 2026-11-26T07:23:40Z
+AT = 1_795_677_820_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "us"),
+    [
+        ("2026-11-26T07:23:40Z", AT),
+        ("2026-11-26T09:23:40+02:00", AT),
+        ("2026-11-26T02:23:40-05:00", AT),
+        ("2026-11-26T07:23:40", AT),  # no offset: UTC
+        ("2026-11-26 07:23:40", AT),
+        ("2026-11-26 07:23", AT - 40_000_000),
+        ("2026-11-26T07:23:40.5Z", AT + 500_000),
+        ("2026-11-26", AT - (7 * 3600 + 23 * 60 + 40) * 1_000_000),
+    ],
+)
+def test_parse_utc_time(text: str, us: int) -> None:
+    assert parse_utc_time(text) == us
+
+
+@pytest.mark.parametrize("bad", ["07:28:00", "yesterday", "2026-11-26 7h", "%Y-%m-%d", ""])
+def test_parse_utc_time_rejects_with_an_example(bad: str) -> None:
+    with pytest.raises(UsageError, match=r"invalid time .* \(use e\.g\. 2026-11-26T07:28:00Z"):
+        parse_utc_time(bad)
+
+
+def test_format_utc_is_iso_8601_with_z() -> None:
+    assert format_utc(AT + 999_999) == "2026-11-26T07:23:40Z"

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
 import click
 
-from dircleaner.audit import AuditSelection, decoded_lines, plan_restore, restore
-from dircleaner.cli.context import TerminalProgress, obj
+from dircleaner.audit import (
+    AuditSelection,
+    RestorePlan,
+    audit_scope,
+    decoded_lines,
+    plan_restore,
+    restore,
+)
+from dircleaner.cli.context import TerminalProgress, emit, obj, write_metrics
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
+from dircleaner.cli.metrics import RunMetrics
+from dircleaner.cli.options import json_option, metrics_option
+from dircleaner.errors import UsageError
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
-from dircleaner.timeutil import now_us
+from dircleaner.timeutil import format_utc, now_us, parse_utc_time
 
 KEY_BATCH = 5000
 
@@ -186,55 +195,134 @@ def gen(
 @click.argument("audit_log", type=click.File("rb"))
 @click.option("--generation", help="Only the entries of this filter generation (one night).")
 @click.option(
-    "--since", type=click.DateTime(), help="Only entries deleted at or after this time (UTC)."
+    "--since",
+    help="Only deletes issued (wall clock) at or after this time, e.g. 2026-11-26T07:28:00Z,"
+    " 2026-11-26T09:28:00+02:00 or '2026-11-26 07:28' (UTC).",
 )
-@click.option("--until", type=click.DateTime(), help="Only entries deleted before this time (UTC).")
+@click.option("--until", help="Only deletes issued before this time (same forms as --since).")
+@click.option("--bucket", help="Only the entries of this bucket (default: every bucket).")
 @click.option(
-    "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
+    "-n", "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also restore the entries of an old log that does not record its store.",
+)
+@json_option
+@metrics_option
 @click.pass_context
 def restore_cmd(
     ctx: click.Context,
     audit_log: BinaryIO,
     generation: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    since: str | None,
+    until: str | None,
+    bucket: str | None,
     dry_run: bool,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Put back the directory entries an audit log says were deleted (all, or one night's).
 
+    Only the entries of this store (--store) are restored: a log of another store is refused
+    (exit 3), and another store's entries in a shared log are skipped and counted.
+
     \b
     Example:
-      dircleaner restore ~/.local/state/dircleaner/audit.jsonl --generation G --dry-run
+      dircleaner --store sqlite:///meta.db restore \\
+        ~/.local/state/dircleaner/audit-<store>.jsonl --since '2026-11-26 07:00' --dry-run
     """
-    selection = AuditSelection(generation, _utc_us(since), _utc_us(until))
-    plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
-    vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
-    of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
-    if not plan.rows and selection != AuditSelection() and plan.logged_generations:
-        logged = plan.logged_generations
-        shown = ", ".join(logged[-5:]) + (
-            f" (and {len(logged) - 5:,} more)" if len(logged) > 5 else ""
-        )
-        click.echo(
-            f"warning: no entry of {audit_log.name} matches --generation/--since/--until;"
-            f" the generations in it: {shown}",
-            err=True,
-        )
-    if dry_run:
-        click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
-        return
+    if bucket is not None:
+        validate_bucket(bucket)
+    selection = AuditSelection(
+        generation,
+        None if since is None else _time_option(since, "--since"),
+        None if until is None else _time_option(until, "--until"),
+        bucket,
+    )
+    name = audit_log.name
     with obj(ctx).open() as store:
-        result = restore(store, plan.rows, now_us())
-    click.echo(f"restored {result.restored:,} directory entries{of}")
+        scope = audit_scope(store)
+        plan = plan_restore(
+            decoded_lines(audit_log, name), selection, scope, force=force, name=name
+        )
+        if not plan.rows and selection != AuditSelection() and plan.logged_generations:
+            _warn_nothing_selected(name, plan.logged_generations)
+        restored = None
+        if not dry_run:
+            if not as_json:
+                click.echo(f"restoring into {scope} from {name}")
+            restored = restore(store, plan.rows, now_us()).restored
+    write_metrics(ctx, RunMetrics.of_restore(len(plan.rows), restored, plan.skipped), success=True)
+    emit(
+        restore_summary(plan, scope, name, restored),
+        restore_lines(plan, scope, restored),
+        as_json,
+    )
 
 
-def _utc_us(moment: datetime | None) -> int | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1_000_000)
+def _time_option(text: str, option: str) -> int:
+    try:
+        return parse_utc_time(text)
+    except UsageError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _warn_nothing_selected(name: str, logged: list[str]) -> None:
+    shown = ", ".join(logged[-5:]) + (f" (and {len(logged) - 5:,} more)" if len(logged) > 5 else "")
+    click.echo(
+        f"warning: no entry of {name} matches --generation/--since/--until/--bucket;"
+        f" the generations in it: {shown}",
+        err=True,
+    )
+
+
+def restore_summary(
+    plan: RestorePlan, scope: str, name: str, restored: int | None
+) -> dict[str, object]:
+    """A restore's JSON summary: ``restored`` is null in a dry run, whose count is
+    ``directories`` (the sum of ``by_via``)."""
+    issued = plan.issued_us
+    return {
+        "store": scope,
+        "audit_log": name,
+        "dry_run": restored is None,
+        "directories": len(plan.rows),
+        "restored": restored,
+        "by_via": dict(sorted(plan.by_via.items())),
+        "repeated_entries": plan.repeated,
+        "generations": plan.generations,
+        "issued_first": None if issued is None else format_utc(issued[0]),
+        "issued_last": None if issued is None else format_utc(issued[1]),
+        "skipped_other_stores": dict(sorted(plan.other_scopes.items())),
+        "skipped_no_store": plan.unscoped,
+        "skipped": plan.skipped,
+    }
+
+
+def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[str]:
+    """A restore's lines for people (the first one, of a real restore, is printed before)."""
+    vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
+    issued = plan.issued_us
+    when = ""
+    if issued is not None:
+        first, last = format_utc(issued[0]), format_utc(issued[1])
+        when = f"; deletes issued {first}" + ("" if first == last else f" to {last}")
+    of = f"(by {vias}; generations: {', '.join(plan.generations) or 'none'}{when})"
+    if restored is None:
+        lines = [f"would restore {len(plan.rows):,} directory entries into {scope} {of}"]
+    else:
+        lines = [f"restored {restored:,} directory entries {of}"]
+    if plan.repeated:
+        lines.append(f"  {plan.repeated:,} more entries named a directory already counted")
+    for other, count in sorted(plan.other_scopes.items()):
+        lines.append(f"  skipped {count:,} entries of another store: {other}")
+    if plan.unscoped:
+        lines.append(
+            f"  skipped {plan.unscoped:,} entries that record no store (--force restores them)"
+        )
+    return lines
 
 
 @click.command("init-schema")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -32,6 +33,7 @@ from dircleaner.cli.options import (
     prefix_options,
     scheduler_option,
     shard_option,
+    store_audit_log,
     sweep_config,
     sweep_options,
     workers_option,
@@ -156,6 +158,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 
     config = clean_config(params, parse_shard(shard))
     with obj(ctx).open() as store, workers_for(params) as pool:
+        config = replace(config, audit_log=store_audit_log(params, store))
         report = run_clean(store, config, progress, workers=pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
@@ -199,6 +202,7 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     whole = parse_shard(None)
     config = clean_config(params, whole)
     with obj(ctx).open() as store, workers_for(params) as pool:
+        config = replace(config, audit_log=store_audit_log(params, store))
         report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
@@ -244,6 +248,7 @@ def _clean_prefix(
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     config = prefix_clean_config(params, shard)
     with obj(ctx).open() as store:
+        config = replace(config, audit_log=store_audit_log(params, store))
         report = run_prefix_clean(store, config, progress)
     progress.close()
     summary = prefix_summary(report)

@@ -35,6 +35,11 @@ class RunMetrics:
     cleaned: bool = False
     deleted: DeleteStats | None = None
     phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    #: a restore's directory entries selected for this store, written back (0 in a dry run),
+    #: and log entries skipped (another store's, or recording none)
+    restore_selected: int | None = None
+    restored: int | None = None
+    restore_skipped: int | None = None
 
     @classmethod
     def of_clean(cls, report: CleanReport, build: BuildResult | None = None) -> RunMetrics:
@@ -55,6 +60,11 @@ class RunMetrics:
     def of_run(cls, report: RunReport) -> RunMetrics:
         """The nightly job's figures (no build figures when it reused an interrupted build)."""
         return cls.of_clean(report.clean, report.build)
+
+    @classmethod
+    def of_restore(cls, selected: int, restored: int | None, skipped: int) -> RunMetrics:
+        """A restore's figures (``restored`` None: a dry run, which wrote nothing)."""
+        return cls(restore_selected=selected, restored=restored or 0, restore_skipped=skipped)
 
     @classmethod
     def of_prefix_clean(cls, report: PrefixCleanReport) -> RunMetrics:
@@ -156,6 +166,21 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
         "delete_retries",
         "Deletes retried after timeouts or overload.",
         _of_deletes(lambda d: d.retries),
+    ),
+    (
+        "restore_selected_directories",
+        "Directory entries of this store the restore selected from the audit log.",
+        lambda m: m.restore_selected,
+    ),
+    (
+        "restored_directories",
+        "Directory entries the restore wrote back (0 in a dry run).",
+        lambda m: m.restored,
+    ),
+    (
+        "restore_skipped_entries",
+        "Audit-log entries the restore skipped: another store's, or recording no store.",
+        lambda m: m.restore_skipped,
     ),
     (
         "delete_rate",

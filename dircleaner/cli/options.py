@@ -26,19 +26,35 @@ if TYPE_CHECKING:
     # are imported where a command uses them, so that `clean --prefix` starts without them.
     from dircleaner.job.run import CleanConfig, SweepConfig
     from dircleaner.pipeline.build import BuildConfig
+    from dircleaner.store.base import Store
     from dircleaner.workers.base import Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
-AUDIT_LOG_DISPLAY = "$XDG_STATE_HOME/dircleaner/audit.jsonl (~/.local/state/dircleaner/...)"
+AUDIT_LOG_DISPLAY = (
+    "one file per store, named after it: $XDG_STATE_HOME/dircleaner/audit-<store>.jsonl"
+    " (~/.local/state/dircleaner/ without XDG_STATE_HOME)"
+)
 
 
-def default_audit_log() -> str:
-    """``$XDG_STATE_HOME/dircleaner/audit.jsonl``, else ``~/.local/state/dircleaner/audit.jsonl``:
-    a nightly job's state belongs in one place, not in whatever directory cron started it in."""
+def default_audit_log(scope: str) -> str:
+    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl``, else under ``~/.local/state``: a nightly
+    job's state belongs in one place, not in whatever directory cron started it in; one file
+    per store, so that no store's restore can read another's deletes."""
+    from dircleaner.audit import audit_log_name
+
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "dircleaner" / "audit.jsonl")
+    return str(Path(state) / "dircleaner" / audit_log_name(scope))
+
+
+def store_audit_log(params: dict[str, Any], store: Store) -> Path:
+    """--audit-log, or the store's default one; ``params`` then names it for the report."""
+    from dircleaner.audit import audit_scope
+
+    if params["audit_log"] is None:
+        params["audit_log"] = default_audit_log(audit_scope(store))
+    return audit_log_path(params["audit_log"])
 
 
 def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
@@ -234,9 +250,8 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            default=default_audit_log,
-            show_default=AUDIT_LOG_DISPLAY,
-            help="Append every deleted directory here (JSON lines; kept across runs).",
+            help="Append every deleted directory here (JSON lines; kept across runs)."
+            f" Default: {AUDIT_LOG_DISPLAY}.",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
         click.option(
@@ -284,7 +299,7 @@ def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixClea
         max_deletes=params["max_deletes"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=audit_log_path(params["audit_log"]),
+        audit_log=_given_audit_log(params),
     )
 
 
@@ -345,11 +360,17 @@ def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
         verify=params["verify"],
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=audit_log_path(params["audit_log"]),
+        audit_log=_given_audit_log(params),
         max_rewrite_rows=params["max_rewrite_rows"],
         lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
         grace_period_s=_grace_period(params),
     )
+
+
+def _given_audit_log(params: dict[str, Any]) -> Path | None:
+    """--audit-log if given; else None until the store is open (``store_audit_log``)."""
+    text = params["audit_log"]
+    return None if text is None else audit_log_path(text)
 
 
 def audit_log_path(text: str) -> Path:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from dircleaner.audit import audit_scope
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.slice import DeleteOrders
@@ -51,6 +52,7 @@ def delete_orders(
     generation: str,
     throttle: ThrottleConfig,
     lease_owner: str | None,
+    run_started_us: int,
     keep_plan: bool = False,
 ) -> Orders:
     """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders.
@@ -72,5 +74,7 @@ def delete_orders(
         dry_run=config.dry_run,
         keep_plan=keep_plan,
         lease_owner=lease_owner,
+        audit_scope=audit_scope(store),
+        run_started_us=run_started_us,
     )
     return Orders(budget, orders)

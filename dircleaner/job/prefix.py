@@ -121,6 +121,7 @@ def _walk_and_clean(
         generation=generation,
         throttle=config.throttle,
         lease_owner=lease_owner,
+        run_started_us=walk.started_us,
     )
     budget, orders = planned.budget, planned.delete
     # The walk probed every directory it calls empty: nothing is left to re-check.

@@ -109,6 +109,8 @@ class CleanConfig:
     max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
     #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
     grace_period_s: float | None = None
+    #: when the run began (wall clock, µs; the audit log records it); None: when the clean began
+    started_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +251,7 @@ def _run_clean(
     pool: Workers,
     lease_owner: str | None,
 ) -> CleanReport:
+    started_us = config.started_us or now_us()
     sweep_config = config.sweep
     loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
@@ -274,6 +277,7 @@ def _run_clean(
         generation=loaded.generation,
         throttle=throttle,
         lease_owner=lease_owner,
+        run_started_us=started_us,
         keep_plan=len(todo) == 1,
     )
     budget, orders = planned.budget, planned.delete
@@ -352,6 +356,7 @@ def run_job(
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
     """
+    clean = replace(clean, started_us=clean.started_us or now_us())
     if clean.dry_run:
         return _run_job(store, build, clean, progress, None, workers)
     # One run at a time, from before the build: a second run refuses before it scans anything.

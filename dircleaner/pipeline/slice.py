@@ -30,6 +30,7 @@ from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
 from dircleaner.progress import Progress
 from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ class DeleteOrders:
     keep_plan: bool = False
     #: the run lease's owner: each slice stops deleting once the store shows another holder
     lease_owner: str | None = None
+    #: the store every audit record names (``audit_scope``), and when this run started (µs)
+    audit_scope: str | None = None
+    run_started_us: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,16 @@ def plan_and_delete(
         stream = open_audit_log(orders.audit_log) if orders.audit_log else None
         try:
             audit = (
-                AuditLog(stream, orders.generation, orders.delete_timestamp_us) if stream else None
+                AuditLog(
+                    stream,
+                    orders.generation,
+                    orders.delete_timestamp_us,
+                    scope=orders.audit_scope,
+                    run_started_us=orders.run_started_us,
+                    clock=now_us,
+                )
+                if stream
+                else None
             )
             deleted = execute_plan(
                 store,

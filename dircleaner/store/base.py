@@ -121,6 +121,11 @@ class Store(abc.ABC):
     def scope_id(self) -> str:
         """A stable name of the tables this store reads (filters from other scopes are refused)."""
 
+    def location_id(self) -> str:
+        """Where the tables live (a database file, a cluster): with ``scope_id``, it tells apart
+        two stores whose tables are named alike (the audit log records both)."""
+        return self.url
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release connections."""

@@ -87,6 +87,11 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         cfg = self.config
         return f"cassandra:{cfg.keyspace}.{cfg.tables.objects},{cfg.tables.folders}"
 
+    def location_id(self) -> str:
+        # The cluster's name, the same through any of its nodes; the contact points otherwise.
+        name = getattr(self._cluster.metadata, "cluster_name", None)
+        return f"cluster {name}" if name else self.config.contact
+
     def close(self) -> None:
         self._cluster.shutdown()
 

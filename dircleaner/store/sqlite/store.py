@@ -85,6 +85,9 @@ class SqliteStore(Store):
     def scope_id(self) -> str:
         return "sqlite:objects,folders"
 
+    def location_id(self) -> str:
+        return str(self.path.resolve())
+
     def close(self) -> None:
         self._conn.close()
 
