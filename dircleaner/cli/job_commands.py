@@ -11,6 +11,7 @@ import click
 from dircleaner.cli.context import (
     TerminalProgress,
     emit,
+    note,
     obj,
     refused_without_json,
     verdict_keys,
@@ -19,6 +20,8 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
+    NOT_WITH_PREFIX,
+    ONLY_WITH_PREFIX,
     bucket_option,
     build_config,
     build_options,
@@ -30,6 +33,7 @@ from dircleaner.cli.options import (
     parse_shard,
     prefix_clean_config,
     prefix_options,
+    refuse_given,
     scheduler_option,
     shard_option,
     sweep_config,
@@ -48,6 +52,7 @@ from dircleaner.cli.report import (
     sweep_lines,
     sweep_summary,
 )
+from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.paths import dir_of_row
 
@@ -113,6 +118,8 @@ def sweep_cmd(
     """
     from dircleaner.job.run import run_sweep
 
+    if out == "-" and as_json:
+        raise UsageError("--json and --out - both write to stdout: give --out a file")
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(params) as workers:
         report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
@@ -148,10 +155,12 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db clean --dry-run
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
-    progress = TerminalProgress()
     if params["prefix"] is not None:
-        _clean_prefix(ctx, progress, as_json, shard, params)
+        refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
+        _clean_prefix(ctx, TerminalProgress(), as_json, params)
         return
+    refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
+    progress = TerminalProgress()
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
@@ -216,9 +225,9 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
     try:
         if workers.outlives_client:
             where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
-            click.echo(f"{workers.description}; {where}", err=True)
+            note(f"{workers.description}; {where}")
             if workers.advice:
-                click.echo(f"note: {workers.advice}", err=True)
+                note(f"note: {workers.advice}")
         yield workers
     finally:
         workers.close()
@@ -228,11 +237,10 @@ def _clean_prefix(
     ctx: click.Context,
     progress: TerminalProgress,
     as_json: bool,
-    shard: str | None,
     params: dict[str, Any],
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
-    config = prefix_clean_config(params, shard)
+    config = prefix_clean_config(params)
     with obj(ctx).open() as store:
         report = run_prefix_clean(store, config, progress)
     progress.close()
