@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     help="Contribute shards to this generation (hosts sharing a build; see 'filters new-id').",
 )
 @json_option
+@metrics_option
 @click.pass_context
 def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
     """Pass 1: scan object partitions into a Bloom filter and store it.
@@ -91,6 +92,8 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
         result = build_filter(store, config, progress, workers=workers)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
+    phases = {"build": round(result.seconds, 3)}
+    write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases), success=True)
     emit(build_summary(result), build_lines(result), as_json)
 
 
@@ -106,6 +109,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     help="Write every candidate directory to this file ('-' for stdout).",
 )
 @json_option
+@metrics_option
 @click.pass_context
 def sweep_cmd(
     ctx: click.Context, /, as_json: bool, shard: str | None, out: str | None, **params: Any
@@ -129,6 +133,9 @@ def sweep_cmd(
         with click.open_file(out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
                 stream.write(dir_of_row(row.parent, row.name) + "\n")
+    totals = report.result.totals()
+    phases = {"sweep": round(totals.seconds, 3)}
+    write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases), success=True)
     if out != "-":
         emit(sweep_summary(report), sweep_lines(report), as_json)
 
@@ -199,6 +206,12 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     """
     from dircleaner.job.run import run_job
 
+    if params["dry_run"] and params["scheduler"] is not None:
+        # Checked before connecting: the library refuses it too, once the cluster is up.
+        raise UsageError(
+            "run --dry-run keeps its filter in memory, where a cluster's workers cannot load"
+            " it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
+        )
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
