@@ -471,7 +471,7 @@ class SqliteStore(Store):
         cells = {}
         for seq, data, kind in self._conn.execute(sql, (generation, shard)):
             if kind != "blob":
-                log.warning(
+                log.info(
                     "filter %s shard %d: cell %d holds SQLite %s, not a blob",
                     generation,
                     shard,
