@@ -17,6 +17,7 @@ import click
 import pytest
 
 from dircleaner.cli import cli
+from dircleaner.cli.progress_display import quiet
 from tests.helpers import EAGER, invoke
 from tests.test_cli_read_only import read_only
 
@@ -118,9 +119,9 @@ def test_q_keeps_the_summary_and_errors_and_drops_notes(tmp_path: Path) -> None:
     noted = invoke(url, "import-keys", "-", input=crlf)
     assert noted.stderr.startswith("CRLF line endings")
     for args in (("-q", "import-keys", "-"), ("import-keys", "-", "-q")):
-        quiet = invoke(url, *args, input=crlf)
-        assert (quiet.exit_code, quiet.stderr) == (0, ""), quiet.output
-        assert quiet.stdout == "put 2 keys in bucket 'default'; rejected 0 lines\n"
+        hushed = invoke(url, *args, input=crlf)
+        assert (hushed.exit_code, hushed.stderr) == (0, ""), hushed.output
+        assert hushed.stdout == "put 2 keys in bucket 'default'; rejected 0 lines\n"
     assert logging.getLogger("dircleaner").level == logging.ERROR
     failed = invoke(f"sqlite:///{tmp_path}/absent.db", "-q", "list-dirs")
     assert failed.exit_code == 1 and failed.stderr.startswith("Error: no metastore at ")
@@ -129,6 +130,8 @@ def test_q_keeps_the_summary_and_errors_and_drops_notes(tmp_path: Path) -> None:
         2,
         "Error: -v and -q contradict each other: give one of them\n",
     )
+    assert invoke(url, "list-dirs").exit_code == 0
+    assert not quiet()  # each command starts from the defaults
 
 
 # -- --json ---------------------------------------------------------------------------------------
@@ -311,3 +314,13 @@ def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
     assert "free space" not in result.output
     listed = invoke(url, "filters", "list", "--json")
     assert listed.exit_code == 0, listed.output
+
+
+def test_sweep_refuses_two_outputs_on_stdout(url: str) -> None:
+    assert invoke(url, "build").exit_code == 0
+    result = invoke(url, "sweep", "--out", "-", "--json")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: --json and --out - both write to stdout: give --out a file\n",
+    )
+    assert json.loads(result.stdout)["ok"] is False
