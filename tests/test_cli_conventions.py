@@ -4,6 +4,7 @@ a --config that must be TOML, and a dry run of the nightly job that writes nothi
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -17,9 +18,10 @@ import click
 import pytest
 
 from dircleaner.cli import cli
-from dircleaner.cli.progress_display import quiet
+from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from tests.helpers import EAGER, invoke
 from tests.test_cli_read_only import read_only
+from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
 #: commands that print no summary of their own, and what they print instead
 WITHOUT_JSON = {
@@ -132,6 +134,23 @@ def test_q_keeps_the_summary_and_errors_and_drops_notes(tmp_path: Path) -> None:
     )
     assert invoke(url, "list-dirs").exit_code == 0
     assert not quiet()  # each command starts from the defaults
+
+
+def test_q_keeps_a_terminal_free_of_progress() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for hushed in (False, True):
+        set_quiet(hushed)
+        try:
+            terminal = Terminal()
+            progress = TerminalProgress(terminal)
+            progress("sweep", 10, 100)
+            progress.close()
+        finally:
+            set_quiet(False)
+        assert ("sweep: 10/100" in terminal.getvalue()) is not hushed
 
 
 # -- --json ---------------------------------------------------------------------------------------
@@ -260,6 +279,19 @@ def generations(url: str) -> list[str]:
     listed = invoke(url, "filters", "list", "--json")
     assert listed.exit_code == 0, listed.output
     return [row["generation"] for row in json.loads(listed.stdout)]
+
+
+def test_run_dry_run_stores_no_filter_on_either_backend(backend: Backend) -> None:  # noqa: F811
+    args = ("--bucket", backend.bucket)
+    keys = "".join(f"dry/{i}/x\n" for i in range(10))
+    assert invoke(backend.url, "import-keys", "-", *args, input=keys).exit_code == 0
+    dead = "dry/1/x\ndry/2/x\ndry/3/x\n"
+    assert invoke(backend.url, "delete-keys", "-", *args, input=dead).exit_code == 0
+    before = generations(backend.url)
+    result = invoke(backend.url, "run", "-n", *args, *EAGER, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["clean"]["plan"]["directories"] == 3
+    assert generations(backend.url) == before
 
 
 def test_run_dry_run_on_a_cluster_is_refused_before_connecting(url: str) -> None:
