@@ -232,11 +232,44 @@ def test_bad_prefixes_are_refused_in_one_line_and_nothing_is_deleted(
     assert not audit.exists()
 
 
-def test_shard_and_generation_do_not_go_with_prefix(backend: Backend, tmp_path: Path) -> None:
-    for extra in (("--shard", "0/2"), ("--generation", "x")):
-        result = clean_prefix(backend, PREFIX, tmp_path / "a.jsonl", *extra)
-        assert result.exit_code == 2, result.output
-        assert "--shard and --generation do not apply" in one_error_line(result)
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (("--shard", "0/2"), "--shard does not apply with --prefix"),
+        (("--generation", "x"), "--generation does not apply with --prefix: no filter is read"),
+        (("--max-filter-age", "1h"), "--max-filter-age does not apply with --prefix"),
+        (("--force",), "--force does not apply with --prefix"),
+        (("--max-delete-fraction", "1"), "--max-delete-fraction does not apply with --prefix"),
+        (("--workers", "2"), "--workers does not apply with --prefix"),
+        (("--scheduler", "tcp://127.0.0.1:1"), "--scheduler does not apply with --prefix"),
+        (("--slices", "2"), "--slices does not apply with --prefix"),
+        (("--no-verify",), "--no-verify does not apply with --prefix"),
+        (("--verify",), "--verify does not apply with --prefix"),
+    ],
+)
+def test_an_option_a_prefix_clean_does_not_use_is_refused_and_nothing_is_deleted(
+    backend: Backend, tmp_path: Path, extra: tuple[str, ...], says: str
+) -> None:
+    put, dead = mass_deleted_dataset()
+    load(backend, tmp_path, put, dead)
+    before = listed(backend)
+    audit = tmp_path / "a.jsonl"
+    result = clean_prefix(backend, PREFIX, audit, *extra)
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result).startswith(f"Error: {says}")
+    assert listed(backend) == before
+    assert not audit.exists()
+
+
+def test_an_option_only_a_prefix_clean_uses_is_refused_without_it(
+    backend: Backend, tmp_path: Path
+) -> None:
+    result = invoke(backend.url, "clean", "--max-deletes", "10", "--dry-run")
+    assert (result.exit_code, result.output) == (
+        2,
+        "Error: --max-deletes does not apply without --prefix: it bounds a --prefix clean"
+        " (the store-wide clean has --max-delete-fraction)\n",
+    )
 
 
 def test_dry_run_plans_and_deletes_nothing(backend: Backend, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dircleaner import __version__
-from dircleaner.cli.context import AppContext, DircleanerGroup, configure_logging
+from dircleaner.cli.context import LOG_LEVELS, AppContext, DircleanerGroup, set_verbosity
 from dircleaner.cli.data_commands import (
     delete_keys,
     gen,
@@ -15,7 +15,7 @@ from dircleaner.cli.data_commands import (
     restore_cmd,
 )
 from dircleaner.cli.filter_commands import filters
-from dircleaner.cli.global_options import LOG_LEVELS, accept_global_options
+from dircleaner.cli.global_options import accept_global_options
 from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
 from dircleaner.store import DEFAULT_STORE_URL
 
@@ -45,9 +45,28 @@ from dircleaner.store import DEFAULT_STORE_URL
     show_default=True,
     help="Log what the job is doing (info) to stderr; credentials are never logged.",
 )
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log more: -v is --log-level info, -vv debug (one step per v from --log-level).",
+)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Errors only: log errors, and no progress or notes on stderr (the summary stays).",
+)
 @click.version_option(__version__, prog_name="dircleaner")
 @click.pass_context
-def cli(ctx: click.Context, store_url: str, config_path: str | None, log_level: str) -> None:
+def cli(
+    ctx: click.Context,
+    store_url: str,
+    config_path: str | None,
+    log_level: str,
+    verbose: int,
+    quiet: bool,
+) -> None:
     """Find and delete empty directory entries in an S3 metastore's folder index.
 
     \b
@@ -62,7 +81,7 @@ def cli(ctx: click.Context, store_url: str, config_path: str | None, log_level: 
     (or a dry run a real run would refuse), 130 Ctrl-C, 141 output cut short by its reader
     (| head), 143 SIGTERM.
     """
-    configure_logging(log_level)
+    set_verbosity(log_level, verbose, quiet)
     ctx.obj = AppContext(store_url, config_path)
 
 

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 import time
+import tomllib
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +17,9 @@ from typing import Any
 import click
 
 from dircleaner.cli.metrics import RunMetrics, render, write_atomically
-from dircleaner.cli.progress_display import TerminalProgress
+from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from dircleaner.errors import DircleanerError
+from dircleaner.errors import UsageError as DircleanerUsageError
 from dircleaner.store import Store, open_store
 from dircleaner.store.sqlite import read_only_here
 from dircleaner.workers.interrupt import stop_on_signals
@@ -199,17 +201,54 @@ class AppContext:
     store_url: str
     config_path: str | None
 
+    def config(self) -> Path | None:
+        """The --config file, checked to be TOML whatever the store (a SQLite store reads
+        nothing from it, but a broken file must not pass unnoticed until the day it is used)."""
+        if self.config_path is None:
+            return None
+        path = Path(self.config_path)
+        try:
+            with path.open("rb") as stream:
+                tomllib.load(stream)
+        except OSError as exc:
+            raise DircleanerUsageError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise DircleanerUsageError(f"config file {path} is not valid TOML: {exc}") from exc
+        return path
+
     def open(self, *, create: bool = False) -> Store:
-        config = Path(self.config_path) if self.config_path else None
-        return open_store(self.store_url, config_path=config, create=create)
+        return open_store(self.store_url, config_path=self.config(), create=create)
 
 
+#: --log-level's choices, most verbose first (-v steps towards the first, -q goes to the last)
+LOG_LEVELS = ("debug", "info", "warning", "error")
 _handler: logging.Handler | None = None
+_level = "warning"
+
+
+def set_verbosity(level: str | None, verbose: int, be_quiet: bool) -> None:
+    """--log-level, then ``-v`` (once per step towards debug) or ``-q`` (errors only, and no
+    progress or notes on stderr)."""
+    if verbose and be_quiet:
+        raise DircleanerUsageError("-v and -q contradict each other: give one of them")
+    set_quiet(be_quiet)
+    if be_quiet:
+        configure_logging("error")
+    elif level is not None or verbose:
+        start = LOG_LEVELS.index(level if level is not None else _level)
+        configure_logging(LOG_LEVELS[max(start - verbose, 0)])
+
+
+def note(text: str) -> None:
+    """A note for whoever watches stderr (what runs where, a harmless oddity); ``-q`` drops it."""
+    if not quiet():
+        click.echo(text, err=True)
 
 
 def configure_logging(level: str) -> None:
     """Timestamped lines on stderr from our loggers (and the driver's, at info or debug)."""
-    global _handler
+    global _handler, _level
+    _level = level
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     for name in ("dircleaner", "cassandra"):

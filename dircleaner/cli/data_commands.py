@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -17,7 +18,7 @@ from dircleaner.audit import (
     plan_restore,
     restore,
 )
-from dircleaner.cli.context import TerminalProgress, emit, obj, write_metrics
+from dircleaner.cli.context import TerminalProgress, emit, note, obj, write_metrics
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import json_option, metrics_option
@@ -33,10 +34,24 @@ bucket_option = click.option(
 )
 
 
+@dataclass(frozen=True)
+class KeysApplied:
+    """What import-keys or delete-keys did."""
+
+    verb: str
+    bucket: str
+    #: valid keys sent to the store
+    keys: int
+    #: of those, the ones the store found (None where it cannot tell)
+    found: int | None
+    rejected_lines: int
+    crlf_lines_stripped: int
+
+
 def _apply_keys(
     stream: BinaryIO, bucket: str, write: Callable[[Sequence[str]], int | None], verb: str
-) -> None:
-    """Feed valid keys to ``write`` in batches; report bad lines; exit 1 if there were any.
+) -> KeysApplied:
+    """Feed valid keys to ``write`` in batches and report bad lines on stderr.
 
     ``write`` returns how many keys it found (a delete of a key that does not exist is no
     delete), or None where the store cannot tell."""
@@ -69,23 +84,44 @@ def _apply_keys(
     progress(verb, done, None)
     progress.close()
     if endings.crlf:
-        click.echo(
+        note(
             f"CRLF line endings (a Windows file): stripped the carriage return of"
-            f" {endings.stripped:,} lines",
-            err=True,
+            f" {endings.stripped:,} lines"
         )
+    return KeysApplied(verb, bucket, done, found, rejected, endings.stripped)
+
+
+def _report_keys(applied: KeysApplied, as_json: bool) -> None:
+    """The summary (one line, or JSON); exit 1 if any line was rejected."""
+    found, done = applied.found, applied.keys
     missing = "" if found is None else f" ({done - found:,} did not exist)"
     count = done if found is None else found
-    click.echo(f"{verb} {count:,} keys in bucket {bucket!r}{missing}; rejected {rejected:,} lines")
-    if rejected:
+    line = (
+        f"{applied.verb} {count:,} keys in bucket {applied.bucket!r}{missing};"
+        f" rejected {applied.rejected_lines:,} lines"
+    )
+    summary: dict[str, object] = {
+        "bucket": applied.bucket,
+        "keys": done,
+        applied.verb: count,
+        "rejected_lines": applied.rejected_lines,
+        "crlf_lines_stripped": applied.crlf_lines_stripped,
+    }
+    if found is not None:
+        summary["did_not_exist"] = done - found
+    if applied.rejected_lines:
+        summary.update(error=f"rejected {applied.rejected_lines:,} lines (see stderr)", exit_code=1)
+    emit(summary, [line], as_json, ok=not applied.rejected_lines)
+    if applied.rejected_lines:
         sys.exit(1)
 
 
 @click.command("import-keys")
 @click.argument("path", type=click.File("rb"))
 @bucket_option
+@json_option
 @click.pass_context
-def import_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
+def import_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
     """Write each key of PATH (one per line, '-' for stdin) as an S3 put.
 
     A put upserts the object row and a folder row for every ancestor directory. Invalid lines
@@ -96,7 +132,8 @@ def import_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
       dircleaner --store sqlite:///meta.db import-keys keys.txt
     """
     with obj(ctx).open(create=True) as store:
-        _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
+        applied = _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
+    _report_keys(applied, as_json)
 
 
 def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
@@ -106,8 +143,9 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 @click.command("delete-keys")
 @click.argument("path", type=click.File("rb"))
 @bucket_option
+@json_option
 @click.pass_context
-def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
+def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
     """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
 
     \b
@@ -115,9 +153,10 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
       dircleaner --store sqlite:///meta.db delete-keys expired.txt
     """
     with obj(ctx).open() as store:
-        _apply_keys(
+        applied = _apply_keys(
             path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
         )
+    _report_keys(applied, as_json)
 
 
 @click.command("list-dirs")
@@ -158,6 +197,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
     help="Share of directories left empty.",
 )
 @bucket_option
+@json_option
 @click.pass_context
 def gen(
     ctx: click.Context,
@@ -166,6 +206,7 @@ def gen(
     truth: str | None,
     empty_fraction: float,
     bucket: str,
+    as_json: bool,
 ) -> None:
     """Generate a synthetic metastore with known ground truth (deterministic by seed).
 
@@ -185,10 +226,17 @@ def gen(
             lambda done: progress("generate", done, dirs),
         )
     progress.close()
-    click.echo(
+    summary = {
+        "dirs": result.dirs,
+        "empty_dirs": result.empty_dirs,
+        "objects": result.objects,
+        "seconds": round(result.seconds, 3),
+    }
+    line = (
         f"generated {result.dirs:,} directories ({result.empty_dirs:,} empty) and"
         f" {result.objects:,} objects in {result.seconds:.1f}s"
     )
+    emit(summary, [line], as_json)
 
 
 @click.command("restore")
@@ -326,8 +374,9 @@ def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[s
 
 
 @click.command("init-schema")
+@json_option
 @click.pass_context
-def init_schema(ctx: click.Context) -> None:
+def init_schema(ctx: click.Context, as_json: bool) -> None:
     """Create the reference schema (keyspace, objects, folders, filters) if missing.
 
     \b
@@ -335,8 +384,7 @@ def init_schema(ctx: click.Context) -> None:
       dircleaner --store cassandra://127.0.0.1:9042/meta init-schema
     """
     app = obj(ctx)
-    config = Path(app.config_path) if app.config_path else None
-    created = backend_class(app.store_url).init_schema(app.store_url, config_path=config)
-    for name in created:
-        click.echo(f"created {name}")
-    click.echo("schema ready" + ("" if created else " (nothing to create)"))
+    created = backend_class(app.store_url).init_schema(app.store_url, config_path=app.config())
+    lines = [f"created {name}" for name in created]
+    lines.append("schema ready" + ("" if created else " (nothing to create)"))
+    emit({"created": created}, lines, as_json)

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dircleaner.cli.context import note_json, obj
+from dircleaner.cli.context import emit, note_json, obj
+from dircleaner.cli.options import json_option
 from dircleaner.filter.generation import fresh_generation_id
 from dircleaner.timeutil import format_duration, now_us
 
@@ -118,8 +119,9 @@ def show_cmd(ctx: click.Context, generation: str) -> None:
 
 @filters.command("rm")
 @click.argument("generation")
+@json_option
 @click.pass_context
-def rm_cmd(ctx: click.Context, generation: str) -> None:
+def rm_cmd(ctx: click.Context, generation: str, as_json: bool) -> None:
     """Remove one generation.
 
     \b
@@ -131,7 +133,7 @@ def rm_cmd(ctx: click.Context, generation: str) -> None:
     with obj(ctx).open() as store:
         find_generation(store, generation)
         store.delete_filter_generation(generation)
-    click.echo(f"removed {generation}")
+    emit({"removed": generation}, [f"removed {generation}"], as_json)
 
 
 @filters.command("new-id")

@@ -1,4 +1,5 @@
-"""The global options (--store, --config, --log-level), accepted after the command name too.
+"""The global options (--store, --config, --log-level, -v, -q), accepted after the command name
+too; and the conventions every command follows (``-n`` for ``--dry-run``).
 
 ``dircleaner list-dirs --store URL`` works like ``dircleaner --store URL list-dirs``, as users of
 ``aws``, ``kubectl`` and ``nodetool`` expect. Given after the command, an option wins over the
@@ -12,9 +13,7 @@ from typing import Any
 
 import click
 
-from dircleaner.cli.context import AppContext, configure_logging
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
+from dircleaner.cli.context import LOG_LEVELS, AppContext, set_verbosity
 
 
 def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -29,7 +28,17 @@ def _set_config(ctx: click.Context, _param: click.Parameter, value: str | None) 
 
 def _set_log_level(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value is not None:
-        configure_logging(value)
+        set_verbosity(value, 0, False)
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    if value:
+        set_verbosity(None, value, False)
+
+
+def _set_quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        set_verbosity(None, 0, True)
 
 
 def _app(ctx: click.Context) -> AppContext:
@@ -59,13 +68,31 @@ def _trailing_options() -> list[click.Option]:
             help="Same as the global --log-level.",
             **common,
         ),
+        click.Option(
+            ["-v", "--verbose"],
+            count=True,
+            callback=_set_verbose,
+            help="Same as the global -v.",
+            **common,
+        ),
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            callback=_set_quiet,
+            help="Same as the global -q.",
+            **common,
+        ),
     ]
 
 
 def accept_global_options(command: click.Command) -> None:
-    """Give every (sub)command of ``command`` the global options too."""
+    """Give every (sub)command of ``command`` the global options too, and ``-n`` for its
+    ``--dry-run``."""
     if isinstance(command, click.Group):
         for sub in command.commands.values():
             accept_global_options(sub)
         return
     command.params.extend(_trailing_options())
+    for param in command.params:
+        if "--dry-run" in param.opts and "-n" not in param.opts:
+            param.opts.insert(0, "-n")

@@ -12,6 +12,7 @@ import click
 from dircleaner.cli.context import (
     TerminalProgress,
     emit,
+    note,
     obj,
     refused_without_json,
     verdict_keys,
@@ -20,6 +21,8 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
+    NOT_WITH_PREFIX,
+    ONLY_WITH_PREFIX,
     bucket_option,
     build_config,
     build_options,
@@ -31,6 +34,7 @@ from dircleaner.cli.options import (
     parse_shard,
     prefix_clean_config,
     prefix_options,
+    refuse_given,
     scheduler_option,
     shard_option,
     store_audit_log,
@@ -50,6 +54,7 @@ from dircleaner.cli.report import (
     sweep_lines,
     sweep_summary,
 )
+from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.paths import dir_of_row
 
@@ -72,6 +77,7 @@ if TYPE_CHECKING:
     help="Contribute shards to this generation (hosts sharing a build; see 'filters new-id').",
 )
 @json_option
+@metrics_option
 @click.pass_context
 def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
     """Pass 1: scan object partitions into a Bloom filter and store it.
@@ -88,6 +94,8 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
         result = build_filter(store, config, progress, workers=workers)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
+    phases = {"build": round(result.seconds, 3)}
+    write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases), success=True)
     emit(build_summary(result), build_lines(result), as_json)
 
 
@@ -103,6 +111,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     help="Write every candidate directory to this file ('-' for stdout).",
 )
 @json_option
+@metrics_option
 @click.pass_context
 def sweep_cmd(
     ctx: click.Context, /, as_json: bool, shard: str | None, out: str | None, **params: Any
@@ -115,6 +124,8 @@ def sweep_cmd(
     """
     from dircleaner.job.run import run_sweep
 
+    if out == "-" and as_json:
+        raise UsageError("--json and --out - both write to stdout: give --out a file")
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(params) as workers:
         report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
@@ -124,6 +135,9 @@ def sweep_cmd(
         with click.open_file(out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
                 stream.write(dir_of_row(row.parent, row.name) + "\n")
+    totals = report.result.totals()
+    phases = {"sweep": round(totals.seconds, 3)}
+    write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases), success=True)
     if out != "-":
         emit(sweep_summary(report), sweep_lines(report), as_json)
 
@@ -150,10 +164,12 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db clean --dry-run
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
-    progress = TerminalProgress()
     if params["prefix"] is not None:
-        _clean_prefix(ctx, progress, as_json, shard, params)
+        refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
+        _clean_prefix(ctx, TerminalProgress(), as_json, params)
         return
+    refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
+    progress = TerminalProgress()
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
@@ -198,6 +214,12 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     """
     from dircleaner.job.run import run_job
 
+    if params["dry_run"] and params["scheduler"] is not None:
+        # Checked before connecting: the library refuses it too, once the cluster is up.
+        raise UsageError(
+            "run --dry-run keeps its filter in memory, where a cluster's workers cannot load"
+            " it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
+        )
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
@@ -230,9 +252,9 @@ def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
     try:
         if workers.outlives_client:
             where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
-            click.echo(f"{workers.description}; {where}", err=True)
+            note(f"{workers.description}; {where}")
             if workers.advice:
-                click.echo(f"note: {workers.advice}", err=True)
+                note(f"note: {workers.advice}")
         yield workers
     finally:
         workers.close()
@@ -242,11 +264,10 @@ def _clean_prefix(
     ctx: click.Context,
     progress: TerminalProgress,
     as_json: bool,
-    shard: str | None,
     params: dict[str, Any],
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
-    config = prefix_clean_config(params, shard)
+    config = prefix_clean_config(params)
     with obj(ctx).open() as store:
         config = replace(config, audit_log=store_audit_log(params, store))
         report = run_prefix_clean(store, config, progress)

@@ -284,10 +284,53 @@ prefix_options = _apply(
 )
 
 
-def prefix_clean_config(params: dict[str, Any], shard: str | None) -> PrefixCleanConfig:
-    """The --prefix clean's config; the nightly clean's filter and slicing options are refused."""
-    if shard is not None or params.get("generation") is not None:
-        raise UsageError("--prefix walks its subtree: --shard and --generation do not apply")
+#: options of the store-wide clean that a --prefix clean has no use for, and why (refused when
+#: given: an option that is accepted and then ignored misleads whoever reads the command line)
+NOT_WITH_PREFIX: dict[str, str] = {
+    "generation": "no filter is read",
+    "max_filter_age": "no filter is read",
+    "max_delete_fraction": "--max-deletes bounds the subtree instead",
+    "force": "no guard of the store-wide clean runs; --max-deletes bounds the subtree",
+    "verify": "the walk checks every directory's objects itself",
+    "workers": "the walk runs in this process",
+    "scheduler": "the walk runs in this process",
+    "slices": "the walk runs in this process",
+    "shard": "the walk covers its subtree, not a slice of the ring",
+}
+#: options only a --prefix clean uses, and why the store-wide clean refuses them
+ONLY_WITH_PREFIX: dict[str, str] = {
+    "max_deletes": "it bounds a --prefix clean (the store-wide clean has --max-delete-fraction)",
+}
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the option ``name`` was given on the command line (a default, or a host-wide
+    environment variable such as DIRCLEANER_SCHEDULER, is not refused)."""
+    return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+
+def refuse_given(ctx: click.Context, refused: dict[str, str], where: str) -> None:
+    """UsageError naming the first option of ``refused`` that was given explicitly."""
+    for name, why in refused.items():
+        if given(ctx, name):
+            option = _option_name(ctx, name)
+            raise UsageError(f"{option} does not apply {where}: {why}")
+
+
+def _option_name(ctx: click.Context, name: str) -> str:
+    """How the command line spells parameter ``name`` (its long option)."""
+    for param in ctx.command.params:
+        if param.name == name:
+            if isinstance(param, click.Option) and param.is_flag and param.secondary_opts:
+                value = ctx.params.get(name)
+                opts = param.opts if value else param.secondary_opts
+                return max(opts, key=len)
+            return max(param.opts, key=len)
+    return f"--{name.replace('_', '-')}"
+
+
+def prefix_clean_config(params: dict[str, Any]) -> PrefixCleanConfig:
+    """The --prefix clean's config (the options it refuses are checked by the command)."""
     return PrefixCleanConfig(
         prefix=normalise_prefix(params["prefix"]),
         bucket=params["bucket"] or DEFAULT_BUCKET,

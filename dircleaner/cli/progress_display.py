@@ -16,6 +16,20 @@ log = logging.getLogger("dircleaner")
 LOG_INTERVAL_S = 30.0
 
 
+_quiet = False
+
+
+def set_quiet(on: bool) -> None:
+    """``-q``: no progress on the terminal, and no notes (errors and warnings still show)."""
+    global _quiet
+    _quiet = on
+
+
+def quiet() -> bool:
+    """Whether ``-q`` was given."""
+    return _quiet
+
+
 def _log_interval() -> float:
     try:
         return float(os.environ.get("DIRCLEANER_PROGRESS_SECONDS", LOG_INTERVAL_S))
@@ -32,7 +46,7 @@ class TerminalProgress:
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream or sys.stderr
-        self._tty = self._stream.isatty()
+        self._tty = self._stream.isatty() and not _quiet
         self._interval = _log_interval()
         self._phase = ""
         self._phase_started = time.monotonic()

@@ -227,20 +227,23 @@ def run_clean(
     checkpoint: CleanCheckpoint | None = None,
     lease_owner: str | None = None,
     workers: Workers | None = None,
+    *,
+    loaded: LoadedFilter | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
     With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
     reports each slice as it finishes. A clean that deletes holds the store's lease: the
     caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
-    when another run has it).
+    when another run has it). ``loaded``: the filter to use, not read from the store (a dry
+    run's, never stored).
     """
     pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
         if config.dry_run or lease_owner is not None:
-            return _run_clean(store, config, progress, checkpoint, pool, lease_owner)
+            return _run_clean(store, config, progress, checkpoint, pool, lease_owner, loaded)
         with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-            return _run_clean(store, config, progress, checkpoint, pool, lease.owner)
+            return _run_clean(store, config, progress, checkpoint, pool, lease.owner, loaded)
 
 
 def _run_clean(
@@ -250,10 +253,12 @@ def _run_clean(
     checkpoint: CleanCheckpoint | None,
     pool: Workers,
     lease_owner: str | None,
+    loaded: LoadedFilter | None,
 ) -> CleanReport:
     started_us = config.started_us or now_us()
     sweep_config = config.sweep
-    loaded = load_filter(store, sweep_config)
+    if loaded is None:
+        loaded = load_filter(store, sweep_config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), sweep_config.guards)
     slices = pool.slices(sweep_config.shard, CLEAN)
     previous = checkpoint.previous if checkpoint else None
@@ -355,10 +360,18 @@ def run_job(
     reused (same salt, so the same candidates) and the clean picks up where it stopped; during
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
+
+    A dry run writes nothing: its filter is kept in memory (so it works on a read-only store)
+    and is used by forked local workers only (a cluster's workers load a filter from the store).
     """
     clean = replace(clean, started_us=clean.started_us or now_us())
     if clean.dry_run:
-        return _run_job(store, build, clean, progress, None, workers)
+        if workers is not None and workers.outlives_client:
+            raise UsageError(
+                "a dry run keeps its filter in memory, where a cluster's workers cannot load"
+                " it: run it without --scheduler"
+            )
+        return _run_job(store, replace(build, persist=False), clean, progress, None, workers)
     # One run at a time, from before the build: a second run refuses before it scans anything.
     with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
         return _run_job(store, build, clean, progress, lease.owner, workers)
@@ -389,6 +402,10 @@ def _run_job(
     elif state is not None:
         previous = state.clean
     chosen = generation
+    loaded = None
+    if built is not None and built.in_memory is not None:
+        header, filt = built.in_memory
+        loaded = LoadedFilter(generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
     def save(clean_progress: CleanProgress) -> None:
         save_run_state(store, scope, RunState(chosen, PHASE_CLEAN, clean_progress))
@@ -404,12 +421,14 @@ def _run_job(
             checkpoint,
             lease_owner,
             workers,
+            loaded=loaded,
         )
     except DircleanerError as exc:
         exc.details.setdefault("generation", generation)
         raise
-    if not clean.dry_run:
-        save_run_state(store, scope, RunState(generation, PHASE_DONE))
+    if not record:
+        return RunReport(built, cleaned, [], None)
+    save_run_state(store, scope, RunState(generation, PHASE_DONE))
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
     resumed = generation if built is None or built.reused_shards else None
     return RunReport(built, cleaned, removed, resumed)

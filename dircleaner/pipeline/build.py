@@ -18,12 +18,13 @@ import numpy.typing as npt
 
 from dircleaner.errors import FilterCorrupt, FilterMismatch, FilterNotFound, UsageError
 from dircleaner.filter.bloom import finish_loading_kernels, start_loading_kernels
-from dircleaner.filter.engines import new_filter
+from dircleaner.filter.engines import Filter, new_filter
 from dircleaner.filter.format import (
     FilterHeader,
     decode_header,
     deserialize,
     merge_params,
+    merge_shards,
     serialize,
 )
 from dircleaner.filter.generation import new_generation_id, parse_generation_id
@@ -74,6 +75,8 @@ class BuildConfig:
     generation: str | None = None
     #: worker processes; each builds a partial filter over a sub-slice, OR-merged at load
     workers: int = 1
+    #: store the filter; False (a dry run): keep it in memory only, and write nothing at all
+    persist: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.fpr < 0.5:
@@ -114,6 +117,8 @@ class BuildResult:
     built_shards: tuple[int, ...] = ()
     #: complete shards of an interrupted build of this generation, reused as stored
     reused_shards: tuple[int, ...] = ()
+    #: the merged filter and its header, when the build did not store it (``persist=False``)
+    in_memory: tuple[FilterHeader, Filter] | None = field(default=None, repr=False, compare=False)
 
 
 def scope_of(store: Store, bucket: str | None) -> str:
@@ -472,31 +477,40 @@ def _build_filter(
             items=inserted,
             scope=scope,
         )
-        save_filter_part(part_store, params.generation, header, header_bytes, body)
+        if config.persist:
+            save_filter_part(part_store, params.generation, header, header_bytes, body)
         return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
     shards = list(resume.missing) if resume else build_shards(config, pool)
     built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result = _result(params, built, reused, time.monotonic() - started)
+    result = _result(params, built, reused, time.monotonic() - started, keep=not config.persist)
     held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
-    if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
+    rows = params.sizing.folder_rows
+    if rows is not None and config.shard.count == 1 and held is not None and config.persist:
         # What the next build scales by the index's growth (shards share ancestors, so only
         # the merged filter counts them once).
-        record = SizingRecord(params.generation, params.sizing.folder_rows, held)
+        record = SizingRecord(params.generation, rows, held)
         save_sizing_record(store, scope, record)
     return result
 
 
 def _result(
-    params: _Params, built: list[_PartResult], reused: list[_PartResult], seconds: float
+    params: _Params,
+    built: list[_PartResult],
+    reused: list[_PartResult],
+    seconds: float,
+    *,
+    keep: bool = False,
 ) -> BuildResult:
-    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice)."""
+    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice);
+    with ``keep``, the merged filter is returned too, as a stored one would be loaded."""
     parts = sorted(built + reused, key=lambda p: p.shard)
-    header, union = deserialize(parts[0].header_bytes, parts[0].body)
-    for part in parts[1:]:
-        union |= deserialize(part.header_bytes, part.body)[1]
+    decoded = [deserialize(part.header_bytes, part.body) for part in parts]
+    header, union = decoded[0]
+    for _header, filt in decoded[1:]:
+        union |= filt
     return BuildResult(
         generation=params.generation,
         header=header,
@@ -509,4 +523,5 @@ def _result(
         seconds=seconds,
         built_shards=tuple(p.shard for p in built),
         reused_shards=tuple(p.shard for p in reused),
+        in_memory=merge_shards(decoded) if keep else None,
     )

@@ -462,10 +462,27 @@ class SqliteStore(Store):
     def get_filter_cells(
         self, generation: str, shard: int, *, meta_only: bool = False
     ) -> dict[int, bytes]:
-        sql = "SELECT seq, data FROM filters WHERE generation = ? AND shard = ?"
+        # A cell of another SQLite type (text, a number: written by hand or another tool) is
+        # read as its bytes, which the header, marker and body checksums then refuse as a
+        # corrupt filter; read as it is, text that is not UTF-8 would fail the query itself.
+        sql = (
+            "SELECT seq, CAST(data AS BLOB), typeof(data) FROM filters"
+            " WHERE generation = ? AND shard = ?"
+        )
         if meta_only:
             sql += " AND seq < 0"
-        return {int(seq): bytes(data) for seq, data in self._conn.execute(sql, (generation, shard))}
+        cells = {}
+        for seq, data, kind in self._conn.execute(sql, (generation, shard)):
+            if kind != "blob":
+                log.info(
+                    "filter %s shard %d: cell %d holds SQLite %s, not a blob",
+                    generation,
+                    shard,
+                    seq,
+                    kind,
+                )
+            cells[int(seq)] = bytes(data)
+        return cells
 
     def list_filter_parts(self) -> list[tuple[str, int]]:
         rows = self._conn.execute(

@@ -1,0 +1,348 @@
+"""The conventions every command follows: help with an example, -n, -v/-q, --json, --metrics-file,
+a --config that must be TOML, and a dry run of the nightly job that writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from dircleaner.cli import cli
+from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
+from tests.helpers import EAGER, invoke
+from tests.test_cli_read_only import read_only
+from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
+
+#: commands that print no summary of their own, and what they print instead
+WITHOUT_JSON = {
+    "list-dirs": "one directory per line",
+    "filters show": "JSON already",
+    "filters new-id": "one generation id",
+}
+#: commands whose --json is not added here
+JSON_ELSEWHERE: set[str] = set()
+
+
+def commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    """Every command and group under ``group``, by the name it is invoked with."""
+    for name, command in sorted(group.commands.items()):
+        yield prefix + name, command
+        if isinstance(command, click.Group):
+            yield from commands(command, f"{prefix}{name} ")
+
+
+def test_every_command_follows_the_conventions() -> None:
+    assert "dircleaner --store sqlite:///meta.db run" in (cli.help or "")
+    seen = set()
+    for name, command in commands(cli):
+        seen.add(name)
+        text = command.help or ""
+        assert "Example:" in text, f"{name}: no example in its help"
+        example = text.split("Example:", 1)[1]
+        assert f"dircleaner {name.split()[0]}" in example or "dircleaner --store" in example, name
+        if isinstance(command, click.Group):
+            continue
+        opts = {opt for param in command.params for opt in param.opts}
+        if "--dry-run" in opts:
+            assert "-n" in opts, f"{name}: --dry-run without -n"
+        if name not in WITHOUT_JSON and name not in JSON_ELSEWHERE:
+            assert "--json" in opts, f"{name}: prints a summary but has no --json"
+        assert {"-v", "-q"} <= opts, name
+    assert {"clean", "run", "restore", "import-keys", "delete-keys", "filters rm"} <= seen
+
+
+# -- -n -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    """A store of 10 directories, 3 of them emptied (over the default --max-delete-fraction)."""
+    store = f"sqlite:///{tmp_path}/src/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(store, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    return store
+
+
+def dirs(url: str) -> list[str]:
+    result = invoke(url, "list-dirs", "--bucket", "default", "--sort")
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("clean", "-n", *EAGER),
+        ("run", "-n", *EAGER),
+        ("clean", "--prefix", "d/", "-n", "--min-age", "0"),
+    ],
+)
+def test_n_is_dry_run(url: str, args: tuple[str, ...]) -> None:
+    assert invoke(url, "build").exit_code == 0
+    before = dirs(url)
+    result = invoke(url, *args, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["dry_run"] if args[0] == "clean" else True
+    assert dirs(url) == before
+
+
+# -- -v / -q --------------------------------------------------------------------------------------
+
+
+def test_v_logs_more_and_vv_most(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    plain = invoke(url, "import-keys", "-", input="a/b\n")
+    assert plain.exit_code == 0 and " INFO " not in plain.stderr
+    louder = invoke(url, "-v", "import-keys", "-", input="a/c\n")
+    assert louder.exit_code == 0
+    assert re.search(r" INFO dircleaner: put: started$", louder.stderr, re.M), louder.stderr
+    after = invoke(url, "import-keys", "-", "-v", input="a/d\n")
+    assert " INFO dircleaner: put: started" in after.stderr
+    assert invoke(url, "-vv", "list-dirs").exit_code == 0
+    assert logging.getLogger("dircleaner").level == logging.DEBUG
+    assert invoke(url, "--log-level", "error", "-v", "list-dirs").exit_code == 0
+    assert logging.getLogger("dircleaner").level == logging.WARNING
+
+
+def test_q_keeps_the_summary_and_errors_and_drops_notes(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    crlf = b"a/b\r\na/c\r\n"
+    noted = invoke(url, "import-keys", "-", input=crlf)
+    assert noted.stderr.startswith("CRLF line endings")
+    for args in (("-q", "import-keys", "-"), ("import-keys", "-", "-q")):
+        hushed = invoke(url, *args, input=crlf)
+        assert (hushed.exit_code, hushed.stderr) == (0, ""), hushed.output
+        assert hushed.stdout == "put 2 keys in bucket 'default'; rejected 0 lines\n"
+    assert logging.getLogger("dircleaner").level == logging.ERROR
+    failed = invoke(f"sqlite:///{tmp_path}/absent.db", "-q", "list-dirs")
+    assert failed.exit_code == 1 and failed.stderr.startswith("Error: no metastore at ")
+    both = invoke(url, "-v", "-q", "list-dirs")
+    assert (both.exit_code, both.output) == (
+        2,
+        "Error: -v and -q contradict each other: give one of them\n",
+    )
+    assert invoke(url, "list-dirs").exit_code == 0
+    assert not quiet()  # each command starts from the defaults
+
+
+def test_q_keeps_a_terminal_free_of_progress() -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for hushed in (False, True):
+        set_quiet(hushed)
+        try:
+            terminal = Terminal()
+            progress = TerminalProgress(terminal)
+            progress("sweep", 10, 100)
+            progress.close()
+        finally:
+            set_quiet(False)
+        assert ("sweep: 10/100" in terminal.getvalue()) is not hushed
+
+
+# -- --json ---------------------------------------------------------------------------------------
+
+
+def test_json_of_import_keys_and_delete_keys(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    put = invoke(url, "import-keys", "-", "--json", input="a/b\na/c\n")
+    assert put.exit_code == 0, put.output
+    assert json.loads(put.stdout) == {
+        "ok": True,
+        "bucket": "default",
+        "keys": 2,
+        "put": 2,
+        "rejected_lines": 0,
+        "crlf_lines_stripped": 0,
+    }
+    deleted = invoke(url, "delete-keys", "-", "--json", input="a/b\nnope\n\n")
+    assert deleted.exit_code == 1
+    assert deleted.stderr == "line 3: empty key; skipped\n"
+    assert json.loads(deleted.stdout) == {
+        "ok": False,
+        "bucket": "default",
+        "keys": 2,
+        "deleted": 1,
+        "did_not_exist": 1,
+        "rejected_lines": 1,
+        "crlf_lines_stripped": 0,
+        "error": "rejected 1 lines (see stderr)",
+        "exit_code": 1,
+    }
+
+
+def test_json_of_gen_and_filters_rm(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    made = invoke(url, "gen", "--dirs", "20", "--json")
+    assert made.exit_code == 0, made.output
+    assert set(json.loads(made.stdout)) == {"ok", "dirs", "empty_dirs", "objects", "seconds"}
+    generation = json.loads(invoke(url, "build", "--json").stdout)["generation"]
+    removed = invoke(url, "filters", "rm", generation, "--json")
+    assert json.loads(removed.stdout) == {"ok": True, "removed": generation}
+
+
+# -- --metrics-file -------------------------------------------------------------------------------
+
+
+def metrics(path: Path) -> dict[str, float]:
+    lines = path.read_text().splitlines()
+    return {
+        name: float(value)
+        for name, value in (line.rsplit(" ", 1) for line in lines if not line.startswith("#"))
+    }
+
+
+def test_build_and_sweep_write_metrics(url: str, tmp_path: Path) -> None:
+    prom = tmp_path / "textfile" / "dircleaner.prom"
+    failed = invoke(url, "sweep", "--metrics-file", str(prom))
+    assert failed.exit_code == 1
+    assert metrics(prom)["dircleaner_last_run_success"] == 0
+    built = invoke(url, "build", "--metrics-file", str(prom))
+    assert built.exit_code == 0, built.output
+    values = metrics(prom)
+    assert values["dircleaner_last_run_success"] == 1
+    assert values["dircleaner_object_partitions_scanned"] == 7
+    assert values["dircleaner_filter_bytes"] > 0
+    assert 'dircleaner_phase_seconds{phase="build"}' in values
+    assert "dircleaner_candidates" not in values
+    swept = invoke(url, "sweep", "--metrics-file", str(prom))
+    assert swept.exit_code == 0, swept.output
+    values = metrics(prom)
+    assert values["dircleaner_last_run_success"] == 1
+    assert (values["dircleaner_directories_scanned"], values["dircleaner_candidates"]) == (11, 3)
+    assert 'dircleaner_phase_seconds{phase="sweep"}' in values
+    assert "dircleaner_filter_bytes" not in values
+
+
+# -- run --dry-run writes nothing -----------------------------------------------------------------
+
+
+def fingerprint(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.iterdir())
+        if p.is_file()
+    }
+
+
+def test_run_dry_run_on_a_read_only_store_stores_no_filter(url: str, tmp_path: Path) -> None:
+    """A read-only mount (root writes a 0444 file anyway, so a mount is the honest test)."""
+    source = tmp_path / "src"
+    before = fingerprint(source)
+    seen_read_only = read_only(source, tmp_path / "ro")
+    with seen_read_only as where:
+        ro = f"sqlite:///{where}/meta.db"
+        passed = invoke(ro, "run", "-n", *EAGER, "--json")
+        assert passed.exit_code == 0, passed.output
+        summary = json.loads(passed.stdout)
+        assert summary["clean"]["plan"]["directories"] == 3
+        # The guard's verdict, as a real run would meet it: 3 of 11 is over 10%.
+        refused = invoke(ro, "run", "-n", "--min-age", "0", "--workers", "2")
+        assert refused.exit_code == 3, refused.output
+        assert "Error: a real run would be refused: 3 of 11 directories" in refused.stderr
+    assert fingerprint(source) == before
+    assert invoke(url, "filters", "list").stdout == "no filters stored\n"
+
+
+def test_run_dry_run_neither_stores_a_filter_nor_collects_old_ones(url: str) -> None:
+    for _ in range(4):
+        assert invoke(url, "build").exit_code == 0
+    before = generations(url)
+    assert len(before) == 4
+    result = invoke(url, "run", "-n", *EAGER)
+    assert result.exit_code == 0, result.output
+    assert generations(url) == before
+
+
+def generations(url: str) -> list[str]:
+    listed = invoke(url, "filters", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    return [row["generation"] for row in json.loads(listed.stdout)]
+
+
+def test_run_dry_run_stores_no_filter_on_either_backend(backend: Backend) -> None:  # noqa: F811
+    args = ("--bucket", backend.bucket)
+    keys = "".join(f"dry/{i}/x\n" for i in range(10))
+    assert invoke(backend.url, "import-keys", "-", *args, input=keys).exit_code == 0
+    dead = "dry/1/x\ndry/2/x\ndry/3/x\n"
+    assert invoke(backend.url, "delete-keys", "-", *args, input=dead).exit_code == 0
+    before = generations(backend.url)
+    result = invoke(backend.url, "run", "-n", *args, *EAGER, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["clean"]["plan"]["directories"] == 3
+    assert generations(backend.url) == before
+
+
+def test_run_dry_run_on_a_cluster_is_refused_before_connecting(url: str) -> None:
+    result = invoke(url, "run", "-n", "--scheduler", "tcp://127.0.0.1:9")
+    assert (result.exit_code, result.output) == (
+        2,
+        "Error: run --dry-run keeps its filter in memory, where a cluster's workers cannot"
+        " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)\n",
+    )
+
+
+# -- --config -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_malformed_config_is_refused_with_a_sqlite_store(
+    url: str, tmp_path: Path, where: str
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[cassandra\nconsistency = 'QUORUM'\n")
+    args = ["--config", str(bad), "list-dirs"]
+    if where == "after":
+        args = ["list-dirs", "--config", str(bad)]
+    result = invoke(url, *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: config file {bad} is not valid TOML: ")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    good = tmp_path / "good.toml"
+    good.write_text("[cassandra]\nconsistency = 'QUORUM'\n")
+    assert invoke(url, "--config", str(good), "list-dirs").exit_code == 0
+
+
+# -- a filter cell of another SQLite type ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("seq", [-1, -2, 0], ids=["header", "marker", "body"])
+@pytest.mark.parametrize(
+    "value",
+    ["text", b"\xff\xfe not UTF-8", 1.5],
+    ids=["text", "text-not-utf8", "real"],
+)
+def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
+    url: str, tmp_path: Path, seq: int, value: object
+) -> None:
+    assert invoke(url, "build").exit_code == 0
+    with sqlite3.connect(tmp_path / "src" / "meta.db") as conn:
+        cast = "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
+        conn.execute(f"UPDATE filters SET data = {cast} WHERE seq = ?", (value, seq))
+    result = invoke(url, "clean", "-n")
+    assert result.exit_code == 3, result.output
+    assert re.fullmatch(r"Error: filter \S+ (is corrupt|shard 0: )[^\n]*\n", result.stderr)
+    assert "free space" not in result.output
+    listed = invoke(url, "filters", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+
+
+def test_sweep_refuses_two_outputs_on_stdout(url: str) -> None:
+    assert invoke(url, "build").exit_code == 0
+    result = invoke(url, "sweep", "--out", "-", "--json")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "Error: --json and --out - both write to stdout: give --out a file\n",
+    )
+    assert json.loads(result.stdout)["ok"] is False
