@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 
 from dircleaner.errors import UsageError
 
@@ -33,3 +34,9 @@ def format_duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
     return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def format_utc_us(timestamp_us: int) -> str:
+    """A µs timestamp as UTC, to the µs: ``2026-11-26 08:03:12.123456 UTC``."""
+    moment = datetime.fromtimestamp(timestamp_us // 1_000_000, UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{timestamp_us % 1_000_000:06d} UTC"

@@ -11,10 +11,11 @@ from typing import BinaryIO
 import click
 
 from dircleaner.audit import AuditSelection, decoded_lines, plan_restore, restore
-from dircleaner.cli.context import TerminalProgress, obj
+from dircleaner.cli.context import TerminalProgress, obj, warn_if_bucket_missing
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
+from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import now_us
 
 KEY_BATCH = 5000
@@ -105,7 +106,9 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
     Example:
       dircleaner --store sqlite:///meta.db delete-keys expired.txt
     """
+    validate_bucket(bucket)
     with obj(ctx).open() as store:
+        require_bucket(store, bucket)
         _apply_keys(
             path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
         )
@@ -126,6 +129,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
     if bucket is not None:
         validate_bucket(bucket)
     with obj(ctx).open() as store:
+        warn_if_bucket_missing(store, bucket)
         rows = store.iter_folder_rows(bucket)
         paths = (
             dir_of_row(r.parent, r.name)

@@ -158,6 +158,9 @@ class CleanReport:
     budget: TombstoneBudget | None = None
     #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
     would_be_refused: str | None = None
+    #: of ``verified``, the directories that were not candidates: the own directories of
+    #: partitions found empty whose row another slice swept (each slice re-checks them)
+    verified_parents: int = 0
 
 
 @dataclass
@@ -321,7 +324,8 @@ def _run_clean(
         if whole:
             # The folder rows left are what the next build's growth is measured from (the
             # empties just removed were never in the filter).
-            record_clean(store, scope, loaded.generation, totals.swept_rows - deleted.directories)
+            gone = deleted.directories if deleted.rows_removed is None else deleted.rows_removed
+            record_clean(store, scope, loaded.generation, totals.swept_rows - gone)
     return CleanReport(
         sweep=CleanSweep(loaded, totals),
         delete_timestamp_us=orders.delete_timestamp_us,
@@ -335,6 +339,7 @@ def _run_clean(
         slices_already_clean=tuple(sorted(previous.done)),
         budget=budget,
         would_be_refused=decision.verdict,
+        verified_parents=sum(t.checked_parents for t in tallies),
     )
 
 

@@ -42,6 +42,9 @@ class ShardSwept:
     verify_s: float
     #: candidates found to hold objects after all
     nonempty: frozenset[BucketDir]
+    #: of ``checked``, the directories that were not candidate rows of this slice (the own
+    #: directories of partitions found empty, whose row another slice holds)
+    checked_parents: int = 0
 
 
 @dataclass(frozen=True)
@@ -93,12 +96,15 @@ def sweep_and_recheck(
     finish_loading_kernels()
     result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
     nonempty: set[BucketDir] = set()
-    checked = 0
+    checked = parents = 0
     started = time.monotonic()
     if verify:
-        nonempty, checked = find_nonempty(store, result.facts)
+        rechecked = find_nonempty(store, result.facts)
+        nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
         progress("verify", checked, checked)
-    swept = ShardSwept(result.totals(), checked, time.monotonic() - started, frozenset(nonempty))
+    swept = ShardSwept(
+        result.totals(), checked, time.monotonic() - started, frozenset(nonempty), parents
+    )
     return swept, result.facts
 
 

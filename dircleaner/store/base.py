@@ -18,11 +18,15 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
+from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
+
+#: buckets a "no such bucket" message names at most
+MAX_BUCKETS_NAMED = 20
 
 #: gc_grace_seconds' default: how long a tombstone is kept when the store cannot tell
 DEFAULT_GRACE_S = 864_000.0
@@ -347,6 +351,27 @@ class Store(abc.ABC):
         Returns how many of the keys existed, or None where the store cannot tell."""
         return self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
 
+    # -- buckets ----------------------------------------------------------------------------
+    def bucket_exists(self, bucket: str) -> bool:
+        """Whether the store holds anything of ``bucket``: a row in its root objects or folders
+        partition, where every key of the bucket leaves one (an object at the root, or the
+        folder row of its top directory). Two point reads."""
+        if self.nonempty_object_partitions([(bucket, "")]):
+            return True
+        return any(self.folder_partition_pages(bucket, "", page_rows=1))
+
+    def bucket_names(self) -> list[str]:
+        """Every bucket the objects or folders table holds a row of, sorted.
+
+        Scans every partition key here (as a build does): meant for saying which buckets exist
+        once ``bucket_exists`` said no; a backend that can list them cheaper overrides it."""
+        names: set[str] = set()
+        for batch in self.scan_object_partitions(Shard()):
+            names.update(key.bucket for key in batch)
+        for rows in self.scan_folder_rows(Shard()):
+            names.update(row.bucket for row in rows)
+        return sorted(names)
+
     def iter_folder_rows(self, bucket: str | None = None) -> Iterator[FolderRow]:
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
@@ -374,3 +399,23 @@ class BulkLoader(Protocol):
 
     def bulk_loading(self) -> AbstractContextManager[None]:
         """A context in which bulk inserts may trade durability for speed."""
+
+
+def missing_bucket(store: Store, bucket: str | None) -> str | None:
+    """None when ``bucket`` is None (every bucket) or the store holds it; else one line saying
+    it holds nothing of it and naming the buckets it does hold."""
+    if bucket is None or store.bucket_exists(bucket):
+        return None
+    names = store.bucket_names()
+    shown = ", ".join(repr(name) for name in names[:MAX_BUCKETS_NAMED]) or "none"
+    if len(names) > MAX_BUCKETS_NAMED:
+        shown += f" (and {len(names) - MAX_BUCKETS_NAMED:,} more)"
+    return f"bucket {bucket!r} does not exist in this store (buckets: {shown}); is --bucket right?"
+
+
+def require_bucket(store: Store, bucket: str | None) -> None:
+    """Raise BucketNotFound unless ``bucket`` is None (every bucket) or the store holds it:
+    what a command that deletes calls before anything else."""
+    problem = missing_bucket(store, bucket)
+    if problem is not None:
+        raise BucketNotFound(problem)

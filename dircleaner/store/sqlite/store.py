@@ -214,6 +214,12 @@ class SqliteStore(Store):
         ).fetchone()
         return row is not None
 
+    def bucket_names(self) -> list[str]:
+        rows = self._conn.execute(
+            "SELECT bucket FROM objects UNION SELECT bucket FROM folders ORDER BY bucket"
+        )
+        return [str(bucket) for (bucket,) in rows]
+
     # -- emptiness re-check --------------------------------------------------------------------
     def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """One set-based query per chunk instead of a Python round trip per directory.
