@@ -27,20 +27,20 @@ def test_every_phase_logs_its_start_and_its_end(
     url = f"sqlite:///{tmp_path}/meta.db"
     keys = "".join(f"d/{i}/x\n" for i in range(10))
     put = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
-    assert phase_lines(put.stderr) == ["put: started", "put: done: 10"]
+    assert phase_lines(put.stderr) == ["put: started", "put: done: 10 keys"]
     assert invoke(url, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
     audit = str(tmp_path / "a.jsonl")
     result = invoke(url, "--log-level", "info", "run", *EAGER, "--audit-log", audit)
     assert result.exit_code == 0, result.output
     assert phase_lines(result.stderr) == [
         "build: started",
-        "build: done: 7",  # object partitions scanned
+        "build: done: 7 object partitions",
         "sweep: started",
-        "sweep: done: 11",
+        "sweep: done: 11 directories",
         "verify: started",
-        "verify: done: 3",
+        "verify: done: 3 directories",
         "clean: started",
-        "clean: done: 3",  # three directories, in one range delete
+        "clean: done: 1 deletes",  # three directories, in one range delete
     ]
 
 
@@ -51,7 +51,7 @@ def test_a_long_phase_logs_every_interval(tmp_path: Path, monkeypatch: pytest.Mo
     result = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
     messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
     progress = [re.sub(r" \([0-9,]+/s\)$", "", m) for m in messages if m.startswith("put: ")]
-    assert progress[:3] == ["put: started", "put: 5,000", "put: 10,000"]
+    assert progress[:3] == ["put: started", "put: 5,000 keys", "put: 10,000 keys"]
 
 
 def test_with_workers_the_sweep_counts_directories_swept(
@@ -69,9 +69,32 @@ def test_with_workers_the_sweep_counts_directories_swept(
     assert result.exit_code == 0, result.output
     assert phase_lines(result.stderr) == [
         "build: started",
-        "build: done: 7",
+        "build: done: 7 object partitions",
         "sweep: started",
-        "sweep: done: 11",
+        "sweep: done: 11 directories",
         "clean: started",
-        "clean: done: 3",
+        "clean: done: 1 deletes",
     ]
+
+
+def test_with_workers_every_phase_shows_its_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build expects the last build's count, the sweep the last sweep's (or an exact
+    count), and the clean counts deletes (the unit --rate limits) out of the slices' plans."""
+    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "0")
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(40))
+    assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
+    audit = str(tmp_path / "a.jsonl")
+    args = ["run", *EAGER, "--audit-log", audit, "--workers", "2"]
+    assert invoke(url, *args).exit_code == 0
+    gone = "".join(f"d/{i}/x\n" for i in range(0, 40, 2))
+    assert invoke(url, "delete-keys", "-", input=gone).exit_code == 0
+    result = invoke(url, "--log-level", "info", *args)
+    assert result.exit_code == 0, result.output
+    messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
+    units = (("build", "object partitions"), ("sweep", "directories"), ("clean", "deletes"))
+    for phase, unit in units:
+        assert any(re.match(rf"^{phase}: [0-9,]+/[0-9,]+ {unit} \(", m) for m in messages), phase
+    assert "clean: done: 20 deletes" in phase_lines(result.stderr)

@@ -65,7 +65,7 @@ from dircleaner.pipeline.slice import (
     merge_delete_stats,
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
-from dircleaner.progress import Progress, no_progress
+from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
@@ -206,7 +206,8 @@ def run_sweep(
 
     shards = pool.slices(config.shard, CLEAN)
     started = time.monotonic()
-    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
+    expected = expecting(progress, "sweep", expected_sweep(store, config))
+    parts = pool.map_shards(store, shards, sweep_part, "sweep", expected)
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -219,6 +220,17 @@ def run_sweep(
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     return SweepReport(loaded, result)
+
+
+def expected_sweep(store: Store, config: SweepConfig) -> int | None:
+    """The folder rows a sweep of the whole ring expects, for its progress: the last sweep's
+    count, or an exact count where that is cheap (None for a slice of the ring)."""
+    if config.shard.count != 1:
+        return None
+    previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
+    if previous is not None:
+        return int(previous)
+    return store.estimate_directory_count(config.bucket).count if store.cheap_exact_count else None
 
 
 def run_clean(
@@ -302,7 +314,9 @@ def _run_clean(
         clock.decide,
         work.clean,
         ("sweep", "clean"),
-        progress,
+        expecting(
+            progress, "sweep", expected_sweep(store, sweep_config) if not previous.done else None
+        ),
         decision.slice_done,
     )
     phases = clock.phases(tallies, cleaned, config.verify)

@@ -42,7 +42,7 @@ from dircleaner.filter.stored import (
 )
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import PartitionKey, Shard
-from dircleaner.progress import Progress, no_progress
+from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
@@ -124,6 +124,12 @@ def scope_of(store: Store, bucket: str | None) -> str:
 def swept_count_key(scope: str) -> str:
     """State key under which the sweep records the exact folder-row count of a scope."""
     return f"swept_dirs|{scope}"
+
+
+def scanned_count_key(scope: str) -> str:
+    """State key under which a whole build records the object partitions it scanned (the next
+    build's progress expects as many)."""
+    return f"build_partitions|{scope}"
 
 
 def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
@@ -476,10 +482,16 @@ def _build_filter(
         return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
     shards = list(resume.missing) if resume else build_shards(config, pool)
-    built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
+    whole = config.shard.count == 1 and resume is None
+    previous = store.get_state(scanned_count_key(scope)) if whole else None
+    # The last whole build's count: what this one's progress expects (none on a first build).
+    expected = expecting(progress, "build", int(previous) if previous else None)
+    built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
     result = _result(params, built, reused, time.monotonic() - started)
+    if whole and not store.read_only:
+        store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
     held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
     if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
         # What the next build scales by the index's growth (shards share ancestors, so only

@@ -28,7 +28,7 @@ from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
 from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
-from dircleaner.progress import Progress
+from dircleaner.progress import Progress, counting_actions
 from dircleaner.store.base import Store
 
 
@@ -134,6 +134,8 @@ def plan_and_delete(
     del facts  # the plan holds what is still needed
     deleted = None
     started = time.monotonic()
+    if not orders.dry_run:
+        progress("clean", 0, len(plan.actions))  # the slice's total, even when it is 0
     if not orders.dry_run and plan.actions:
         stream = open_audit_log(orders.audit_log) if orders.audit_log else None
         try:
@@ -146,7 +148,9 @@ def plan_and_delete(
                 orders.delete_timestamp_us,
                 orders.throttle,
                 audit,
-                progress,
+                # In deletes, the unit --rate limits (a range or partition delete takes several
+                # directories).
+                counting_actions(progress, "clean", [len(a.rows) for a in plan.actions]),
                 keep_going=lease_check(store, orders.lease_owner),
                 charge=ledger_charger(
                     store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s
