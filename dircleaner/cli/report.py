@@ -160,8 +160,8 @@ def build_lines(result: BuildResult) -> list[str]:
         f" {_n(result.keys_inserted)} ancestor keys inserted in {result.seconds:.1f}s",
         f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
-        f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
-        f" {result.estimated_fpr:.4g} (target {h.target_p:g})",
+        f"        fill {result.fill_ratio:.4g}, effective false-positive rate"
+        f" {result.estimated_fpr:.4g} (target {h.target_p:g}), as 'filters list' shows them",
     ]
 
 

@@ -59,6 +59,23 @@ def decode_marker(data: bytes) -> _Marker:
     return _Marker(chunks, body_crc, set_bits)
 
 
+def merged_fill(m: int, set_bits: Sequence[int]) -> float:
+    """Share of bits set in the OR of a generation's shards, from each one's set bits: exact
+    for one shard, else assuming shards set bits independently (1 - prod(1 - fill_i)).
+
+    The one computation of a generation's fill: the build's summary and ``filters list`` both
+    show it, so they agree (with several shards it errs high, as shards share ancestors)."""
+    empty = 1.0
+    for bits in set_bits:
+        empty *= 1.0 - bits / m
+    return 1.0 - empty
+
+
+def fpr_at(fill: float, k: int) -> float:
+    """The effective false-positive rate of a filter with ``k`` hashes at ``fill``."""
+    return fill**k
+
+
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
     """One stored shard of a generation, as read from its header and marker."""
@@ -94,20 +111,16 @@ class GenerationInfo:
         return sorted(s.shard for s in self.shards) == list(range(header.shard_count))
 
     def fill_ratio(self) -> float | None:
-        """Share of bits set in the merged filter: exact for one shard, else assuming shards
-        set bits independently (1 - prod(1 - fill_i))."""
+        """Share of bits set in the merged filter (``merged_fill``)."""
         header = self.header
         if header is None or any(s.set_bits is None for s in self.shards):
             return None
-        empty = 1.0
-        for shard in self.shards:
-            empty *= 1.0 - (shard.set_bits or 0) / header.m
-        return 1.0 - empty
+        return merged_fill(header.m, [s.set_bits or 0 for s in self.shards])
 
     def estimated_fpr(self) -> float | None:
-        """The effective false-positive rate, fill ** k."""
+        """The effective false-positive rate (``fpr_at``)."""
         fill, header = self.fill_ratio(), self.header
-        return None if fill is None or header is None else fill**header.k
+        return None if fill is None or header is None else fpr_at(fill, header.k)
 
     @property
     def corrupt(self) -> bool:

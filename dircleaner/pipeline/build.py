@@ -37,6 +37,8 @@ from dircleaner.filter.sizing import (
 from dircleaner.filter.stored import (
     GenerationInfo,
     find_generation,
+    fpr_at,
+    merged_fill,
     read_filter_part,
     save_filter_part,
 )
@@ -106,6 +108,8 @@ class BuildResult:
     sizing: DirCountEstimate
     partitions_scanned: int
     keys_inserted: int
+    #: fill and effective false-positive rate of the generation, computed as ``filters list``
+    #: computes them (``filter.stored.merged_fill``)
     fill_ratio: float
     estimated_fpr: float
     filter_bytes: int
@@ -489,10 +493,10 @@ def _build_filter(
     built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result = _result(params, built, reused, time.monotonic() - started)
+    result, union_fill = _result(params, built, reused, time.monotonic() - started)
     if whole and not store.read_only:
         store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
-    held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
+    held = distinct_keys(result.header.m, result.header.k, union_fill)
     if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
         # What the next build scales by the index's growth (shards share ancestors, so only
         # the merged filter counts them once).
@@ -503,22 +507,28 @@ def _build_filter(
 
 def _result(
     params: _Params, built: list[_PartResult], reused: list[_PartResult], seconds: float
-) -> BuildResult:
-    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice)."""
+) -> tuple[BuildResult, float]:
+    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice):
+    the result, with fill and rate as ``filters list`` shows them, and the union's exact fill."""
     parts = sorted(built + reused, key=lambda p: p.shard)
     header, union = deserialize(parts[0].header_bytes, parts[0].body)
+    set_bits = [round(union.fill_ratio() * union.m)]
     for part in parts[1:]:
-        union |= deserialize(part.header_bytes, part.body)[1]
-    return BuildResult(
+        filt = deserialize(part.header_bytes, part.body)[1]
+        set_bits.append(round(filt.fill_ratio() * filt.m))
+        union |= filt
+    fill = merged_fill(header.m, set_bits)
+    result = BuildResult(
         generation=params.generation,
         header=header,
         sizing=params.sizing,
         partitions_scanned=sum(p.partitions for p in built),
         keys_inserted=sum(p.inserted for p in built),
-        fill_ratio=union.fill_ratio(),
-        estimated_fpr=union.estimated_fpr(),
+        fill_ratio=fill,
+        estimated_fpr=fpr_at(fill, header.k),
         filter_bytes=header.body_len,
         seconds=seconds,
         built_shards=tuple(p.shard for p in built),
         reused_shards=tuple(p.shard for p in reused),
     )
+    return result, union.fill_ratio()
