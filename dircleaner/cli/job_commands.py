@@ -160,9 +160,10 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open() as store, workers_for(params) as pool:
-        require_bucket(store, params["bucket"])
-        report = run_clean(store, config, progress, workers=pool)
+    with obj(ctx).open() as store:
+        require_bucket(store, params["bucket"])  # before the workers say where they run
+        with workers_for(params) as pool:
+            report = run_clean(store, config, progress, workers=pool)
     progress.close()
     known = store.rows_removed is not None
     verdict = report.would_be_refused
@@ -199,9 +200,10 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open() as store, workers_for(params) as pool:
-        require_bucket(store, params["bucket"])
-        report = run_job(store, build_config(params, whole), config, progress, pool)
+    with obj(ctx).open() as store:
+        require_bucket(store, params["bucket"])  # before the workers say where they run
+        with workers_for(params) as pool:
+            report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     known = store.rows_removed is not None
     verdict = report.clean.would_be_refused

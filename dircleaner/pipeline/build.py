@@ -488,8 +488,10 @@ def _build_filter(
     shards = list(resume.missing) if resume else build_shards(config, pool)
     whole = config.shard.count == 1 and resume is None
     previous = store.get_state(scanned_count_key(scope)) if whole else None
-    # The last whole build's count: what this one's progress expects (none on a first build).
-    expected = expecting(progress, "build", int(previous) if previous else None)
+    # What this build's progress expects: the last whole build's count; on a first build the
+    # folder rows, where counted (each object partition but a bucket's root is a directory).
+    total = int(previous) if previous else params.sizing.folder_rows if whole else None
+    expected = expecting(progress, "build", total)
     built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
