@@ -40,6 +40,7 @@ from dircleaner.filter.stored import (
     fpr_at,
     merged_fill,
     read_filter_part,
+    record_merged_bits,
     save_filter_part,
 )
 from dircleaner.gcpause import cyclic_gc_paused
@@ -495,10 +496,14 @@ def _build_filter(
     built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result, union_fill = _result(params, built, reused, time.monotonic() - started)
-    if whole and not store.read_only:
-        store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
-    held = distinct_keys(result.header.m, result.header.k, union_fill)
+    result, union_bits = _result(params, built, reused, time.monotonic() - started)
+    if not store.read_only:
+        if whole:
+            store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
+        if len(built) + len(reused) == result.header.shard_count:
+            # The whole generation: 'filters list' then shows the fill measured here.
+            record_merged_bits(store, scope, result.generation, union_bits)
+    held = distinct_keys(result.header.m, result.header.k, union_bits / result.header.m)
     if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
         # What the next build scales by the index's growth (shards share ancestors, so only
         # the merged filter counts them once).
@@ -509,9 +514,9 @@ def _build_filter(
 
 def _result(
     params: _Params, built: list[_PartResult], reused: list[_PartResult], seconds: float
-) -> tuple[BuildResult, float]:
+) -> tuple[BuildResult, int]:
     """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice):
-    the result, with fill and rate as ``filters list`` shows them, and the union's exact fill."""
+    the result, with fill and rate as ``filters list`` shows them, and the union's set bits."""
     parts = sorted(built + reused, key=lambda p: p.shard)
     header, union = deserialize(parts[0].header_bytes, parts[0].body)
     set_bits = [round(union.fill_ratio() * union.m)]
@@ -519,7 +524,9 @@ def _result(
         filt = deserialize(part.header_bytes, part.body)[1]
         set_bits.append(round(filt.fill_ratio() * filt.m))
         union |= filt
-    fill = merged_fill(header.m, set_bits)
+    union_bits = round(union.fill_ratio() * union.m)
+    whole = len(parts) == header.shard_count
+    fill = merged_fill(header.m, set_bits, union_bits if whole else None)
     result = BuildResult(
         generation=params.generation,
         header=header,
@@ -533,4 +540,4 @@ def _result(
         built_shards=tuple(p.shard for p in built),
         reused_shards=tuple(p.shard for p in reused),
     )
-    return result, union.fill_ratio()
+    return result, union_bits
