@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.cli.progress_display import TerminalProgress
 from tests.helpers import EAGER, invoke
 
 
@@ -82,7 +83,14 @@ def test_with_workers_every_phase_shows_its_total(
 ) -> None:
     """The build expects the last build's count, the sweep the last sweep's (or an exact
     count), and the clean counts deletes (the unit --rate limits) out of the slices' plans."""
-    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "0")
+    shown: list[tuple[str, int, int | None]] = []
+    draw = TerminalProgress.__call__
+
+    def recorded(self: TerminalProgress, phase: str, done: int, total: int | None) -> None:
+        shown.append((phase, done, total))
+        draw(self, phase, done, total)
+
+    monkeypatch.setattr(TerminalProgress, "__call__", recorded)
     url = f"sqlite:///{tmp_path}/meta.db"
     keys = "".join(f"d/{i}/x\n" for i in range(40))
     assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
@@ -91,10 +99,12 @@ def test_with_workers_every_phase_shows_its_total(
     assert invoke(url, *args).exit_code == 0
     gone = "".join(f"d/{i}/x\n" for i in range(0, 40, 2))
     assert invoke(url, "delete-keys", "-", input=gone).exit_code == 0
-    result = invoke(url, "--log-level", "info", *args)
+    shown.clear()
+    result = invoke(url, *args)
     assert result.exit_code == 0, result.output
-    messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
-    units = (("build", "object partitions"), ("sweep", "directories"), ("clean", "deletes"))
-    for phase, unit in units:
-        assert any(re.match(rf"^{phase}: [0-9,]+/[0-9,]+ {unit} \(", m) for m in messages), phase
-    assert "clean: done: 20 deletes" in phase_lines(result.stderr)
+    last = {phase: (done, total) for phase, done, total in shown}
+    assert last == {
+        "build": (20, 40),  # 20 partitions left of the 40 the last build scanned
+        "sweep": (41, 41),
+        "clean": (20, 20),  # 20 row deletes (no three empty neighbours: no range)
+    }
