@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.cli.report import deleted_summary, plan_and_delete_lines
+from dircleaner.pipeline.delete import DeleteStats
+from dircleaner.pipeline.plan import PlanSummary
 from tests.helpers import invoke
 
 #: three empty directories under a/, written now: after T when --min-age is 10 minutes
@@ -121,3 +124,29 @@ def test_the_plan_lines_add_up_and_say_what_n_is(tmp_path: Path) -> None:
     assert sum(summary["directories_by_action"].values()) == summary["directories"]
     kinds = ("partition_deletes", "row_deletes", "range_deletes", "rewrites")
     assert sum(summary[k] for k in kinds) == summary["tombstones"] == 3
+
+
+def test_a_store_that_cannot_tell_says_requested_never_deleted() -> None:
+    """Cassandra's deletes are blind tombstones: its counts are requests, and what was
+    removed is unknown (null in --json), not 0."""
+    blind = DeleteStats(row_deletes=2, directories=2, seconds=0.5)
+    lines = plan_and_delete_lines(
+        PlanSummary(directories=2, row_deletes=2),
+        None,
+        False,
+        blind,
+        1_795_680_000_000_000,
+        None,
+        "build start - --min-age 10m",
+    )
+    assert lines[-2:] == [
+        "clean   delete requests issued for 2 directories in 0.5s at T = 2026-11-26 08:00:00.000000"
+        " UTC (build start - --min-age 10m): 0 partition, 2 row and 0 range deletes, 0 rewrites"
+        " of 0 rows; 0 retries",
+        "        requested, not counted as removed: this store's deletes are blind tombstones"
+        " (an entry written after T survives its delete)",
+    ]
+    summary = deleted_summary(blind, PlanSummary(directories=2, row_deletes=2), False)
+    assert (summary["delete_requested_dirs"], summary["removed_dirs"]) == (2, None)
+    assert summary["kept_written_after_t"] is None
+    assert deleted_summary(None, PlanSummary(), False)["removed_dirs"] is None
