@@ -268,14 +268,15 @@ class StoreContract:
     @pytest.mark.two_buckets
     def test_which_buckets_exist(self, store: Store) -> None:
         other = self.need_two_buckets()
-        assert not store.bucket_exists(self.BUCKET) and store.bucket_names() == []
+        assert not store.bucket_exists(self.BUCKET) and store.bucket_names() == ([], True)
         store.put_objects(self.BUCKET, ["top-level-object"], self.t0)
         # A bucket whose objects are gone but whose folder index still lists directories.
         store.put_objects(other, ["a/b/c"], self.t0)
         store.delete_objects(other, ["a/b/c"], self.t0 + 1)
         assert store.bucket_exists(self.BUCKET) and store.bucket_exists(other)
         assert not store.bucket_exists(self.BUCKET.upper())
-        assert store.bucket_names() == sorted([self.BUCKET, other])
+        assert store.bucket_names() == (sorted([self.BUCKET, other]), True)
+        assert Store.bucket_names(store) == (sorted([self.BUCKET, other]), True)  # the scan
         assert missing_bucket(store, None) is None
         assert missing_bucket(store, other) is None
         assert missing_bucket(store, "nosuch") == (
