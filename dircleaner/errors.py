@@ -80,6 +80,10 @@ class TooManyCandidates(GuardRefused):
     """Candidates exceed --max-delete-fraction of the swept directories."""
 
 
+class BucketNotFound(GuardRefused):
+    """--bucket names a bucket the store holds nothing of (a typo?); nothing was deleted."""
+
+
 class LeaseHeld(DircleanerError):
     """Another run holds the store's lease; nothing was deleted."""
 

@@ -56,3 +56,9 @@ def format_utc(timestamp_us: int) -> str:
     """A µs timestamp as ISO 8601 UTC to the second: ``2026-11-26T07:28:40Z``."""
     moment = datetime.fromtimestamp(timestamp_us // 1_000_000, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_utc_us(timestamp_us: int) -> str:
+    """A µs timestamp as UTC, to the µs: ``2026-11-26 08:03:12.123456 UTC``."""
+    moment = datetime.fromtimestamp(timestamp_us // 1_000_000, UTC)
+    return f"{moment:%Y-%m-%d %H:%M:%S}.{timestamp_us % 1_000_000:06d} UTC"

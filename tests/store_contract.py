@@ -18,9 +18,18 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
+from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
-from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store, TombstoneCharge, TombstoneCounter
+from dircleaner.store.base import (
+    HEADER_SEQ,
+    MARKER_SEQ,
+    Store,
+    TombstoneCharge,
+    TombstoneCounter,
+    missing_bucket,
+    require_bucket,
+)
 
 T0 = 1_000_000
 
@@ -255,6 +264,27 @@ class StoreContract:
         store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
         assert partitions(store, bucket="nobody") == []
         assert folder_rows(store, bucket="nobody") == []
+
+    @pytest.mark.two_buckets
+    def test_which_buckets_exist(self, store: Store) -> None:
+        other = self.need_two_buckets()
+        assert not store.bucket_exists(self.BUCKET) and store.bucket_names() == ([], True)
+        store.put_objects(self.BUCKET, ["top-level-object"], self.t0)
+        # A bucket whose objects are gone but whose folder index still lists directories.
+        store.put_objects(other, ["a/b/c"], self.t0)
+        store.delete_objects(other, ["a/b/c"], self.t0 + 1)
+        assert store.bucket_exists(self.BUCKET) and store.bucket_exists(other)
+        assert not store.bucket_exists(self.BUCKET.upper())
+        assert store.bucket_names() == (sorted([self.BUCKET, other]), True)
+        assert Store.bucket_names(store) == (sorted([self.BUCKET, other]), True)  # the scan
+        assert missing_bucket(store, None) is None
+        assert missing_bucket(store, other) is None
+        assert missing_bucket(store, "nosuch") == (
+            f"bucket 'nosuch' does not exist in this store (buckets: {self.BUCKET!r},"
+            f" {other!r}); is --bucket right?"
+        )
+        with pytest.raises(BucketNotFound):
+            require_bucket(store, "nosuch")
 
     def test_iter_folder_rows(self, store: Store) -> None:
         store.put_objects(self.BUCKET, ["a/b/c"], self.t0)

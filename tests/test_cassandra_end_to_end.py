@@ -300,7 +300,7 @@ def test_an_empty_subtree_costs_its_live_parent_one_row_tombstone(
     audit = tmp_path / "a.jsonl"
     summary = run(ks_url, bucket, audit, "--fpr", "0.0001")
     clean = summary["clean"]
-    assert clean["deleted_dirs"] == 2 * 316
+    assert clean["delete_requested_dirs"] == 2 * 316
     assert clean["row_tombstones"] == 2
     # gone/ and its 15 a*/ partitions, twice; the b*/ directories have no folders partition.
     assert clean["partition_tombstones"] == 2 * 16

@@ -39,10 +39,13 @@ def test_list_dirs_covers_every_bucket_like_run(url: str) -> None:
     assert (result.exit_code, result.output) == (0, "p/\n")
 
 
-def test_an_unknown_bucket_is_warned_about(url: str) -> None:
-    result = invoke(url, "run", *EAGER, "--bucket", "nosuch", "--json")
-    assert result.exit_code == 0
-    assert result.stderr == "warning: bucket 'nosuch' has no directory; is --bucket right?\n"
+def test_an_unknown_bucket_is_refused_by_run(url: str) -> None:
+    result = invoke(url, "run", *EAGER, "--bucket", "nosuch")
+    assert result.exit_code == 3
+    assert result.stderr == (
+        "Error: bucket 'nosuch' does not exist in this store (buckets: 'default', 'photos');"
+        " is --bucket right?\n"
+    )
     assert invoke(url, "run", *EAGER, "--bucket", "photos", "--json").stderr == ""
 
 

@@ -29,11 +29,20 @@ def test_dry_run_prints_the_plan_and_the_verdict(url: str) -> None:
     result = invoke(url, "clean", "--dry-run", "--min-age", "0")
     assert result.exit_code == 3
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["sweep", "verify", "plan", "budget", "clean"]
-    assert lines[2] == (
-        "plan    3 directories: 0 partition tombstones, 0 row tombstones, 1 range tombstones,"
-        " 0 partitions rewritten (0 rows copied), 0 deferred by the per-partition budget"
-    )
+    assert [line.split()[0] for line in lines] == [
+        "sweep",
+        "verify",
+        "plan",
+        "1",
+        "budget",
+        "clean",
+    ]
+    assert lines[2:4] == [
+        "plan    3 directories to delete = 0 in 0 dead partitions + 0 by row deletes + 3 in 1"
+        " ranges + 0 in 0 rewritten partitions (0 rows copied); 0 more deferred by the budget N",
+        "        1 tombstones = 0 partition + 0 row + 1 range (each counts 2 against N)"
+        " + 0 of rewritten partitions",
+    ]
     assert result.stderr == f"Error: a real run would be refused: {VERDICT}\n"
     before = invoke(url, "list-dirs").output
     assert "default\td/1/\n" in before

@@ -185,7 +185,9 @@ def test_sweep_then_clean_step_by_step(dataset: tuple[str, set[str], set[str], P
     out = tmp / "candidates.txt"
     result = invoke(url, "sweep", "--out", str(out))
     assert result.exit_code == 0, result.output
-    candidates = set(out.read_text(encoding="utf-8").splitlines())
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert {line.split("\t")[0] for line in lines} == {"default"}  # BUCKET<TAB>PATH
+    candidates = {line.split("\t", 1)[1] for line in lines}
     assert candidates and candidates <= every - live
     result = invoke(url, "clean", *EAGER, "--audit-log", str(tmp / "a.jsonl"))
     assert result.exit_code == 0, result.output
@@ -277,15 +279,18 @@ def test_the_summary_reports_range_deletes(tmp_path: Path) -> None:
     result = run_eagerly(url, tmp_path / "a.jsonl", "--fpr", "0.000001")
     assert result.exit_code == 0, result.output
     assert (
-        "plan    1,228 directories: 0 partition tombstones, 20 row tombstones,"
-        " 69 range tombstones, 0 partitions rewritten (0 rows copied), 0 deferred by the"
-        " per-partition budget"
+        "plan    1,228 directories to delete = 0 in 0 dead partitions + 20 by row deletes"
+        " + 1,208 in 69 ranges + 0 in 0 rewritten partitions (0 rows copied); 0 more deferred"
+        " by the budget N\n"
+        "        89 tombstones = 0 partition + 20 row + 69 range (each counts 2 against N)"
+        " + 0 of rewritten partitions\n"
     ) in result.output
     assert (
-        "(0 partition, 20 row and 69 range deletes, 0 rewrites of 0 rows; 0 retries)"
+        ": 0 partition, 20 row and 69 range deletes, 0 rewrites of 0 rows; 0 retries\n"
         in result.output
     )
     assert (
-        "budget  500 tombstones per live partition within 10 days (default);"
-        " N is half the default tombstone_warn_threshold (1000)"
+        "budget  N = 500: the per-partition live-tombstone budget, the tombstones one live"
+        " partition may hold within the grace period (10 days, default); N is half the"
+        " default tombstone_warn_threshold (1000)\n"
     ) in result.output

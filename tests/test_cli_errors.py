@@ -159,7 +159,10 @@ def test_a_build_without_its_completion_marker_is_never_used(store: str) -> None
 def test_a_filter_of_another_bucket_is_refused(store: str) -> None:
     result = invoke(store, "build", "--bucket", "other", "--json")
     assert result.exit_code == 0, result.output
-    assert result.stderr == "warning: bucket 'other' has no object; is --bucket right?\n"
+    assert result.stderr == (
+        "warning: bucket 'other' does not exist in this store (buckets: 'default');"
+        " is --bucket right?\n"
+    )
     generation = json.loads(result.stdout)["generation"]
     result = invoke(store, "clean", "--generation", generation, "--bucket", "default")
     assert result.exit_code == 3
@@ -216,7 +219,7 @@ def test_every_summary_is_available_as_json(store: str, tmp_path: Path) -> None:
         str(tmp_path / "a.jsonl"),
     )
     summary = json.loads(result.output)
-    assert summary["clean"]["deleted_dirs"] == 9
+    assert summary["clean"]["delete_requested_dirs"] == 9
     assert summary["clean"]["sweep"]["swept_dirs"] == 68
     # Every live leaf partition inserts its own key and its two ancestors (data/N/, data/).
     assert summary["build"]["keys_inserted"] == 51 * 3

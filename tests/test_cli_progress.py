@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.cli.progress_display import TerminalProgress
 from tests.helpers import EAGER, invoke
 
 
@@ -27,20 +28,20 @@ def test_every_phase_logs_its_start_and_its_end(
     url = f"sqlite:///{tmp_path}/meta.db"
     keys = "".join(f"d/{i}/x\n" for i in range(10))
     put = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
-    assert phase_lines(put.stderr) == ["put: started", "put: done: 10"]
+    assert phase_lines(put.stderr) == ["put: started", "put: done: 10 keys"]
     assert invoke(url, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
     audit = str(tmp_path / "a.jsonl")
     result = invoke(url, "--log-level", "info", "run", *EAGER, "--audit-log", audit)
     assert result.exit_code == 0, result.output
     assert phase_lines(result.stderr) == [
         "build: started",
-        "build: done: 7",  # object partitions scanned
+        "build: done: 7 object partitions",
         "sweep: started",
-        "sweep: done: 11",
+        "sweep: done: 11 directories",
         "verify: started",
-        "verify: done: 3",
+        "verify: done: 3 directories",
         "clean: started",
-        "clean: done: 3",  # three directories, in one range delete
+        "clean: done: 1 deletes",  # three directories, in one range delete
     ]
 
 
@@ -51,7 +52,7 @@ def test_a_long_phase_logs_every_interval(tmp_path: Path, monkeypatch: pytest.Mo
     result = invoke(url, "--log-level", "info", "import-keys", "-", input=keys)
     messages = [line.split(" dircleaner: ", 1)[-1] for line in result.stderr.splitlines()]
     progress = [re.sub(r" \([0-9,]+/s\)$", "", m) for m in messages if m.startswith("put: ")]
-    assert progress[:3] == ["put: started", "put: 5,000", "put: 10,000"]
+    assert progress[:3] == ["put: started", "put: 5,000 keys", "put: 10,000 keys"]
 
 
 def test_with_workers_the_sweep_counts_directories_swept(
@@ -69,9 +70,41 @@ def test_with_workers_the_sweep_counts_directories_swept(
     assert result.exit_code == 0, result.output
     assert phase_lines(result.stderr) == [
         "build: started",
-        "build: done: 7",
+        "build: done: 7 object partitions",
         "sweep: started",
-        "sweep: done: 11",
+        "sweep: done: 11 directories",
         "clean: started",
-        "clean: done: 3",
+        "clean: done: 1 deletes",
     ]
+
+
+def test_with_workers_every_phase_shows_its_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build expects the last build's count, the sweep the last sweep's (or an exact
+    count), and the clean counts deletes (the unit --rate limits) out of the slices' plans."""
+    shown: list[tuple[str, int, int | None]] = []
+    draw = TerminalProgress.__call__
+
+    def recorded(self: TerminalProgress, phase: str, done: int, total: int | None) -> None:
+        shown.append((phase, done, total))
+        draw(self, phase, done, total)
+
+    monkeypatch.setattr(TerminalProgress, "__call__", recorded)
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(40))
+    assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
+    audit = str(tmp_path / "a.jsonl")
+    args = ["run", *EAGER, "--audit-log", audit, "--workers", "2"]
+    assert invoke(url, *args).exit_code == 0
+    gone = "".join(f"d/{i}/x\n" for i in range(0, 40, 2))
+    assert invoke(url, "delete-keys", "-", input=gone).exit_code == 0
+    shown.clear()
+    result = invoke(url, *args)
+    assert result.exit_code == 0, result.output
+    last = {phase: (done, total) for phase, done, total in shown}
+    assert last == {
+        "build": (20, 40),  # 20 partitions left of the 40 the last build scanned
+        "sweep": (41, 41),
+        "clean": (20, 20),  # 20 row deletes (no three empty neighbours: no range)
+    }

@@ -46,7 +46,7 @@ def test_a_read_only_store_can_be_inspected(tmp_path: Path) -> None:
         filters = invoke(ro, "filters", "list")
         assert (filters.exit_code, filters.output.count(" complete ")) == (0, 1)
         swept = invoke(ro, "sweep", "--out", "-")
-        assert (swept.exit_code, swept.output) == (0, "a/c/\n")
+        assert (swept.exit_code, swept.output) == (0, "default\ta/c/\n")
         written = invoke(ro, "import-keys", "-", input="z/q\n")
         assert (written.exit_code, written.output) == (
             1,
@@ -56,7 +56,7 @@ def test_a_read_only_store_can_be_inspected(tmp_path: Path) -> None:
         args = ("clean", "--max-delete-fraction", "1", "--min-age", "0")
         planned = invoke(ro, *args, "--dry-run")
         assert planned.exit_code == 0, planned.output
-        assert "plan    1 directories: " in planned.output
+        assert "plan    1 directories to delete = " in planned.output
         # A real clean says why it cannot, not "free space?".
         cleaned = invoke(ro, *args, "--audit-log", str(tmp_path / "a.jsonl"))
         assert (cleaned.exit_code, cleaned.output) == (

@@ -203,7 +203,7 @@ def test_a_fresh_run_through_the_cli_is_precise(
     assert deleted <= empty
     assert left == dataset.every - deleted
     assert len(deleted) >= 0.95 * len(empty)  # recall: only false positives survive
-    assert summary["clean"]["deleted_dirs"] == len(deleted)
+    assert summary["clean"]["delete_requested_dirs"] == len(deleted)
 
 
 def test_a_worker_killed_mid_clean_the_run_completes(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,16 @@ def test_rm_removes_one_generation_and_names_an_unknown_one(tmp_path: Path) -> N
     result = invoke(url, "filters", "rm", generation)
     assert result.exit_code == 1
     assert "no filter generation" in result.stderr
+
+
+def test_the_build_shows_the_fill_and_rate_filters_list_shows(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    keys = "".join(f"d{i % 13}/s{i}/x\n" for i in range(3000))
+    assert invoke(url, "import-keys", "-", input=keys).exit_code == 0
+    built = invoke(url, "build", "--workers", "2", "--fpr", "0.01")
+    assert built.exit_code == 0, built.output
+    shown = re.search(r"fill ([0-9.e-]+), effective false-positive rate ([0-9.e-]+)", built.output)
+    assert shown is not None, built.output
+    fill, fpr = shown.groups()
+    listed = invoke(url, "filters", "list").output
+    assert f"  fill {fill}  fpr {fpr} (target 0.01)" in listed

@@ -42,14 +42,14 @@ def test_render_keeps_full_precision_and_labels_phases() -> None:
     assert values["dircleaner_last_run_timestamp_seconds"] == 1795329648.0
     assert values["dircleaner_directories_scanned"] == 12
     assert values["dircleaner_candidates"] == 5
-    assert values["dircleaner_deleted_directories"] == 3
+    assert values["dircleaner_delete_requested_directories"] == 3
     assert values["dircleaner_deferred_by_budget"] == 7
     assert values["dircleaner_delete_rate"] == 123.5  # as the summary rounds it
     assert values['dircleaner_phase_seconds{phase="build"}'] == 1.5
     assert values['dircleaner_phase_seconds{phase="sweep"}'] == 0.25
     # No build ran: no build figures; blind deletes: nothing about removed rows.
     assert "dircleaner_object_partitions_scanned" not in values
-    assert "dircleaner_rows_removed" not in values
+    assert "dircleaner_removed_directories" not in values
     assert "dircleaner_kept_written_after_delete_timestamp" not in values
 
 
@@ -57,7 +57,8 @@ def test_a_clean_that_deleted_nothing_reports_zero_and_a_failed_run_nothing() ->
     nothing = parse(
         render(RunMetrics(plan=PlanSummary(), cleaned=True), success=True, finished_at=1.0)
     )
-    assert nothing["dircleaner_deleted_directories"] == 0
+    assert nothing["dircleaner_delete_requested_directories"] == 0
+    assert "dircleaner_removed_directories" not in nothing  # a store that cannot tell
     assert nothing["dircleaner_row_tombstones"] == 0
     failed = parse(render(RunMetrics(), success=False, finished_at=1.0))
     assert failed == {
@@ -90,7 +91,8 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
     assert values["dircleaner_last_run_success"] == 1
     assert values["dircleaner_last_run_refused"] == 0
     assert values["dircleaner_directories_scanned"] == 41
-    assert values["dircleaner_deleted_directories"] == 10
+    assert values["dircleaner_delete_requested_directories"] == 10
+    assert values["dircleaner_removed_directories"] == 10
     assert values["dircleaner_candidates"] == 10
     # m/4/ … m/9/ are adjacent in clustering order (after m/39/): one range; 0, 1, 2, 3: rows.
     assert values["dircleaner_range_tombstones"] == 1

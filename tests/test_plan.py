@@ -598,8 +598,10 @@ def test_plan_summary_counts_range_deletes() -> None:
         row_deletes=1,
         range_deletes=1,
         max_row_tombstones_in_a_partition=3,
+        range_dirs=3,
     )
     assert (summary + summary).range_deletes == 2
+    assert summary.row_dirs + summary.range_dirs == summary.directories
 
 
 def test_partition_facts_check_their_ordinals() -> None:

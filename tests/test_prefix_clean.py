@@ -131,7 +131,9 @@ def test_a_mass_deleted_prefix_is_cleaned_in_one_run_and_nothing_outside(
     assert after == before - empty_under
     deleted = {e["dir"] for e in audit_entries(audit)}
     assert deleted == empty_under
-    assert summary["deleted_dirs"] == len(empty_under) == summary["walk"]["empty_directories"]
+    assert (
+        summary["delete_requested_dirs"] == len(empty_under) == summary["walk"]["empty_directories"]
+    )
     assert summary["plan"]["deferred"] == 0
     assert summary["plan"]["partition_deletes"] > 0  # empty subtrees collapsed
     # The one object and the marker keep their directories and every ancestor.
@@ -142,7 +144,7 @@ def test_a_mass_deleted_prefix_is_cleaned_in_one_run_and_nothing_outside(
     assert {"logs/2025-old/", "logs/2025x/", "logs/2024/m01/d01/h00/", "other/2025/a/"} <= after
     # A second run finds nothing left to do: it converges.
     again = summary_of(clean_prefix(backend, PREFIX, audit, "--json"))
-    assert again["deleted_dirs"] == 0 and listed(backend) == after
+    assert again["delete_requested_dirs"] == 0 and listed(backend) == after
 
 
 def test_an_empty_prefix_goes_itself_but_never_its_parent(backend: Backend, tmp_path: Path) -> None:
@@ -278,7 +280,7 @@ def test_dry_run_plans_and_deletes_nothing(backend: Backend, tmp_path: Path) -> 
     before = listed(backend)
     summary = summary_of(clean_prefix(backend, PREFIX, tmp_path / "a.jsonl", "--dry-run", "--json"))
     assert summary["dry_run"] and summary["plan"]["directories"] > 0
-    assert summary["deleted_dirs"] == 0 and listed(backend) == before
+    assert summary["delete_requested_dirs"] == 0 and listed(backend) == before
 
 
 def test_a_wide_live_partition_over_budget_is_rewritten_in_one_run(
@@ -294,7 +296,11 @@ def test_a_wide_live_partition_over_budget_is_rewritten_in_one_run(
         clean_prefix(backend, PREFIX, tmp_path / "a.jsonl", "--max-tombstones-per-partition", "5",
                      "--json")
     )  # fmt: skip
-    assert (run["deleted_dirs"], run["plan"]["deferred"], run["plan"]["rewrites"]) == (12, 0, 1)
+    assert (run["delete_requested_dirs"], run["plan"]["deferred"], run["plan"]["rewrites"]) == (
+        12,
+        0,
+        1,
+    )
     assert not {f"{PREFIX}c{i:02d}/" for i in range(0, 24, 2)} & listed(backend)
     assert {f"{PREFIX}c{i:02d}/" for i in range(1, 24, 2)} <= listed(backend)
 
@@ -313,13 +319,13 @@ def test_the_budget_holds_across_runs_and_spends_again_after_the_grace_period(
     budget = ("--max-tombstones-per-partition", "5", "--max-rewrite-rows", "0", "--json",
               "--grace-period", f"{grace_s:g}s")  # fmt: skip
     within = [summary_of(clean_prefix(backend, PREFIX, audit, *budget)) for _ in range(2)]
-    assert [r["deleted_dirs"] for r in within] == [5, 0]
+    assert [r["delete_requested_dirs"] for r in within] == [5, 0]
     assert [r["plan"]["deferred"] for r in within] == [7, 7]
     after = []
     for _ in range(2):
         time.sleep(grace_s + 0.5)  # every charge so far has expired
         after.append(summary_of(clean_prefix(backend, PREFIX, audit, *budget)))
-    assert [r["deleted_dirs"] for r in after] == [5, 2]
+    assert [r["delete_requested_dirs"] for r in after] == [5, 2]
     assert not {f"{PREFIX}c{i:02d}/" for i in range(0, 24, 2)} & listed(backend)
     assert {f"{PREFIX}c{i:02d}/" for i in range(1, 24, 2)} <= listed(backend)
 

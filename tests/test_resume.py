@@ -283,7 +283,7 @@ def test_a_build_that_died_in_its_second_shard_is_finished_by_the_next_run(
     assert report.build is not None
     assert (report.build.reused_shards, report.build.built_shards) == ((0,), (1,))
     assert report.clean.sweep.loaded.generation == generation
-    assert run_summary(report)["build"]["resumed"] == generation
+    assert run_summary(report, True)["build"]["resumed"] == generation
     assert "reused shards 0 of 2 as stored, built 1" in "\n".join(run_build_lines(report))
     assert f"generation {generation}: reusing shards 0, building 1" in caplog.text
     remaining = listed(url)

@@ -21,6 +21,7 @@ from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from dircleaner.errors import DircleanerError
 from dircleaner.errors import UsageError as DircleanerUsageError
 from dircleaner.store import Store, open_store
+from dircleaner.store.base import missing_bucket
 from dircleaner.store.sqlite import read_only_here
 from dircleaner.workers.interrupt import stop_on_signals
 
@@ -274,10 +275,13 @@ def emit(summary: dict[str, Any], lines: list[str], as_json: bool, *, ok: bool =
             click.echo(line)
 
 
-def warn_if_bucket_empty(bucket: str | None, what: str, found: int) -> None:
-    """A --bucket that matched nothing is most likely a typo: say so on stderr."""
-    if bucket is not None and found == 0:
-        click.echo(f"warning: bucket {bucket!r} has no {what}; is --bucket right?", err=True)
+def warn_if_bucket_missing(store: Store, bucket: str | None) -> None:
+    """A --bucket the store holds nothing of is most likely a typo: a command that only reads
+    says so on stderr, naming the buckets there are, and goes on (commands that delete refuse,
+    with ``require_bucket``)."""
+    problem = missing_bucket(store, bucket)
+    if problem is not None:
+        click.echo(f"warning: {problem}", err=True)
 
 
 def obj(ctx: click.Context) -> AppContext:

@@ -18,13 +18,21 @@ from dircleaner.audit import (
     plan_restore,
     restore,
 )
-from dircleaner.cli.context import TerminalProgress, emit, note, obj, write_metrics
+from dircleaner.cli.context import (
+    TerminalProgress,
+    emit,
+    note,
+    obj,
+    warn_if_bucket_missing,
+    write_metrics,
+)
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import json_option, metrics_option
 from dircleaner.errors import UsageError
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
+from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import format_utc, now_us, parse_utc_time
 
 KEY_BATCH = 5000
@@ -152,7 +160,9 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
     Example:
       dircleaner --store sqlite:///meta.db delete-keys expired.txt
     """
+    validate_bucket(bucket)
     with obj(ctx).open() as store:
+        require_bucket(store, bucket)
         applied = _apply_keys(
             path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
         )
@@ -174,6 +184,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
     if bucket is not None:
         validate_bucket(bucket)
     with obj(ctx).open() as store:
+        warn_if_bucket_missing(store, bucket)
         rows = store.iter_folder_rows(bucket)
         paths = (
             dir_of_row(r.parent, r.name)

@@ -16,7 +16,7 @@ from dircleaner.cli.context import (
     obj,
     refused_without_json,
     verdict_keys,
-    warn_if_bucket_empty,
+    warn_if_bucket_missing,
     write_metrics,
 )
 from dircleaner.cli.metrics import RunMetrics
@@ -57,6 +57,7 @@ from dircleaner.cli.report import (
 from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.paths import dir_of_row
+from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
     from dircleaner.workers.base import Workers
@@ -90,10 +91,10 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(params) as workers:
+        warn_if_bucket_missing(store, params["bucket"])
         config = build_config(params, parse_shard(shard))
         result = build_filter(store, config, progress, workers=workers)
     progress.close()
-    warn_if_bucket_empty(params["bucket"], "object", result.partitions_scanned)
     phases = {"build": round(result.seconds, 3)}
     write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases), success=True)
     emit(build_summary(result), build_lines(result), as_json)
@@ -108,7 +109,8 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, allow_dash=True),
-    help="Write every candidate directory to this file ('-' for stdout).",
+    help="Write every candidate directory to this file ('-' for stdout): BUCKET<TAB>PATH"
+    " lines, or only the PATH with --bucket (as list-dirs).",
 )
 @json_option
 @metrics_option
@@ -127,14 +129,17 @@ def sweep_cmd(
     if out == "-" and as_json:
         raise UsageError("--json and --out - both write to stdout: give --out a file")
     progress = TerminalProgress()
+    bucket = params["bucket"]
     with obj(ctx).open() as store, workers_for(params) as workers:
+        warn_if_bucket_missing(store, bucket)
         report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
     progress.close()
-    warn_if_bucket_empty(params["bucket"], "directory", report.result.swept_rows)
     if out is not None:
+        # As list-dirs: BUCKET<TAB>PATH, or only the PATH when --bucket says which bucket.
         with click.open_file(out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
-                stream.write(dir_of_row(row.parent, row.name) + "\n")
+                path = dir_of_row(row.parent, row.name)
+                stream.write((path if bucket is not None else f"{row.bucket}\t{path}") + "\n")
     totals = report.result.totals()
     phases = {"sweep": round(totals.seconds, 3)}
     write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases), success=True)
@@ -173,16 +178,18 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open() as store, workers_for(params) as pool:
+    with obj(ctx).open() as store:
+        require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
-        report = run_clean(store, config, progress, workers=pool)
+        with workers_for(params) as pool:
+            report = run_clean(store, config, progress, workers=pool)
     progress.close()
-    warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
+    known = store.rows_removed is not None
     verdict = report.would_be_refused
-    summary = {**clean_summary(report), **verdict_keys(verdict)}
+    summary = {**clean_summary(report, known), **verdict_keys(verdict)}
     write_metrics(
         ctx,
-        RunMetrics.of_clean(report),
+        RunMetrics.of_clean(report, known),
         success=verdict is None,
         refused=verdict is not None,
     )
@@ -223,16 +230,18 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open() as store, workers_for(params) as pool:
+    with obj(ctx).open() as store:
+        require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
-        report = run_job(store, build_config(params, whole), config, progress, pool)
+        with workers_for(params) as pool:
+            report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
-    warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
+    known = store.rows_removed is not None
     verdict = report.clean.would_be_refused
-    summary = {**run_summary(report), **verdict_keys(verdict)}
+    summary = {**run_summary(report, known), **verdict_keys(verdict)}
     write_metrics(
         ctx,
-        RunMetrics.of_run(report),
+        RunMetrics.of_run(report, known),
         success=verdict is None,
         refused=verdict is not None,
     )
@@ -269,9 +278,11 @@ def _clean_prefix(
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     config = prefix_clean_config(params)
     with obj(ctx).open() as store:
+        require_bucket(store, config.bucket)
         config = replace(config, audit_log=store_audit_log(params, store))
         report = run_prefix_clean(store, config, progress)
     progress.close()
-    summary = prefix_summary(report)
-    write_metrics(ctx, RunMetrics.of_prefix_clean(report), success=True)
+    known = store.rows_removed is not None
+    summary = prefix_summary(report, known)
+    write_metrics(ctx, RunMetrics.of_prefix_clean(report, known), success=True)
     emit(summary, prefix_lines(report, params["audit_log"], params["min_age"]), as_json)

@@ -40,10 +40,15 @@ class RunMetrics:
     restore_selected: int | None = None
     restored: int | None = None
     restore_skipped: int | None = None
+    #: the store tells removed entries from requested ones (SQLite; not Cassandra)
+    removal_known: bool = False
 
     @classmethod
-    def of_clean(cls, report: CleanReport, build: BuildResult | None = None) -> RunMetrics:
-        """A clean's figures, and those of the build before it (``run``)."""
+    def of_clean(
+        cls, report: CleanReport, removal_known: bool, build: BuildResult | None = None
+    ) -> RunMetrics:
+        """A clean's figures, and those of the build before it (``run``); ``removal_known``:
+        the store tells removed entries from requested ones."""
         phases = {} if build is None else {"build": round(build.seconds, 3)}
         phases.update((k, round(v, 3)) for k, v in report.phase_seconds.items())
         return cls(
@@ -54,12 +59,13 @@ class RunMetrics:
             cleaned=True,
             deleted=report.deleted,
             phase_seconds=phases,
+            removal_known=removal_known,
         )
 
     @classmethod
-    def of_run(cls, report: RunReport) -> RunMetrics:
+    def of_run(cls, report: RunReport, removal_known: bool) -> RunMetrics:
         """The nightly job's figures (no build figures when it reused an interrupted build)."""
-        return cls.of_clean(report.clean, report.build)
+        return cls.of_clean(report.clean, removal_known, report.build)
 
     @classmethod
     def of_restore(cls, selected: int, restored: int | None, skipped: int) -> RunMetrics:
@@ -67,13 +73,14 @@ class RunMetrics:
         return cls(restore_selected=selected, restored=restored or 0, restore_skipped=skipped)
 
     @classmethod
-    def of_prefix_clean(cls, report: PrefixCleanReport) -> RunMetrics:
+    def of_prefix_clean(cls, report: PrefixCleanReport, removal_known: bool) -> RunMetrics:
         """A prefix clean's figures: no build and no sweep."""
         return cls(
             plan=report.plan,
             cleaned=True,
             deleted=report.deleted,
             phase_seconds={k: round(v, 3) for k, v in report.phase_seconds.items()},
+            removal_known=removal_known,
         )
 
 
@@ -93,11 +100,18 @@ def _of_deletes(read: Callable[[DeleteStats], float | None]) -> Reading:
     return lambda m: None if not m.cleaned else 0 if m.deleted is None else read(m.deleted)
 
 
-def _kept_after_t(m: RunMetrics) -> float | None:
-    deleted = m.deleted
-    if deleted is None or deleted.rows_removed is None:
-        return None
-    return deleted.directories - deleted.rows_removed
+def _where_the_store_tells(read: Callable[[DeleteStats], int | None]) -> Reading:
+    """A figure only a store that can tell removed from requested has (absent elsewhere, as
+    it would otherwise read 0 and look like nothing went)."""
+
+    def reading(m: RunMetrics) -> float | None:
+        if not m.cleaned:
+            return None
+        if m.deleted is None:
+            return 0 if m.removal_known else None
+        return read(m.deleted)
+
+    return reading
 
 
 # (metric name, help, how to read it from the run)
@@ -132,19 +146,20 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
         lambda m: m.dropped_nonempty,
     ),
     (
-        "deleted_directories",
-        "Directory entries deletes were issued for (at the delete timestamp).",
+        "delete_requested_directories",
+        "Directory entries delete requests were issued for (at the delete timestamp T).",
         _of_deletes(lambda d: d.directories),
     ),
     (
-        "rows_removed",
-        "Folder rows the deletes removed (embedded store only).",
-        _of_deletes(lambda d: d.rows_removed),
+        "removed_directories",
+        "Directory entries the deletes removed (only where the store can tell).",
+        _where_the_store_tells(lambda d: d.rows_removed),
     ),
     (
         "kept_written_after_delete_timestamp",
-        "Candidates kept: written after the delete timestamp (embedded store only).",
-        _kept_after_t,
+        "Directory entries deletes were requested for and the store kept: written after T"
+        " (only where the store can tell).",
+        _where_the_store_tells(lambda d: d.kept_written_after_t),
     ),
     (
         "partition_tombstones",
@@ -159,7 +174,7 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
     ),
     (
         "deferred_by_budget",
-        "Candidates held back by --max-tombstones-per-partition.",
+        "Directories held back by the per-partition live-tombstone budget (the next run's).",
         lambda m: None if m.plan is None else m.plan.deferred,
     ),
     (

@@ -15,6 +15,19 @@ log = logging.getLogger("dircleaner")
 #: seconds between progress log lines when nobody watches a terminal (cron, systemd)
 LOG_INTERVAL_S = 30.0
 
+#: what each phase counts: its rate is in these per second (the clean's in deletes, the unit
+#: --rate limits, a range or partition delete taking several directories)
+UNITS = {
+    "build": "object partitions",
+    "sweep": "directories",
+    "verify": "directories",
+    "walk": "directories",
+    "clean": "deletes",
+    "put": "keys",
+    "deleted": "keys",
+    "generate": "directories",
+}
+
 
 _quiet = False
 
@@ -80,7 +93,7 @@ class TerminalProgress:
         rate = self._done / elapsed
         total = self._total
         text = f"{self._phase}: {self._done:,}" + (f"/{total:,}" if total else "")
-        text += f" ({rate:,.0f}/s"
+        text += _unit(self._phase) + f" ({rate:,.0f}/s"
         if total and rate > 0 and self._done < total:
             text += f", ETA {max(total - self._done, 0) / rate:.0f}s"
         return text + ")"
@@ -92,7 +105,7 @@ class TerminalProgress:
             log.info(
                 "%s: done: %s in %.1fs (%s/s)",
                 self._phase,
-                f"{self._done:,}",
+                f"{self._done:,}{_unit(self._phase)}",
                 elapsed,
                 f"{self._done / elapsed:,.0f}",
             )
@@ -105,3 +118,8 @@ class TerminalProgress:
         if self._tty:
             self._stream.write("\r\033[K")
             self._stream.flush()
+
+
+def _unit(phase: str) -> str:
+    unit = UNITS.get(phase)
+    return f" {unit}" if unit else ""

@@ -8,7 +8,7 @@ from dircleaner.job.prefix import PrefixCleanReport
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
-from dircleaner.timeutil import format_duration
+from dircleaner.timeutil import format_duration, format_utc_us
 
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
@@ -56,6 +56,15 @@ def sweep_summary(report: SweepReport | CleanSweep) -> Summary:
 def plan_summary(plan: PlanSummary) -> Summary:
     return {
         "directories": plan.directories,
+        # The directories above, by the action that removes them (they add up).
+        "directories_by_action": {
+            "partition": plan.partition_dirs,
+            "row": plan.row_dirs,
+            "range": plan.range_dirs,
+            "rewrite": plan.rewrite_dirs,
+        },
+        # The tombstones, by kind (they add up to "tombstones").
+        "tombstones": plan.tombstones,
         "partition_deletes": plan.partition_deletes,
         "row_deletes": plan.row_deletes,
         "range_deletes": plan.range_deletes,
@@ -66,16 +75,19 @@ def plan_summary(plan: PlanSummary) -> Summary:
     }
 
 
-def deleted_summary(deleted: DeleteStats | None) -> Summary:
-    """What the deletes did, the same keys for the nightly and the prefix clean."""
+def deleted_summary(deleted: DeleteStats | None, plan: PlanSummary, removal_known: bool) -> Summary:
+    """What the deletes did, the same keys for the nightly and the prefix clean.
+
+    ``delete_requested_dirs`` counts the directories delete requests were issued (and
+    acknowledged) for; ``removed_dirs`` those the store removed, where it can tell (None where a
+    delete is a blind tombstone); the rest were written after the delete timestamp and kept."""
     return {
-        "deleted_dirs": deleted.directories if deleted else 0,
-        "rows_removed": deleted.rows_removed if deleted else 0,
+        "delete_requested_dirs": deleted.directories if deleted else 0,
+        "removed_dirs": deleted.rows_removed if deleted else 0 if removal_known else None,
         "kept_written_after_t": (
-            deleted.directories - deleted.rows_removed
-            if deleted and deleted.rows_removed is not None
-            else None
+            deleted.kept_written_after_t if deleted else 0 if removal_known else None
         ),
+        "deferred_by_budget": plan.deferred,
         "partition_tombstones": deleted.partition_deletes if deleted else 0,
         "row_tombstones": deleted.row_deletes if deleted else 0,
         "range_tombstones": deleted.range_deletes if deleted else 0,
@@ -86,15 +98,16 @@ def deleted_summary(deleted: DeleteStats | None) -> Summary:
     }
 
 
-def clean_summary(report: CleanReport) -> Summary:
+def clean_summary(report: CleanReport, removal_known: bool) -> Summary:
     return {
         "sweep": sweep_summary(report.sweep),
         "delete_timestamp_us": report.delete_timestamp_us,
         "verified": report.verified,
+        "verified_parents": report.verified_parents,
         "dropped_nonempty": report.dropped_nonempty,
         "plan": plan_summary(report.plan),
         "dry_run": report.dry_run,
-        **deleted_summary(report.deleted),
+        **deleted_summary(report.deleted, report.plan, removal_known),
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
         "slices_already_clean": list(report.slices_already_clean),
         "would_be_refused": report.would_be_refused,
@@ -113,7 +126,7 @@ def budget_summary(budget: TombstoneBudget | None) -> Summary | None:
     }
 
 
-def run_summary(report: RunReport) -> Summary:
+def run_summary(report: RunReport, removal_known: bool) -> Summary:
     built = report.build
     if built is None:
         build = {"resumed": report.resumed_generation}
@@ -121,7 +134,7 @@ def run_summary(report: RunReport) -> Summary:
         build = {**build_summary(built), "resumed": report.resumed_generation}
     return {
         "build": build,
-        "clean": clean_summary(report.clean),
+        "clean": clean_summary(report.clean, removal_known),
         "garbage_collected": report.garbage_collected,
     }
 
@@ -147,8 +160,8 @@ def build_lines(result: BuildResult) -> list[str]:
         f" {_n(result.keys_inserted)} ancestor keys inserted in {result.seconds:.1f}s",
         f"        filter {_mib(result.filter_bytes)} (m={_n(h.m)}, k={h.k}) sized for"
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
-        f"        fill {result.fill_ratio:.1%}, effective false-positive rate"
-        f" {result.estimated_fpr:.4g} (target {h.target_p:g})",
+        f"        fill {result.fill_ratio:.4g}, effective false-positive rate"
+        f" {result.estimated_fpr:.4g} (target {h.target_p:g}), as 'filters list' shows them",
     ]
 
 
@@ -193,9 +206,17 @@ def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") 
         )
     lines += sweep_lines(report.sweep)
     if report.verified:
+        candidates = report.verified - report.verified_parents
+        what = f"{_n(report.verified)} candidates re-checked for objects"
+        if report.verified_parents:
+            what = (
+                f"{_n(report.verified)} directories re-checked for objects: the"
+                f" {_n(candidates)} candidates and {_n(report.verified_parents)} of their parent"
+                " directories (partitions found empty whose own row another slice holds)"
+            )
         lines.append(
-            f"verify  {_n(report.verified)} directories re-checked,"
-            f" {_n(report.dropped_nonempty)} found non-empty and kept (with their ancestors)"
+            f"verify  {what}; {_n(report.dropped_nonempty)} found non-empty and kept"
+            " (with their ancestors)"
         )
     lines += plan_and_delete_lines(
         plan,
@@ -220,16 +241,12 @@ def plan_and_delete_lines(
 ) -> list[str]:
     """The plan, budget and clean lines, the same for the nightly and the prefix clean;
     ``timestamp_origin`` says how the delete timestamp was chosen."""
-    lines = [
-        f"plan    {_n(plan.directories)} directories: {_n(plan.partition_deletes)} partition"
-        f" tombstones, {_n(plan.row_deletes)} row tombstones, {_n(plan.range_deletes)} range"
-        f" tombstones, {_n(plan.rewrites)} partitions rewritten ({_n(plan.rewrite_rows)} rows"
-        f" copied), {_n(plan.deferred)} deferred by the per-partition budget"
-    ]
+    lines = plan_lines(plan)
     if budget is not None:
         lines.append(
-            f"budget  {_n(budget.per_partition)} tombstones per live partition within"
-            f" {_grace(budget.grace_s)} ({budget.grace_source}); N is {budget.source}"
+            f"budget  N = {_n(budget.per_partition)}: the per-partition live-tombstone budget,"
+            f" the tombstones one live partition may hold within the grace period"
+            f" ({_grace(budget.grace_s)}, {budget.grace_source}); N is {budget.source}"
         )
     if dry_run:
         lines.append("clean   dry run: nothing deleted")
@@ -238,23 +255,46 @@ def plan_and_delete_lines(
     else:
         d = deleted
         lines.append(
-            f"clean   deletes issued for {_n(d.directories)} directories in {d.seconds:.1f}s"
-            f" at timestamp {delete_timestamp_us} ({_n(d.partition_deletes)} partition,"
-            f" {_n(d.row_deletes)} row and {_n(d.range_deletes)} range deletes,"
-            f" {_n(d.rewrites)} rewrites of {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries)"
+            f"clean   delete requests issued for {_n(d.directories)} directories in"
+            f" {d.seconds:.1f}s at T = {format_utc_us(delete_timestamp_us)}"
+            f" ({timestamp_origin}): {_n(d.partition_deletes)} partition, {_n(d.row_deletes)}"
+            f" row and {_n(d.range_deletes)} range deletes, {_n(d.rewrites)} rewrites of"
+            f" {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries"
         )
-        if d.rows_removed is not None:
+        kept = d.kept_written_after_t
+        if d.rows_removed is None or kept is None:
             lines.append(
-                f"        {_n(d.rows_removed)} rows removed;"
-                f" {_n(d.directories - d.rows_removed)} kept: written after the delete"
-                f" timestamp ({timestamp_origin}), so they survive, as they must"
+                "        requested, not counted as removed: this store's deletes are blind"
+                " tombstones (an entry written after T survives its delete)"
+            )
+        else:
+            lines.append(
+                f"        {_n(d.rows_removed)} directories removed; {_n(kept)} kept: written"
+                " after T, so they survive, as they must"
             )
         if audit_log:
             lines.append(f"        audit log: {audit_log}")
     return lines
 
 
-def prefix_summary(report: PrefixCleanReport) -> Summary:
+def plan_lines(plan: PlanSummary) -> list[str]:
+    """The plan in two units, each line's parts adding up to its total: the directories by the
+    action that removes them, and the tombstones by kind."""
+    return [
+        f"plan    {_n(plan.directories)} directories to delete ="
+        f" {_n(plan.partition_dirs)} in {_n(plan.partition_deletes)} dead partitions"
+        f" + {_n(plan.row_dirs)} by row deletes"
+        f" + {_n(plan.range_dirs)} in {_n(plan.range_deletes)} ranges"
+        f" + {_n(plan.rewrite_dirs)} in {_n(plan.rewrites)} rewritten partitions"
+        f" ({_n(plan.rewrite_rows)} rows copied);"
+        f" {_n(plan.deferred)} more deferred by the budget N",
+        f"        {_n(plan.tombstones)} tombstones = {_n(plan.partition_deletes)} partition"
+        f" + {_n(plan.row_deletes)} row + {_n(plan.range_deletes)} range (each counts 2"
+        f" against N) + {_n(plan.rewrites)} of rewritten partitions",
+    ]
+
+
+def prefix_summary(report: PrefixCleanReport, removal_known: bool) -> Summary:
     walk = report.walk
     return {
         "prefix": walk.prefix,
@@ -274,7 +314,7 @@ def prefix_summary(report: PrefixCleanReport) -> Summary:
         "plan": plan_summary(report.plan),
         "budget": budget_summary(report.budget),
         "dry_run": report.dry_run,
-        **deleted_summary(report.deleted),
+        **deleted_summary(report.deleted, report.plan, removal_known),
         "phase_seconds": {k: round(v, 3) for k, v in report.phase_seconds.items()},
     }
 

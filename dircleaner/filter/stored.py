@@ -7,10 +7,11 @@ a crashed or partial build is recognisable and never used.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -59,6 +60,51 @@ def decode_marker(data: bytes) -> _Marker:
     return _Marker(chunks, body_crc, set_bits)
 
 
+def merged_fill(m: int, set_bits: Sequence[int], merged_bits: int | None = None) -> float:
+    """Share of bits set in the OR of a generation's shards: exact from ``merged_bits`` (the
+    merged filter's, as its build recorded them) or for one shard; else estimated from each
+    shard's set bits, as if shards set bits independently (1 - prod(1 - fill_i)), which errs
+    high since shards share ancestors.
+
+    The one computation of a generation's fill: the build's summary and ``filters list`` both
+    show it, so they agree."""
+    if merged_bits is not None:
+        return merged_bits / m
+    empty = 1.0
+    for bits in set_bits:
+        empty *= 1.0 - bits / m
+    return 1.0 - empty
+
+
+def merged_bits_key(scope: str) -> str:
+    """State key of the exact set bits of each stored generation of ``scope`` (its merged
+    filter's; the shards' completion markers only give each shard's own)."""
+    return f"filter_set_bits|{scope}"
+
+
+def record_merged_bits(store: Store, scope: str, generation: str, set_bits: int) -> None:
+    """Remember a whole generation's merged set bits, keeping those of the generations still
+    stored (a lost race with another build of the scope only costs the estimate)."""
+    present = {stored for stored, _shard in store.list_filter_parts()}
+    known = {g: bits for g, bits in _merged_bits(store, scope).items() if g in present}
+    known[generation] = set_bits
+    store.put_state(merged_bits_key(scope), json.dumps(known, sort_keys=True))
+
+
+def _merged_bits(store: Store, scope: str) -> dict[str, int]:
+    raw = store.get_state(merged_bits_key(scope))
+    try:
+        parsed = json.loads(raw) if raw else {}
+        return {str(g): int(bits) for g, bits in parsed.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}  # unreadable: the fill is estimated from the shards
+
+
+def fpr_at(fill: float, k: int) -> float:
+    """The effective false-positive rate of a filter with ``k`` hashes at ``fill``."""
+    return fill**k
+
+
 @dataclass(frozen=True, slots=True)
 class ShardInfo:
     """One stored shard of a generation, as read from its header and marker."""
@@ -79,6 +125,8 @@ class GenerationInfo:
 
     generation: str
     shards: tuple[ShardInfo, ...]
+    #: the merged filter's set bits, as its build recorded them (None: not recorded)
+    merged_set_bits: int | None = None
 
     @property
     def header(self) -> FilterHeader | None:
@@ -94,20 +142,16 @@ class GenerationInfo:
         return sorted(s.shard for s in self.shards) == list(range(header.shard_count))
 
     def fill_ratio(self) -> float | None:
-        """Share of bits set in the merged filter: exact for one shard, else assuming shards
-        set bits independently (1 - prod(1 - fill_i))."""
+        """Share of bits set in the merged filter (``merged_fill``)."""
         header = self.header
         if header is None or any(s.set_bits is None for s in self.shards):
             return None
-        empty = 1.0
-        for shard in self.shards:
-            empty *= 1.0 - (shard.set_bits or 0) / header.m
-        return 1.0 - empty
+        return merged_fill(header.m, [s.set_bits or 0 for s in self.shards], self.merged_set_bits)
 
     def estimated_fpr(self) -> float | None:
-        """The effective false-positive rate, fill ** k."""
+        """The effective false-positive rate (``fpr_at``)."""
         fill, header = self.fill_ratio(), self.header
-        return None if fill is None or header is None else fill**header.k
+        return None if fill is None or header is None else fpr_at(fill, header.k)
 
     @property
     def corrupt(self) -> bool:
@@ -154,7 +198,16 @@ def list_generations(store: Store) -> list[GenerationInfo]:
     for generation, shard in store.list_filter_parts():
         cells = store.get_filter_cells(generation, shard, meta_only=True)
         by_generation.setdefault(generation, []).append(_shard_info(shard, cells))
-    return [GenerationInfo(gen, tuple(shards)) for gen, shards in sorted(by_generation.items())]
+    infos = [GenerationInfo(gen, tuple(shards)) for gen, shards in sorted(by_generation.items())]
+    recorded: dict[str, dict[str, int]] = {}
+    for i, info in enumerate(infos):
+        header = info.header
+        if header is not None and info.complete:
+            if header.scope not in recorded:
+                recorded[header.scope] = _merged_bits(store, header.scope)
+            bits = recorded[header.scope].get(info.generation)
+            infos[i] = replace(info, merged_set_bits=bits)
+    return infos
 
 
 def _shard_info(shard: int, cells: dict[int, bytes]) -> ShardInfo:

@@ -65,7 +65,7 @@ from dircleaner.pipeline.slice import (
     merge_delete_stats,
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
-from dircleaner.progress import Progress, no_progress
+from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
@@ -160,6 +160,9 @@ class CleanReport:
     budget: TombstoneBudget | None = None
     #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
     would_be_refused: str | None = None
+    #: of ``verified``, the directories that were not candidates: the own directories of
+    #: partitions found empty whose row another slice swept (each slice re-checks them)
+    verified_parents: int = 0
 
 
 @dataclass
@@ -205,7 +208,8 @@ def run_sweep(
 
     shards = pool.slices(config.shard, CLEAN)
     started = time.monotonic()
-    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
+    expected = expecting(progress, "sweep", expected_sweep(store, config))
+    parts = pool.map_shards(store, shards, sweep_part, "sweep", expected)
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -218,6 +222,17 @@ def run_sweep(
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     return SweepReport(loaded, result)
+
+
+def expected_sweep(store: Store, config: SweepConfig) -> int | None:
+    """The folder rows a sweep of the whole ring expects, for its progress: the last sweep's
+    count, or an exact count where that is cheap (None for a slice of the ring)."""
+    if config.shard.count != 1:
+        return None
+    previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
+    if previous is not None:
+        return int(previous)
+    return store.estimate_directory_count(config.bucket).count if store.cheap_exact_count else None
 
 
 def run_clean(
@@ -308,7 +323,9 @@ def _run_clean(
         clock.decide,
         work.clean,
         ("sweep", "clean"),
-        progress,
+        expecting(
+            progress, "sweep", expected_sweep(store, sweep_config) if not previous.done else None
+        ),
         decision.slice_done,
     )
     phases = clock.phases(tallies, cleaned, config.verify)
@@ -330,7 +347,8 @@ def _run_clean(
         if whole:
             # The folder rows left are what the next build's growth is measured from (the
             # empties just removed were never in the filter).
-            record_clean(store, scope, loaded.generation, totals.swept_rows - deleted.directories)
+            gone = deleted.directories if deleted.rows_removed is None else deleted.rows_removed
+            record_clean(store, scope, loaded.generation, totals.swept_rows - gone)
     return CleanReport(
         sweep=CleanSweep(loaded, totals),
         delete_timestamp_us=orders.delete_timestamp_us,
@@ -344,6 +362,7 @@ def _run_clean(
         slices_already_clean=tuple(sorted(previous.done)),
         budget=budget,
         would_be_refused=decision.verdict,
+        verified_parents=sum(t.checked_parents for t in tallies),
     )
 
 

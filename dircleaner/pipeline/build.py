@@ -38,12 +38,15 @@ from dircleaner.filter.sizing import (
 from dircleaner.filter.stored import (
     GenerationInfo,
     find_generation,
+    fpr_at,
+    merged_fill,
     read_filter_part,
+    record_merged_bits,
     save_filter_part,
 )
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import PartitionKey, Shard
-from dircleaner.progress import Progress, no_progress
+from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
@@ -109,6 +112,8 @@ class BuildResult:
     sizing: DirCountEstimate
     partitions_scanned: int
     keys_inserted: int
+    #: fill and effective false-positive rate of the generation, computed as ``filters list``
+    #: computes them (``filter.stored.merged_fill``)
     fill_ratio: float
     estimated_fpr: float
     filter_bytes: int
@@ -129,6 +134,12 @@ def scope_of(store: Store, bucket: str | None) -> str:
 def swept_count_key(scope: str) -> str:
     """State key under which the sweep records the exact folder-row count of a scope."""
     return f"swept_dirs|{scope}"
+
+
+def scanned_count_key(scope: str) -> str:
+    """State key under which a whole build records the object partitions it scanned (the next
+    build's progress expects as many)."""
+    return f"build_partitions|{scope}"
 
 
 def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
@@ -482,11 +493,25 @@ def _build_filter(
         return _PartResult(shard.index, partitions, inserted, header_bytes, body)
 
     shards = list(resume.missing) if resume else build_shards(config, pool)
-    built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
+    whole = config.shard.count == 1 and resume is None
+    previous = store.get_state(scanned_count_key(scope)) if whole else None
+    # What this build's progress expects: the last whole build's count; on a first build the
+    # folder rows, where counted (each object partition but a bucket's root is a directory).
+    total = int(previous) if previous else params.sizing.folder_rows if whole else None
+    expected = expecting(progress, "build", total)
+    built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result = _result(params, built, reused, time.monotonic() - started, keep=not config.persist)
-    held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
+    result, union_bits = _result(
+        params, built, reused, time.monotonic() - started, keep=not config.persist
+    )
+    if config.persist and not store.read_only:
+        if whole:
+            store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
+        if len(built) + len(reused) == result.header.shard_count:
+            # The whole generation: 'filters list' then shows the fill measured here.
+            record_merged_bits(store, scope, result.generation, union_bits)
+    held = distinct_keys(result.header.m, result.header.k, union_bits / result.header.m)
     rows = params.sizing.folder_rows
     if rows is not None and config.shard.count == 1 and held is not None and config.persist:
         # What the next build scales by the index's growth (shards share ancestors, so only
@@ -503,25 +528,32 @@ def _result(
     seconds: float,
     *,
     keep: bool = False,
-) -> BuildResult:
-    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice);
+) -> tuple[BuildResult, int]:
+    """Merge the parts (they share m, k and salt: their OR is the filter of the whole slice):
+    the result, with fill and rate as ``filters list`` shows them, and the union's set bits;
     with ``keep``, the merged filter is returned too, as a stored one would be loaded."""
     parts = sorted(built + reused, key=lambda p: p.shard)
     decoded = [deserialize(part.header_bytes, part.body) for part in parts]
     header, union = decoded[0]
+    set_bits = [round(union.fill_ratio() * union.m)]
     for _header, filt in decoded[1:]:
+        set_bits.append(round(filt.fill_ratio() * filt.m))
         union |= filt
-    return BuildResult(
+    union_bits = round(union.fill_ratio() * union.m)
+    whole = len(parts) == header.shard_count
+    fill = merged_fill(header.m, set_bits, union_bits if whole else None)
+    result = BuildResult(
         generation=params.generation,
         header=header,
         sizing=params.sizing,
         partitions_scanned=sum(p.partitions for p in built),
         keys_inserted=sum(p.inserted for p in built),
-        fill_ratio=union.fill_ratio(),
-        estimated_fpr=union.estimated_fpr(),
+        fill_ratio=fill,
+        estimated_fpr=fpr_at(fill, header.k),
         filter_bytes=header.body_len,
         seconds=seconds,
         built_shards=tuple(p.shard for p in built),
         reused_shards=tuple(p.shard for p in reused),
         in_memory=merge_shards(decoded) if keep else None,
     )
+    return result, union_bits

@@ -111,6 +111,8 @@ class DeleteStats:
     #: live partitions rewritten (rows copied at T+1, then the partition deleted at T)
     rewrites: int = 0
     rows_rewritten: int = 0
+    #: directory entries the acknowledged delete requests covered (requested, not necessarily
+    #: removed: an entry written after the delete timestamp survives its delete)
     directories: int = 0
     retries: int = 0
     final_rate: float = 0.0
@@ -119,6 +121,12 @@ class DeleteStats:
     #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
     #: rest of ``directories`` were written after the delete timestamp and kept
     rows_removed: int | None = None
+
+    @property
+    def kept_written_after_t(self) -> int | None:
+        """Entries deletes were requested for that the store kept, being written after the
+        delete timestamp (None where the store cannot tell)."""
+        return None if self.rows_removed is None else self.directories - self.rows_removed
 
 
 def execute_plan(

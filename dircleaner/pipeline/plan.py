@@ -93,6 +93,10 @@ class DeletionPlan:
         """How many directory entries the plan removes."""
         return sum(len(a.rows) for a in self.actions)
 
+    def directories_by(self, kind: ActionKind) -> int:
+        """How many directory entries the plan's ``kind`` actions remove."""
+        return sum(len(a.rows) for a in self.actions if a.kind is kind)
+
 
 @dataclass(frozen=True)
 class PlanSummary:
@@ -108,6 +112,21 @@ class PlanSummary:
     #: live partitions rewritten, and the rows they copy
     rewrites: int = 0
     rewrite_rows: int = 0
+    #: directory entries removed by each kind of action (they add up to ``directories``)
+    partition_dirs: int = 0
+    range_dirs: int = 0
+    rewrite_dirs: int = 0
+
+    @property
+    def row_dirs(self) -> int:
+        """Directory entries removed by row deletes: one each."""
+        return self.row_deletes
+
+    @property
+    def tombstones(self) -> int:
+        """Tombstones the plan writes: one per partition, row, range delete and rewrite (a
+        rewrite deletes its partition); a range costs two against the budget (its bounds)."""
+        return self.partition_deletes + self.row_deletes + self.range_deletes + self.rewrites
 
     @classmethod
     def of(cls, plan: DeletionPlan) -> PlanSummary:
@@ -120,6 +139,9 @@ class PlanSummary:
             range_deletes=plan.range_deletes,
             rewrites=plan.rewrites,
             rewrite_rows=plan.rewrite_rows,
+            partition_dirs=plan.directories_by(ActionKind.PARTITION),
+            range_dirs=plan.directories_by(ActionKind.RANGE),
+            rewrite_dirs=plan.directories_by(ActionKind.REWRITE),
         )
 
     def __add__(self, other: PlanSummary) -> PlanSummary:
@@ -134,6 +156,9 @@ class PlanSummary:
             range_deletes=self.range_deletes + other.range_deletes,
             rewrites=self.rewrites + other.rewrites,
             rewrite_rows=self.rewrite_rows + other.rewrite_rows,
+            partition_dirs=self.partition_dirs + other.partition_dirs,
+            range_dirs=self.range_dirs + other.range_dirs,
+            rewrite_dirs=self.rewrite_dirs + other.rewrite_dirs,
         )
 
 

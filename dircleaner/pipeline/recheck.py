@@ -9,6 +9,7 @@ from the plan together with all its ancestors (``plan.drop_nonempty``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dircleaner.model import BucketDir, PartitionFacts
 from dircleaner.store.base import Store
@@ -17,8 +18,24 @@ from dircleaner.store.base import Store
 RECHECK_BATCH = 100_000
 
 
-def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> tuple[set[BucketDir], int]:
-    """Re-check every empty directory's objects partition: (the non-empty ones, how many checked).
+@dataclass(frozen=True)
+class Rechecked:
+    """What the re-check found, and what it read."""
+
+    nonempty: set[BucketDir]
+    #: candidate rows re-checked
+    candidates: int
+    #: directories re-checked besides: partitions' own directories found empty whose row is
+    #: not a candidate here (another slice sweeps it, or the index lacks it)
+    parents: int
+
+    @property
+    def checked(self) -> int:
+        return self.candidates + self.parents
+
+
+def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> Rechecked:
+    """Re-check every empty directory's objects partition: the non-empty ones, what was checked.
 
     Streams the directories in chunks rather than building one set of them all: each candidate
     row is a distinct directory, and an absent partition's own directory is almost always also a
@@ -38,8 +55,9 @@ def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> tuple[set[Bu
             nonempty |= store.nonempty_object_partitions(chunk)
             checked += len(chunk)
             chunk = []
+    candidates = checked + len(chunk)
     chunk.extend(sorted(orphans))
     if chunk:
         nonempty |= store.nonempty_object_partitions(chunk)
         checked += len(chunk)
-    return nonempty, checked
+    return Rechecked(nonempty, candidates, checked - candidates)

@@ -28,7 +28,7 @@ from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
 from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
-from dircleaner.progress import Progress
+from dircleaner.progress import Progress, counting_actions
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 
@@ -43,6 +43,9 @@ class ShardSwept:
     verify_s: float
     #: candidates found to hold objects after all
     nonempty: frozenset[BucketDir]
+    #: of ``checked``, the directories that were not candidate rows of this slice (the own
+    #: directories of partitions found empty, whose row another slice holds)
+    checked_parents: int = 0
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,15 @@ def sweep_and_recheck(
     finish_loading_kernels()
     result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
     nonempty: set[BucketDir] = set()
-    checked = 0
+    checked = parents = 0
     started = time.monotonic()
     if verify:
-        nonempty, checked = find_nonempty(store, result.facts)
+        rechecked = find_nonempty(store, result.facts)
+        nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
         progress("verify", checked, checked)
-    swept = ShardSwept(result.totals(), checked, time.monotonic() - started, frozenset(nonempty))
+    swept = ShardSwept(
+        result.totals(), checked, time.monotonic() - started, frozenset(nonempty), parents
+    )
     return swept, result.facts
 
 
@@ -132,6 +138,8 @@ def plan_and_delete(
     del facts  # the plan holds what is still needed
     deleted = None
     started = time.monotonic()
+    if not orders.dry_run:
+        progress("clean", 0, len(plan.actions))  # the slice's total, even when it is 0
     if not orders.dry_run and plan.actions:
         stream = open_audit_log(orders.audit_log) if orders.audit_log else None
         try:
@@ -153,7 +161,9 @@ def plan_and_delete(
                 orders.delete_timestamp_us,
                 orders.throttle,
                 audit,
-                progress,
+                # In deletes, the unit --rate limits (a range or partition delete takes several
+                # directories).
+                counting_actions(progress, "clean", [len(a.rows) for a in plan.actions]),
                 keep_going=lease_check(store, orders.lease_owner),
                 charge=ledger_charger(
                     store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s

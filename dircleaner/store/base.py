@@ -10,6 +10,7 @@ do them faster. Optional capabilities are small protocols of their own (``Tombst
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -18,11 +19,17 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
+from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
+
+#: buckets a "no such bucket" message names at most
+MAX_BUCKETS_NAMED = 20
+#: how long a "no such bucket" message may scan for the names of the buckets there are
+BUCKET_SCAN_SECONDS = 10.0
 
 #: gc_grace_seconds' default: how long a tombstone is kept when the store cannot tell
 DEFAULT_GRACE_S = 864_000.0
@@ -352,6 +359,35 @@ class Store(abc.ABC):
         Returns how many of the keys existed, or None where the store cannot tell."""
         return self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
 
+    # -- buckets ----------------------------------------------------------------------------
+    def bucket_exists(self, bucket: str) -> bool:
+        """Whether the store holds anything of ``bucket``: a row in its root objects or folders
+        partition, where every key of the bucket leaves one (an object at the root, or the
+        folder row of its top directory). Two point reads."""
+        if self.nonempty_object_partitions([(bucket, "")]):
+            return True
+        return any(self.folder_partition_pages(bucket, "", page_rows=1))
+
+    def bucket_names(self, within_s: float | None = None) -> tuple[list[str], bool]:
+        """The buckets the objects or folders table holds a row of, sorted, and whether that
+        is all of them: the scan stops after ``within_s`` seconds, if given.
+
+        Scans partition keys, then folder rows here, in token order (so the buckets with most
+        rows turn up first): meant for naming the buckets there are once ``bucket_exists``
+        said no; a backend that can list them cheaper overrides it."""
+        deadline = None if within_s is None else time.monotonic() + within_s
+        names: set[str] = set()
+        scans = (
+            ((key.bucket for key in batch) for batch in self.scan_object_partitions(Shard())),
+            ((row.bucket for row in batch) for batch in self.scan_folder_rows(Shard())),
+        )
+        for scan in scans:
+            for buckets in scan:
+                names.update(buckets)
+                if deadline is not None and time.monotonic() > deadline:
+                    return sorted(names), False
+        return sorted(names), True
+
     def iter_folder_rows(self, bucket: str | None = None) -> Iterator[FolderRow]:
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
@@ -379,3 +415,26 @@ class BulkLoader(Protocol):
 
     def bulk_loading(self) -> AbstractContextManager[None]:
         """A context in which bulk inserts may trade durability for speed."""
+
+
+def missing_bucket(store: Store, bucket: str | None) -> str | None:
+    """None when ``bucket`` is None (every bucket) or the store holds it; else one line saying
+    it holds nothing of it and naming the buckets it does hold (those found within
+    ``BUCKET_SCAN_SECONDS`` where listing them takes a scan)."""
+    if bucket is None or store.bucket_exists(bucket):
+        return None
+    names, complete = store.bucket_names(within_s=BUCKET_SCAN_SECONDS)
+    shown = ", ".join(repr(name) for name in names[:MAX_BUCKETS_NAMED]) or "none"
+    if len(names) > MAX_BUCKETS_NAMED:
+        shown += f" and {len(names) - MAX_BUCKETS_NAMED:,} more"
+    if not complete:
+        shown += f", maybe more: {BUCKET_SCAN_SECONDS:g}s of scanning found these"
+    return f"bucket {bucket!r} does not exist in this store (buckets: {shown}); is --bucket right?"
+
+
+def require_bucket(store: Store, bucket: str | None) -> None:
+    """Raise BucketNotFound unless ``bucket`` is None (every bucket) or the store holds it:
+    what a command that deletes calls before anything else."""
+    problem = missing_bucket(store, bucket)
+    if problem is not None:
+        raise BucketNotFound(problem)

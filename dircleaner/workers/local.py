@@ -155,6 +155,9 @@ class _Pool:
         self.shards = shards
         self.phases = phases
         self.counters = (context.Value("q", 0), context.Value("q", 0))
+        #: per phase, the totals the shards reported so far, and how many shards reported one
+        self.totals = (context.Value("q", 0), context.Value("q", 0))
+        self.reporting = (context.Value("q", 0), context.Value("q", 0))
         self.conns: list[Connection] = []
         self._procs: list[Any] = []
         #: shard index → the process that ran (or runs) its first phase
@@ -164,7 +167,16 @@ class _Pool:
             parent_end, child_end = context.Pipe()
             proc = context.Process(
                 target=_worker,
-                args=(child_end, store, shards, first, second, self.counters, phases, os.getpid()),
+                args=(
+                    child_end,
+                    store,
+                    shards,
+                    first,
+                    second,
+                    (self.counters, self.totals, self.reporting),
+                    phases,
+                    os.getpid(),
+                ),
                 daemon=True,
             )
             proc.start()
@@ -183,7 +195,7 @@ class _Pool:
             if not in_hand:  # a stop was requested before every shard was handed out
                 interrupt.check()
             self._forward_stop()
-            progress(self.phases[0], int(self.counters[0].value), None)
+            self._report(0, progress)
             for worker, message in self._heard(in_hand):
                 if message is None:
                     raise self._died(self.phases[0], [in_hand[worker]])
@@ -193,7 +205,7 @@ class _Pool:
                 results[index] = value
                 del in_hand[worker]
                 self._hand_out(worker, in_hand)
-        progress(self.phases[0], int(self.counters[0].value), None)
+        self._report(0, progress)
         return [results[i] for i in range(len(self.shards))]
 
     def second_phase(
@@ -210,7 +222,7 @@ class _Pool:
         error: BaseException | None = None
         while pending:
             self._forward_stop()
-            progress(self.phases[1], int(self.counters[1].value), None)
+            self._report(1, progress)
             for worker, heard in self._heard(pending):
                 if heard is None:
                     error = error or self._died(self.phases[1], pending.pop(worker))
@@ -227,8 +239,17 @@ class _Pool:
                 on_done(index)
         if error is not None:
             raise error
-        progress(self.phases[1], int(self.counters[1].value), None)
+        self._report(1, progress)
         return results
+
+    def _report(self, phase: int, progress: Progress) -> None:
+        """The phase's progress summed over the shards: items done, and a total where the
+        shards tell theirs (until each of them did, scaled up from those that did)."""
+        total: int | None = None
+        told, shards = int(self.reporting[phase].value), len(self.shards)
+        if told:
+            total = int(self.totals[phase].value) * shards // min(told, shards)
+        progress(self.phases[phase], int(self.counters[phase].value), total)
 
     def stop(self) -> None:
         """Tell every process there is nothing more: it exits."""
@@ -295,13 +316,14 @@ def _worker(
     shards: Sequence[Shard],
     first: FirstPhase[Any, Any],
     second: SecondPhase[Any, Any, Any] | None,
-    counters: tuple[Any, Any],
+    counters: tuple[tuple[Any, Any], tuple[Any, Any], tuple[Any, Any]],
     phases: tuple[str, str],
     parent_pid: int,
 ) -> None:
     """A worker: first phases of the shards the parent hands it, then, if the parent says go
     (and there is one), the second phase of each of them."""
     _die_with_parent(parent_pid)
+    done, totals, reporting = counters
     try:
         store = open_store(parent_store.url, config_path=parent_store.config_path)
     except BaseException as exc:
@@ -314,14 +336,15 @@ def _worker(
             kind, value = conn.recv()
             if kind == "shard":
                 index = value
-                tally, state = first(store, shards[index], _reporter(counters[0], phases[0]))
+                report = _reporter(done[0], (totals[0], reporting[0]), phases[0])
+                tally, state = first(store, shards[index], report)
                 if second is not None:
                     kept[index] = state
                 conn.send(("ok", index, tally))
             elif kind == "go" and second is not None:
                 for index in sorted(kept):
                     interrupt.check()
-                    report = _reporter(counters[1], phases[1])
+                    report = _reporter(done[1], (totals[1], reporting[1]), phases[1])
                     result = second(store, shards[index], kept.pop(index), value, report)
                     conn.send(("ok", index, result))
                 return
@@ -338,17 +361,27 @@ def _worker(
         store.close()
 
 
-def _reporter(counter: Any, counted: str) -> Progress:
-    """A progress hook that adds a worker's advances in phase ``counted`` to a counter shared
-    with the parent (a step inside it, such as the sweep's re-check, counts other things)."""
+def _reporter(counter: Any, total_counters: tuple[Any, Any], counted: str) -> Progress:
+    """A progress hook that adds a worker's advances in phase ``counted`` (and its shard's
+    total, once known) to counters shared with the parent (a step inside it, such as the
+    sweep's re-check, counts other things)."""
     seen = 0
+    seen_total: int | None = None
+    total_counter, reporting = total_counters
 
     def report(phase: str, done: int, total: int | None) -> None:
-        nonlocal seen
+        nonlocal seen, seen_total
         if phase == counted:
             with counter.get_lock():
                 counter.value += done - seen
             seen = done
+            if total is not None and total != seen_total:
+                if seen_total is None:
+                    with reporting.get_lock():
+                        reporting.value += 1
+                with total_counter.get_lock():
+                    total_counter.value += total - (seen_total or 0)
+                seen_total = total
         interrupt.check()  # a worker stops after its batch in flight, like the parent
 
     return report

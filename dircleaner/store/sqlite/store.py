@@ -217,6 +217,12 @@ class SqliteStore(Store):
         ).fetchone()
         return row is not None
 
+    def bucket_names(self, within_s: float | None = None) -> tuple[list[str], bool]:
+        rows = self._conn.execute(
+            "SELECT bucket FROM objects UNION SELECT bucket FROM folders ORDER BY bucket"
+        )
+        return [str(bucket) for (bucket,) in rows], True
+
     # -- emptiness re-check --------------------------------------------------------------------
     def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """One set-based query per chunk instead of a Python round trip per directory.
