@@ -8,6 +8,7 @@ import os
 import sqlite3
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,11 @@ import click
 from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
-from dircleaner.store import Store, open_store
+from dircleaner.store import Store, open_store, shown_url, store_url
 from dircleaner.store.sqlite import read_only_here
 from dircleaner.workers.interrupt import stop_on_signals
 
-__all__ = ["TerminalProgress"]
+__all__ = ["TerminalProgress", "announce_store"]
 
 log = logging.getLogger("dircleaner")
 
@@ -196,9 +197,26 @@ class AppContext:
     store_url: str
     config_path: str | None
 
-    def open(self, *, create: bool = False) -> Store:
+    def __post_init__(self) -> None:
+        # A plain path names an SQLite file: from here on, every message shows the URL.
+        object.__setattr__(self, "store_url", store_url(self.store_url))
+
+    def open(self, *, writes: bool = False, create: bool = False, force: bool = False) -> Store:
+        """The store; a command that ``writes`` to it (or may ``create`` it) names it first
+        on stderr, and says what it created."""
         config = Path(self.config_path) if self.config_path else None
-        return open_store(self.store_url, config_path=config, create=create)
+        store = open_store(self.store_url, config_path=config, create=create, force=force)
+        if writes or create:
+            announce_store(self.store_url, store.created)
+        return store
+
+
+def announce_store(url: str, created: Sequence[str] = ()) -> None:
+    """The first line of a command that writes: which store (never a credential), then what
+    it created there, if anything."""
+    click.echo(f"store: {shown_url(url)}", err=True)
+    for name in created:
+        click.echo(f"created {name}", err=True)
 
 
 _handler: logging.Handler | None = None

@@ -11,7 +11,7 @@ from typing import BinaryIO
 import click
 
 from dircleaner.audit import AuditSelection, decoded_lines, plan_restore, restore
-from dircleaner.cli.context import TerminalProgress, obj
+from dircleaner.cli.context import TerminalProgress, announce_store, obj
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
@@ -21,6 +21,11 @@ KEY_BATCH = 5000
 
 bucket_option = click.option(
     "--bucket", default=DEFAULT_BUCKET, show_default=True, help="Bucket the keys belong to."
+)
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Add dircleaner's tables to an SQLite file that holds tables of its own.",
 )
 
 
@@ -75,18 +80,20 @@ def _apply_keys(
 @click.command("import-keys")
 @click.argument("path", type=click.File("rb"))
 @bucket_option
+@force_option
 @click.pass_context
-def import_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
+def import_keys(ctx: click.Context, path: BinaryIO, bucket: str, force: bool) -> None:
     """Write each key of PATH (one per line, '-' for stdin) as an S3 put.
 
     A put upserts the object row and a folder row for every ancestor directory. Invalid lines
     (bad UTF-8, empty, over 1024 bytes) are reported with their line number and skipped.
+    Creates the store if it does not exist (and says so).
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db import-keys keys.txt
+      dircleaner --store meta.db import-keys keys.txt
     """
-    with obj(ctx).open(create=True) as store:
+    with obj(ctx).open(create=True, force=force) as store:
         _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
 
 
@@ -105,7 +112,7 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str) -> None:
     Example:
       dircleaner --store sqlite:///meta.db delete-keys expired.txt
     """
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=True) as store:
         _apply_keys(
             path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
         )
@@ -149,6 +156,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
     help="Share of directories left empty.",
 )
 @bucket_option
+@force_option
 @click.pass_context
 def gen(
     ctx: click.Context,
@@ -157,8 +165,11 @@ def gen(
     truth: str | None,
     empty_fraction: float,
     bucket: str,
+    force: bool,
 ) -> None:
     """Generate a synthetic metastore with known ground truth (deterministic by seed).
+
+    Creates the store if it does not exist (and says so).
 
     \b
     Example:
@@ -168,7 +179,7 @@ def gen(
 
     spec = SynthSpec(dirs=dirs, seed=seed, bucket=bucket, empty_fraction=empty_fraction)
     progress = TerminalProgress()
-    with obj(ctx).open(create=True) as store:
+    with obj(ctx).open(create=True, force=force) as store:
         result = generate(
             store,
             spec,
@@ -207,7 +218,17 @@ def restore_cmd(
     Example:
       dircleaner restore ~/.local/state/dircleaner/audit.jsonl --generation G --dry-run
     """
-    selection = AuditSelection(generation, _utc_us(since), _utc_us(until))
+    # A restore writes: the store it writes to is named before anything else is said.
+    store = None if dry_run else obj(ctx).open(writes=True)
+    try:
+        _restore(audit_log, AuditSelection(generation, _utc_us(since), _utc_us(until)), store)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _restore(audit_log: BinaryIO, selection: AuditSelection, store: Store | None) -> None:
+    """Plan the restore of ``selection``; carry it out in ``store`` (None: a dry run)."""
     plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
     vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
     of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
@@ -221,11 +242,10 @@ def restore_cmd(
             f" the generations in it: {shown}",
             err=True,
         )
-    if dry_run:
+    if store is None:
         click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
         return
-    with obj(ctx).open() as store:
-        result = restore(store, plan.rows, now_us())
+    result = restore(store, plan.rows, now_us())
     click.echo(f"restored {result.restored:,} directory entries{of}")
 
 
@@ -238,9 +258,11 @@ def _utc_us(moment: datetime | None) -> int | None:
 
 
 @click.command("init-schema")
+@force_option
 @click.pass_context
-def init_schema(ctx: click.Context) -> None:
-    """Create the reference schema (keyspace, objects, folders, filters) if missing.
+def init_schema(ctx: click.Context, force: bool) -> None:
+    """Create the reference schema (keyspace, objects, folders, filters) if missing: an SQLite
+    file too (refused if it holds tables of its own, unless --force).
 
     \b
     Example:
@@ -248,7 +270,10 @@ def init_schema(ctx: click.Context) -> None:
     """
     app = obj(ctx)
     config = Path(app.config_path) if app.config_path else None
-    created = backend_class(app.store_url).init_schema(app.store_url, config_path=config)
+    created = backend_class(app.store_url).init_schema(
+        app.store_url, config_path=config, force=force
+    )
+    announce_store(app.store_url)
     for name in created:
         click.echo(f"created {name}")
     click.echo("schema ready" + ("" if created else " (nothing to create)"))
