@@ -16,12 +16,14 @@ from typing import Any
 
 import click
 
+from dircleaner.cli import progress_display
+from dircleaner.cli.interrupted import interrupted_line
 from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress
 from dircleaner.errors import DircleanerError
 from dircleaner.store import Store, open_store, shown_url, store_url
 from dircleaner.store.sqlite import read_only_here
-from dircleaner.workers.interrupt import stop_on_signals
+from dircleaner.workers.interrupt import Interrupted, stop_on_signals
 
 __all__ = ["TerminalProgress", "announce_store"]
 
@@ -96,6 +98,7 @@ class DircleanerGroup(click.Group):
             raise
 
     def _invoke_mapped(self, ctx: click.Context) -> Any:
+        progress_display.forget()
         try:
             with stop_on_signals():
                 return super().invoke(ctx)
@@ -103,6 +106,11 @@ class DircleanerGroup(click.Group):
             if ctx.meta.get(JSON_REQUESTED):
                 _echo_json_failure(exc.format_message(), type(exc).__name__, exc.exit_code)
             raise
+        except Interrupted as exc:
+            shown = progress_display.latest()
+            reached = shown.stopped() if shown is not None else None
+            message = interrupted_line(ctx.invoked_subcommand, exc, reached)
+            raise fail(ctx, message, exc.exit_code, type(exc).__name__) from exc
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
         except sqlite3.Error as exc:

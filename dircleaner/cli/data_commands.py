@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -218,34 +219,26 @@ def restore_cmd(
     Example:
       dircleaner restore ~/.local/state/dircleaner/audit.jsonl --generation G --dry-run
     """
-    # A restore writes: the store it writes to is named before anything else is said.
-    store = None if dry_run else obj(ctx).open(writes=True)
-    try:
-        _restore(audit_log, AuditSelection(generation, _utc_us(since), _utc_us(until)), store)
-    finally:
-        if store is not None:
-            store.close()
-
-
-def _restore(audit_log: BinaryIO, selection: AuditSelection, store: Store | None) -> None:
-    """Plan the restore of ``selection``; carry it out in ``store`` (None: a dry run)."""
+    selection = AuditSelection(generation, _utc_us(since), _utc_us(until))
     plan = plan_restore(decoded_lines(audit_log, audit_log.name), selection)
     vias = ", ".join(f"{n:,} {via}" for via, n in sorted(plan.by_via.items())) or "none"
     of = f" (by {vias}; generations: {', '.join(plan.generations) or 'none'})"
-    if not plan.rows and selection != AuditSelection() and plan.logged_generations:
-        logged = plan.logged_generations
-        shown = ", ".join(logged[-5:]) + (
-            f" (and {len(logged) - 5:,} more)" if len(logged) > 5 else ""
-        )
-        click.echo(
-            f"warning: no entry of {audit_log.name} matches --generation/--since/--until;"
-            f" the generations in it: {shown}",
-            err=True,
-        )
-    if store is None:
-        click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
-        return
-    result = restore(store, plan.rows, now_us())
+    # A restore writes: the store it writes to is named before anything else is said.
+    with contextlib.nullcontext() if dry_run else obj(ctx).open(writes=True) as store:
+        if not plan.rows and selection != AuditSelection() and plan.logged_generations:
+            logged = plan.logged_generations
+            shown = ", ".join(logged[-5:]) + (
+                f" (and {len(logged) - 5:,} more)" if len(logged) > 5 else ""
+            )
+            click.echo(
+                f"warning: no entry of {audit_log.name} matches --generation/--since/--until;"
+                f" the generations in it: {shown}",
+                err=True,
+            )
+        if store is None:
+            click.echo(f"would restore {len(set(plan.rows)):,} directory entries{of}")
+            return
+        result = restore(store, plan.rows, now_us())
     click.echo(f"restored {result.restored:,} directory entries{of}")
 
 

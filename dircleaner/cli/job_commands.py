@@ -155,7 +155,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open(writes=True) as store, workers_for(params) as pool:
+    with obj(ctx).open(writes=not params["dry_run"]) as store, workers_for(params) as pool:
         report = run_clean(store, config, progress, workers=pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.sweep.result.swept_rows)
@@ -193,7 +193,7 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open(writes=True) as store, workers_for(params) as pool:
+    with obj(ctx).open(writes=not params["dry_run"]) as store, workers_for(params) as pool:
         report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     warn_if_bucket_empty(params["bucket"], "directory", report.clean.sweep.result.swept_rows)
@@ -233,7 +233,7 @@ def _clean_prefix(
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     config = prefix_clean_config(params, shard)
-    with obj(ctx).open(writes=True) as store:
+    with obj(ctx).open(writes=not params["dry_run"]) as store:
         report = run_prefix_clean(store, config, progress)
     progress.close()
     summary = prefix_summary(report)
