@@ -292,8 +292,13 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
+        """Give ``name`` to ``owner`` for ``ttl_s`` if ``holder`` holds it now (atomically: a
+        compare-and-set on the holder); False, and nothing changed, if it does not."""
+
     def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s hold on ``name`` by ``ttl_s``; False if it no longer holds it."""
+        return self.replace_lease(name, owner, owner, ttl_s)
 
     @abc.abstractmethod
     def release_lease(self, name: str, owner: str) -> None:

@@ -159,7 +159,7 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         self._lease_take = p(
             f'INSERT INTO {state} ("key", "value") VALUES (?, ?) IF NOT EXISTS USING TTL ?'
         )
-        self._lease_renew = p(
+        self._lease_replace = p(
             f'UPDATE {state} USING TTL ? SET "value" = ? WHERE "key" = ? IF "value" = ?'
         )
         self._lease_drop = p(f'DELETE FROM {state} WHERE "key" = ? IF "value" = ?')

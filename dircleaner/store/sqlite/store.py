@@ -386,15 +386,15 @@ class SqliteStore(Store):
         finally:
             conn.close()
 
-    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
         conn = self._lease_conn()
         try:
             with _Transaction(conn):
                 now = now_us()
                 cursor = conn.execute(
-                    "UPDATE leases SET expires_us = ?"
+                    "UPDATE leases SET owner = ?, expires_us = ?"
                     " WHERE name = ? AND owner = ? AND expires_us > ?",
-                    (now + int(ttl_s * 1_000_000), name, owner, now),
+                    (owner, now + int(ttl_s * 1_000_000), name, holder, now),
                 )
                 return cursor.rowcount == 1
         finally:
