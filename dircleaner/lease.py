@@ -115,16 +115,22 @@ def holder_is_gone(holder: str) -> bool:
     that no longer runs: its pid is free, or belongs to a process started at another time.
     A holder elsewhere, or not described enough to tell, is never judged gone (its lease
     expires by its TTL)."""
+    return _runs_here(holder) is False
+
+
+def _runs_here(holder: str) -> bool | None:
+    """Whether the process ``holder`` names still runs, where it is one of this host's (same
+    boot, same pid namespace); None where that cannot be told."""
     try:
         data = json.loads(holder)
         recorded = (str(data["host"]), str(data["boot"]), str(data["pidns"]))
         pid, started = int(data["pid"]), int(data["started"])
     except (ValueError, KeyError, TypeError):
-        return False
+        return None
     here = _this_system()
     if here is None or recorded != (socket.gethostname(), *here):
-        return False
-    return _started(pid) != started
+        return None
+    return _started(pid) == started
 
 
 def describe_owner(owner: str) -> str:
@@ -203,10 +209,12 @@ class Lease:
                     describe_owner(holder),
                 )
                 return cls(store, owner, ttl_s)
-        raise LeaseHeld(
-            f"another run holds this store's lease ({describe_owner(holder)});"
-            f" it expires {ttl_s:g}s after that run stops renewing it"
+        until = (
+            "that process still runs on this host"
+            if _runs_here(holder)
+            else f"it expires {ttl_s:g}s after that run stops renewing it"
         )
+        raise LeaseHeld(f"another run holds this store's lease ({describe_owner(holder)}); {until}")
 
     def check(self) -> None:
         """Raise LeaseLost unless the store still shows us as the holder."""

@@ -163,7 +163,10 @@ def test_two_concurrent_runs_one_proceeds_one_exits_3(tmp_path: Path) -> None:
     second = invoke(url, "run", *EAGER, "--audit-log", str(tmp_path / "second.jsonl"))
     assert second.exit_code == 3
     assert said(second).count("\n") == 1  # one line, after the one naming the store
-    assert f"host {holder['host']}, pid {holder['pid']}, since {holder['since']}" in second.output
+    assert (
+        f"(host {holder['host']}, pid {holder['pid']}, since {holder['since']});"
+        " that process still runs on this host"
+    ) in second.output
     assert not (tmp_path / "second.jsonl").exists()
     assert listed(url) <= before  # the first run may have deleted meanwhile; never the second
     out, err = first.communicate(timeout=180)
