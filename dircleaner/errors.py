@@ -26,6 +26,10 @@ class StoreNotFound(DircleanerError):
     """The store does not exist (a command that reads never creates one)."""
 
 
+class StoreNotOurs(UsageError):
+    """The SQLite file holds tables of its own: ours are added to it only when asked."""
+
+
 class StoreUnavailable(DircleanerError):
     """The store could not be reached after bounded retries."""
 

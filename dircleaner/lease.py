@@ -4,7 +4,10 @@ A run or clean takes the lease before it deletes anything. On Cassandra it is a 
 table taken with a lightweight transaction (``IF NOT EXISTS … USING TTL``) and renewed with
 ``UPDATE … USING TTL … IF value = owner``; on SQLite the same in one transaction, with an expiry
 time. A second run finds it held and refuses (``LeaseHeld``, exit 3). A run killed with ``kill -9``
-stops renewing, so its lease expires after its TTL and the next run proceeds with no manual step.
+stops renewing, so its lease expires after its TTL and the next run proceeds with no manual step;
+on the same host, the next run sees at once that the holder's process is gone (its pid no longer
+exists, or now belongs to a process started later) and takes the lease over with a
+compare-and-set on the dead holder's id, so that two runs never both take it.
 A process that lost its lease (paused past the TTL, partitioned away) stops deleting before its
 next batch: the deleter asks ``lease_still_held`` with its own store connection.
 """
@@ -33,6 +36,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "describe_owner",
+    "holder_is_gone",
     "lease_check",
     "lease_name",
     "lease_still_held",
@@ -43,6 +47,8 @@ DEFAULT_LEASE_TTL_S = 60.0
 RENEWALS_PER_TTL = 3
 #: a deleter asks the store at most this often whether its run still holds the lease
 CHECK_INTERVAL_S = 1.0
+#: looks at the holder of a lease that keeps changing hands before giving up (LeaseHeld)
+_TAKEOVER_ATTEMPTS = 3
 
 #: Held by the heartbeat through each renewal, and by a fork (``os.register_at_fork``): a
 #: process forked while another thread is inside a SQLite write transaction inherits SQLite's
@@ -63,12 +69,68 @@ def lease_name(store: Store) -> str:
 
 
 def new_owner() -> str:
-    """A unique owner id that also says who holds the lease: host, pid, since when."""
+    """A unique owner id that also says who holds the lease: host, pid, since when, and what
+    tells this process from a later one with the same pid (where the system says)."""
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now_us() / 1e6))
-    return json.dumps(
-        {"host": socket.gethostname(), "pid": os.getpid(), "since": since, "id": uuid.uuid4().hex},
-        sort_keys=True,
-    )
+    owner: dict[str, object] = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "since": since,
+        "id": uuid.uuid4().hex,
+    }
+    here = _this_system()
+    started = _started(os.getpid())
+    if here is not None and started is not None:
+        owner.update(boot=here[0], pidns=here[1], started=started)
+    return json.dumps(owner, sort_keys=True)
+
+
+def _this_system() -> tuple[str, str] | None:
+    """(boot id, pid namespace): where a pid names the same process; None where unknown."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as stream:
+            boot = stream.read().strip()
+        return boot, os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot); None if there is no such live
+    process (a zombie is dead: it only waits for its parent to read its exit status)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as stream:
+            stat = stream.read()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold spaces and parentheses: split after it.
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def holder_is_gone(holder: str) -> bool:
+    """Whether the lease ``holder`` is a process of this host (same boot, same pid namespace)
+    that no longer runs: its pid is free, or belongs to a process started at another time.
+    A holder elsewhere, or not described enough to tell, is never judged gone (its lease
+    expires by its TTL)."""
+    return _runs_here(holder) is False
+
+
+def _runs_here(holder: str) -> bool | None:
+    """Whether the process ``holder`` names still runs, where it is one of this host's (same
+    boot, same pid namespace); None where that cannot be told."""
+    try:
+        data = json.loads(holder)
+        recorded = (str(data["host"]), str(data["boot"]), str(data["pidns"]))
+        pid, started = int(data["pid"]), int(data["started"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    here = _this_system()
+    if here is None or recorded != (socket.gethostname(), *here):
+        return None
+    return _started(pid) == started
 
 
 def describe_owner(owner: str) -> str:
@@ -125,17 +187,34 @@ class Lease:
 
     @classmethod
     def acquire(cls, store: Store, *, ttl_s: float = DEFAULT_LEASE_TTL_S) -> Lease:
-        """Take the store's lease, or raise LeaseHeld naming the holder."""
+        """Take the store's lease, or raise LeaseHeld naming the holder. A holder on this host
+        whose process is gone (``kill -9``) loses it at once, said in a warning."""
         if ttl_s <= 0:
             raise ValueError("the lease TTL must be > 0")
         owner = new_owner()
-        holder = store.try_acquire_lease(lease_name(store), owner, ttl_s)
-        if holder is not None:
-            raise LeaseHeld(
-                f"another run holds this store's lease ({describe_owner(holder)});"
-                f" it expires {ttl_s:g}s after that run stops renewing it"
-            )
-        return cls(store, owner, ttl_s)
+        name = lease_name(store)
+        holder = ""
+        for _attempt in range(_TAKEOVER_ATTEMPTS):
+            found = store.try_acquire_lease(name, owner, ttl_s)
+            if found is None:
+                return cls(store, owner, ttl_s)
+            holder = found
+            if not holder_is_gone(holder):
+                break
+            # Only if the dead holder still has it: a run that took it meanwhile keeps it.
+            if store.replace_lease(name, holder, owner, ttl_s):
+                log.warning(
+                    "took over the store's lease from a run that is gone (%s): no such"
+                    " process runs on this host any more",
+                    describe_owner(holder),
+                )
+                return cls(store, owner, ttl_s)
+        until = (
+            "that process still runs on this host"
+            if _runs_here(holder)
+            else f"it expires {ttl_s:g}s after that run stops renewing it"
+        )
+        raise LeaseHeld(f"another run holds this store's lease ({describe_owner(holder)}); {until}")
 
     def check(self) -> None:
         """Raise LeaseLost unless the store still shows us as the holder."""

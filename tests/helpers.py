@@ -19,6 +19,17 @@ def invoke(store_url: str, *args: str, input: bytes | str | None = None) -> Resu
     return CliRunner().invoke(cli, ["--store", store_url, *args], input=input)
 
 
+def said(result: Result) -> str:
+    """What a command said on stderr after naming its store (and what it created there), the
+    first lines of every command that writes."""
+    lines = result.stderr.splitlines(keepends=True)
+    if lines and lines[0].startswith("store: "):
+        lines = lines[1:]
+        while lines and lines[0].startswith("created "):
+            lines = lines[1:]
+    return "".join(lines)
+
+
 def expected_dirs(put: Iterable[str], deleted: Iterable[str]) -> tuple[set[str], set[str]]:
     """(all directories ever created, the non-empty ones) for keys put and then deleted."""
     put = list(put)

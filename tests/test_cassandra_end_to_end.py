@@ -44,6 +44,7 @@ from tests.helpers import (
     expected_dirs,
     invoke,
     row_tombstones_per_partition,
+    said,
     tombstones_per_partition,
     write_lines,
 )
@@ -166,9 +167,10 @@ LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 
 
 def one_line_error(result: Result) -> str:
-    """The error: one line on stderr besides log records, nothing on stdout."""
+    """The error: one line on stderr besides log records (and the line naming the store, of
+    a command that writes), nothing on stdout."""
     lines = [
-        line for line in result.stderr.splitlines() if line.strip() and not LOG_RECORD.match(line)
+        line for line in said(result).splitlines() if line.strip() and not LOG_RECORD.match(line)
     ]
     assert len(lines) == 1, result.output
     assert lines[0].startswith("Error: "), result.output

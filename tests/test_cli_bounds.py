@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EAGER, invoke
+from tests.helpers import EAGER, invoke, said
 
 
 @pytest.fixture()
@@ -42,16 +42,16 @@ def test_list_dirs_covers_every_bucket_like_run(url: str) -> None:
 def test_an_unknown_bucket_is_refused_by_run(url: str) -> None:
     result = invoke(url, "run", *EAGER, "--bucket", "nosuch")
     assert result.exit_code == 3
-    assert result.stderr == (
+    assert said(result) == (
         "Error: bucket 'nosuch' does not exist in this store (buckets: 'default', 'photos');"
         " is --bucket right?\n"
     )
-    assert invoke(url, "run", *EAGER, "--bucket", "photos", "--json").stderr == ""
+    assert said(invoke(url, "run", *EAGER, "--bucket", "photos", "--json")) == ""
 
 
 def test_delete_keys_counts_only_keys_that_existed(url: str) -> None:
     result = invoke(url, "delete-keys", "-", input="a/c/y\na/c/nope\nzzz\n")
-    assert (result.exit_code, result.output) == (
+    assert (result.exit_code, result.stdout) == (
         0,
         "deleted 1 keys in bucket 'default' (2 did not exist); rejected 0 lines\n",
     )

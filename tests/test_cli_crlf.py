@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import invoke
+from tests.helpers import invoke, said
 
 
 def test_a_crlf_key_file_is_stripped_and_said_so(tmp_path: Path) -> None:
@@ -13,7 +13,7 @@ def test_a_crlf_key_file_is_stripped_and_said_so(tmp_path: Path) -> None:
     result = invoke(url, "import-keys", str(tmp_path / "k.txt"))
     assert result.exit_code == 0
     assert result.stdout == "put 3 keys in bucket 'default'; rejected 0 lines\n"
-    assert result.stderr == (
+    assert said(result) == (
         "CRLF line endings (a Windows file): stripped the carriage return of 2 lines\n"
     )
     listed = invoke(url, "list-dirs", "--bucket", "default", "--sort")
@@ -27,6 +27,6 @@ def test_a_crlf_key_file_is_stripped_and_said_so(tmp_path: Path) -> None:
 def test_a_carriage_return_inside_a_unix_file_stays_part_of_the_key(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/meta.db"
     result = invoke(url, "import-keys", "-", input=b"a/b\nodd\r/x\r\n")
-    assert (result.exit_code, result.stderr) == (0, "")
+    assert (result.exit_code, said(result)) == (0, "")
     listed = invoke(url, "list-dirs", "--bucket", "default", "--sort")
     assert listed.output == "a/\nodd\r/\n"

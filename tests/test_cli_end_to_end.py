@@ -124,7 +124,7 @@ def test_first_run_defers_over_budget_and_reports_it(
     budget = ("--max-tombstones-per-partition", "1", "--max-rewrite-rows", "0")
     result = run_eagerly(url, tmp / "a.jsonl", *budget, "--json")
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     plan = summary["clean"]["plan"]
     # One tombstone left cannot pay for a range (2): the first row of the run goes as a row.
     assert plan["deferred"] >= 312 - 1
@@ -248,7 +248,7 @@ def test_adjacent_empty_siblings_over_the_budget_go_in_one_run_as_ranges(
         "--json",
     )
     assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)["clean"]["plan"]
+    plan = json.loads(result.stdout)["clean"]["plan"]
     # 68 runs of up to nine hour-shards and one run of 600 orders are ranges; the 20 lone
     # empties of alt/ are rows. More than 150 empties per parent, nothing deferred.
     assert (plan["range_deletes"], plan["row_deletes"], plan["deferred"]) == (69, 20, 0)

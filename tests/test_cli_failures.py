@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.store.sqlite import SqliteStore
-from tests.helpers import EAGER, invoke, write_lines
+from tests.helpers import EAGER, invoke, said, write_lines
 
 KEYS = [f"p{i % 20}/{i}/x" for i in range(400)]
 DEAD = KEYS[:200]
@@ -36,7 +36,7 @@ def test_a_full_disk_under_the_audit_log(url: str) -> None:
     before = listed(url)
     result = invoke(url, "run", *EAGER, "--audit-log", "/dev/full")
     assert result.exit_code == 1
-    assert result.output == (
+    assert said(result) == (
         "Error: cannot write the audit log /dev/full: No space left on device; nothing of this"
         " batch was deleted; free space (or give another --audit-log) and rerun: the next run"
         " resumes\n"
@@ -53,7 +53,7 @@ def test_a_full_disk_under_the_database(
     monkeypatch.setattr(SqliteStore, "write_object_rows", full)
     result = invoke(url, "import-keys", "-", input="new/key\n")
     assert result.exit_code == 1
-    assert result.output == (
+    assert said(result) == (
         f"Error: the SQLite metastore {url} failed: database or disk is full; fix that (free"
         " space?) and rerun: nothing is lost, the next run resumes\n"
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import invoke
+from tests.helpers import invoke, said
 
 HEADER, MARKER = -1, -2
 
@@ -58,7 +58,7 @@ def test_the_newest_filter_damaged_is_corrupt_not_missing_nor_an_older_one(
     poke(tmp_path, newest, seq, offset)
     result = invoke(url, "clean", "--dry-run")
     assert result.exit_code == 3
-    assert result.output == (
+    assert said(result) == (
         f"Error: filter {newest} is corrupt (shard 0: {problem}); not falling back to the older"
         f" {older} silently: rebuild ('dircleaner build'), or pass --force or --generation"
         f" {older} to use it\n"
@@ -109,5 +109,5 @@ def test_filters_list_says_corrupt(url: str, tmp_path: Path, seq: int, offset: i
     assert lines[0].startswith(f"{good}  complete    shards 1/1  age ")
     assert lines[1].startswith(f"{bad}  CORRUPT     shards 0/")
     assert "None" not in lines[1]
-    listed = json.loads(invoke(url, "filters", "list", "--json").output)
+    listed = json.loads(invoke(url, "filters", "list", "--json").stdout)
     assert [g["corrupt"] for g in listed] == [False, True]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import invoke
+from tests.helpers import invoke, said
 
 
 @pytest.fixture()
@@ -26,7 +26,7 @@ def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
         "3 of 11 directories (27.3%) would be deleted, over --max-delete-fraction 0.1; check the"
         " store, then rerun with a higher --max-delete-fraction or --force"
     )
-    assert result.stderr == f"Error: {message}\n"
+    assert said(result) == f"Error: {message}\n"
     report = json.loads(result.stdout)
     generation = report["details"].pop("generation")
     assert report == {
@@ -36,7 +36,7 @@ def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
         "exit_code": 3,
         "details": {"swept_dirs": 11, "candidates": 3, "max_delete_fraction": 0.1},
     }
-    stored = json.loads(invoke(url, "filters", "list", "--json").output)
+    stored = json.loads(invoke(url, "filters", "list", "--json").stdout)
     assert [g["generation"] for g in stored] == [generation]
 
 

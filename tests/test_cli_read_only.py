@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.helpers import invoke
+from tests.helpers import invoke, said
 
 
 @contextmanager
@@ -48,7 +48,7 @@ def test_a_read_only_store_can_be_inspected(tmp_path: Path) -> None:
         swept = invoke(ro, "sweep", "--out", "-")
         assert (swept.exit_code, swept.output) == (0, "default\ta/c/\n")
         written = invoke(ro, "import-keys", "-", input="z/q\n")
-        assert (written.exit_code, written.output) == (
+        assert (written.exit_code, said(written)) == (
             1,
             f"Error: {mounted}/meta.db is read-only here: this command writes to it\n",
         )
@@ -59,7 +59,7 @@ def test_a_read_only_store_can_be_inspected(tmp_path: Path) -> None:
         assert "plan    1 directories to delete = " in planned.output
         # A real clean says why it cannot, not "free space?".
         cleaned = invoke(ro, *args, "--audit-log", str(tmp_path / "a.jsonl"))
-        assert (cleaned.exit_code, cleaned.output) == (
+        assert (cleaned.exit_code, said(cleaned)) == (
             1,
             f"Error: the SQLite metastore {ro} is read-only here: this command writes to it\n",
         )

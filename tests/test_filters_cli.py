@@ -23,8 +23,8 @@ def store_with_keys(tmp_path: Path) -> str:
 
 def test_list_reports_the_fill_and_rate_without_reading_the_body(tmp_path: Path) -> None:
     url = store_with_keys(tmp_path)
-    built = json.loads(invoke(url, "build", "--json", "--workers", "2").output)
-    rows = json.loads(invoke(url, "filters", "list", "--json").output)
+    built = json.loads(invoke(url, "build", "--json", "--workers", "2").stdout)
+    rows = json.loads(invoke(url, "filters", "list", "--json").stdout)
     assert [r["generation"] for r in rows] == [built["generation"]]
     row = rows[0]
     assert row["complete"] is True and row["shards"] == "2/2"
@@ -47,16 +47,16 @@ def test_old_generations_are_garbage_collected(tmp_path: Path) -> None:
     for _ in range(5):
         result = invoke(url, "run", "--min-age", "0", "--audit-log", str(tmp_path / "a.jsonl"))
         assert result.exit_code == 0, result.output
-    rows = json.loads(invoke(url, "filters", "list", "--json").output)
+    rows = json.loads(invoke(url, "filters", "list", "--json").stdout)
     assert len(rows) == 3
     assert all(r["complete"] for r in rows)
 
 
 def test_rm_removes_one_generation_and_names_an_unknown_one(tmp_path: Path) -> None:
     url = store_with_keys(tmp_path)
-    generation = json.loads(invoke(url, "build", "--json").output)["generation"]
+    generation = json.loads(invoke(url, "build", "--json").stdout)["generation"]
     assert invoke(url, "filters", "rm", generation).exit_code == 0
-    assert json.loads(invoke(url, "filters", "list", "--json").output) == []
+    assert json.loads(invoke(url, "filters", "list", "--json").stdout) == []
     result = invoke(url, "filters", "rm", generation)
     assert result.exit_code == 1
     assert "no filter generation" in result.stderr

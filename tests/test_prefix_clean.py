@@ -23,7 +23,7 @@ from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.prefix import FolderIndexLooksCyclic, normalise_prefix
 from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us
-from tests.helpers import audit_entries, expected_dirs, invoke, write_lines
+from tests.helpers import audit_entries, expected_dirs, invoke, said, write_lines
 
 SESSION = secrets.token_hex(4)
 PREFIX = "logs/2025/"
@@ -204,7 +204,8 @@ def test_an_object_put_during_the_walk_keeps_its_directory(
 
 
 def one_error_line(result: Any) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    """The one error line (after the line naming the store, once the clean opened it)."""
+    lines = [line for line in said(result).splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     assert lines[0].startswith("Error: ") and result.stdout == ""
     return str(lines[0])

@@ -62,7 +62,7 @@ def test_malformed_sqlite_url(url: str) -> None:
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("url", ["sqlite:meta.db", "meta.db", "nosuch:///x", ""])
+@pytest.mark.parametrize("url", ["sqlite:meta.db", "cassandra:h/ks", "nosuch:///x", ""])
 def test_malformed_url_through_the_registry(url: str) -> None:
     with pytest.raises(StoreUrlError):
         open_store(url)

@@ -27,8 +27,9 @@ from dircleaner.store import DEFAULT_STORE_URL
     envvar="DIRCLEANER_STORE",
     default=DEFAULT_STORE_URL,
     show_default=True,
-    help="Metastore URL: sqlite:///path/meta.db or cassandra://host1,host2:9042/keyspace?dc=DC"
-    " (env DIRCLEANER_STORE).",
+    help="Metastore: an SQLite file (meta.db, or sqlite:///path/meta.db) or"
+    " cassandra://host1,host2:9042/keyspace?dc=DC (env DIRCLEANER_STORE). Only gen, import-keys"
+    " and init-schema create one.",
 )
 @click.option(
     "--config",

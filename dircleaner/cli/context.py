@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import time
 import tomllib
+from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +17,18 @@ from typing import Any
 
 import click
 
+from dircleaner.cli import progress_display
+from dircleaner.cli.interrupted import interrupted_line
 from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from dircleaner.errors import DircleanerError
 from dircleaner.errors import UsageError as DircleanerUsageError
-from dircleaner.store import Store, open_store
+from dircleaner.store import Store, open_store, shown_url, store_url
 from dircleaner.store.base import missing_bucket
 from dircleaner.store.sqlite import read_only_here
-from dircleaner.workers.interrupt import stop_on_signals
+from dircleaner.workers.interrupt import Interrupted, stop_on_signals
 
-__all__ = ["TerminalProgress"]
+__all__ = ["TerminalProgress", "announce_store"]
 
 log = logging.getLogger("dircleaner")
 
@@ -101,6 +104,7 @@ class DircleanerGroup(click.Group):
             raise
 
     def _invoke_mapped(self, ctx: click.Context) -> Any:
+        progress_display.forget()
         try:
             with stop_on_signals():
                 return super().invoke(ctx)
@@ -108,6 +112,11 @@ class DircleanerGroup(click.Group):
             if ctx.meta.get(JSON_REQUESTED):
                 _echo_json_failure(exc.format_message(), type(exc).__name__, exc.exit_code)
             raise
+        except Interrupted as exc:
+            shown = progress_display.latest()
+            reached = shown.stopped() if shown is not None else None
+            message = interrupted_line(ctx.invoked_subcommand, exc, reached)
+            raise fail(ctx, message, exc.exit_code, type(exc).__name__) from exc
         except DircleanerError as exc:
             raise fail(ctx, str(exc), exc.exit_code, type(exc).__name__, exc.details) from exc
         except sqlite3.Error as exc:
@@ -202,6 +211,10 @@ class AppContext:
     store_url: str
     config_path: str | None
 
+    def __post_init__(self) -> None:
+        # A plain path names an SQLite file: from here on, every message shows the URL.
+        object.__setattr__(self, "store_url", store_url(self.store_url))
+
     def config(self) -> Path | None:
         """The --config file, checked to be TOML whatever the store (a SQLite store reads
         nothing from it, but a broken file must not pass unnoticed until the day it is used)."""
@@ -217,8 +230,21 @@ class AppContext:
             raise DircleanerUsageError(f"config file {path} is not valid TOML: {exc}") from exc
         return path
 
-    def open(self, *, create: bool = False) -> Store:
-        return open_store(self.store_url, config_path=self.config(), create=create)
+    def open(self, *, writes: bool = False, create: bool = False, force: bool = False) -> Store:
+        """The store; a command that ``writes`` to it (or may ``create`` it) names it first
+        on stderr, and says what it created."""
+        store = open_store(self.store_url, config_path=self.config(), create=create, force=force)
+        if writes or create:
+            announce_store(self.store_url, store.created)
+        return store
+
+
+def announce_store(url: str, created: Sequence[str] = ()) -> None:
+    """The first line of a command that writes: which store (never a credential), then what
+    it created there, if anything (``-q`` drops the first, never the second)."""
+    note(f"store: {shown_url(url)}")
+    for name in created:
+        click.echo(f"created {name}", err=True)
 
 
 #: --log-level's choices, most verbose first (-v steps towards the first, -q goes to the last)

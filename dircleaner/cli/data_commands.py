@@ -20,6 +20,7 @@ from dircleaner.audit import (
 )
 from dircleaner.cli.context import (
     TerminalProgress,
+    announce_store,
     emit,
     note,
     obj,
@@ -39,6 +40,11 @@ KEY_BATCH = 5000
 
 bucket_option = click.option(
     "--bucket", default=DEFAULT_BUCKET, show_default=True, help="Bucket the keys belong to."
+)
+force_option = click.option(
+    "--force",
+    is_flag=True,
+    help="Add dircleaner's tables to an SQLite file that holds tables of its own.",
 )
 
 
@@ -128,18 +134,22 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
 @click.argument("path", type=click.File("rb"))
 @bucket_option
 @json_option
+@force_option
 @click.pass_context
-def import_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
+def import_keys(
+    ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool, force: bool
+) -> None:
     """Write each key of PATH (one per line, '-' for stdin) as an S3 put.
 
     A put upserts the object row and a folder row for every ancestor directory. Invalid lines
     (bad UTF-8, empty, over 1024 bytes) are reported with their line number and skipped.
+    Creates the store if it does not exist (and says so).
 
     \b
     Example:
-      dircleaner --store sqlite:///meta.db import-keys keys.txt
+      dircleaner --store meta.db import-keys keys.txt
     """
-    with obj(ctx).open(create=True) as store:
+    with obj(ctx).open(create=True, force=force) as store:
         applied = _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
     _report_keys(applied, as_json)
 
@@ -161,7 +171,7 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
       dircleaner --store sqlite:///meta.db delete-keys expired.txt
     """
     validate_bucket(bucket)
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=True) as store:
         require_bucket(store, bucket)
         applied = _apply_keys(
             path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
@@ -209,6 +219,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
 )
 @bucket_option
 @json_option
+@force_option
 @click.pass_context
 def gen(
     ctx: click.Context,
@@ -218,8 +229,11 @@ def gen(
     empty_fraction: float,
     bucket: str,
     as_json: bool,
+    force: bool,
 ) -> None:
     """Generate a synthetic metastore with known ground truth (deterministic by seed).
+
+    Creates the store if it does not exist (and says so).
 
     \b
     Example:
@@ -229,7 +243,7 @@ def gen(
 
     spec = SynthSpec(dirs=dirs, seed=seed, bucket=bucket, empty_fraction=empty_fraction)
     progress = TerminalProgress()
-    with obj(ctx).open(create=True) as store:
+    with obj(ctx).open(create=True, force=force) as store:
         result = generate(
             store,
             spec,
@@ -301,7 +315,7 @@ def restore_cmd(
         bucket,
     )
     name = audit_log.name
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
             decoded_lines(audit_log, name), selection, scope, force=force, name=name
@@ -386,16 +400,21 @@ def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[s
 
 @click.command("init-schema")
 @json_option
+@force_option
 @click.pass_context
-def init_schema(ctx: click.Context, as_json: bool) -> None:
-    """Create the reference schema (keyspace, objects, folders, filters) if missing.
+def init_schema(ctx: click.Context, as_json: bool, force: bool) -> None:
+    """Create the reference schema (keyspace, objects, folders, filters) if missing: an SQLite
+    file too (refused if it holds tables of its own, unless --force).
 
     \b
     Example:
       dircleaner --store cassandra://127.0.0.1:9042/meta init-schema
     """
     app = obj(ctx)
-    created = backend_class(app.store_url).init_schema(app.store_url, config_path=app.config())
+    created = backend_class(app.store_url).init_schema(
+        app.store_url, config_path=app.config(), force=force
+    )
+    announce_store(app.store_url)
     lines = [f"created {name}" for name in created]
     lines.append("schema ready" + ("" if created else " (nothing to create)"))
     emit({"created": created}, lines, as_json)

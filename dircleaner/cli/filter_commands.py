@@ -130,7 +130,7 @@ def rm_cmd(ctx: click.Context, generation: str, as_json: bool) -> None:
     """
     from dircleaner.filter.stored import find_generation
 
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=True) as store:
         find_generation(store, generation)
         store.delete_filter_generation(generation)
     emit({"removed": generation}, [f"removed {generation}"], as_json)

@@ -90,7 +90,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.pipeline.build import build_filter
 
     progress = TerminalProgress()
-    with obj(ctx).open() as store, workers_for(params) as workers:
+    with obj(ctx).open(writes=True) as store, workers_for(params) as workers:
         warn_if_bucket_missing(store, params["bucket"])
         config = build_config(params, parse_shard(shard))
         result = build_filter(store, config, progress, workers=workers)
@@ -178,7 +178,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=not params["dry_run"]) as store:
         require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
         with workers_for(params) as pool:
@@ -230,7 +230,7 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=not params["dry_run"]) as store:
         require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
         with workers_for(params) as pool:
@@ -277,7 +277,7 @@ def _clean_prefix(
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     config = prefix_clean_config(params)
-    with obj(ctx).open() as store:
+    with obj(ctx).open(writes=not params["dry_run"]) as store:
         require_bucket(store, config.bucket)
         config = replace(config, audit_log=store_audit_log(params, store))
         report = run_prefix_clean(store, config, progress)

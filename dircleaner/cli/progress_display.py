@@ -12,6 +12,9 @@ from dircleaner.workers.interrupt import check as check_interrupted
 
 log = logging.getLogger("dircleaner")
 
+#: a command's last progress report: (phase, done, total)
+Reached = tuple[str, int, int | None]
+
 #: seconds between progress log lines when nobody watches a terminal (cron, systemd)
 LOG_INTERVAL_S = 30.0
 
@@ -68,15 +71,21 @@ class TerminalProgress:
         self._last_report = self._phase_started
         self._done = 0
         self._total: int | None = None
+        self._reached: Reached | None = None
+        self._drawn = False
+        global _latest
+        _latest = self
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
-        check_interrupted()  # between batches: where a signal stops the run
         now = time.monotonic()
         if phase != self._phase:
             self._end_phase(self._last_report)
             log.info("%s: started", phase)
             self._phase, self._last_log = phase, now
         self._done, self._total, self._last_report = done, total, now
+        self._reached = (phase, done, total)
+        # Between batches (this one counted): where a signal stops the run.
+        check_interrupted()
         if not self._tty:
             if now - self._last_log >= self._interval and done != total:
                 self._last_log = now
@@ -87,6 +96,7 @@ class TerminalProgress:
         self._last_draw = now
         self._stream.write("\r\033[K" + self._text(now))
         self._stream.flush()
+        self._drawn = True
 
     def _text(self, now: float) -> str:
         elapsed = max(now - self._phase_started, 1e-3)
@@ -118,6 +128,31 @@ class TerminalProgress:
         if self._tty:
             self._stream.write("\r\033[K")
             self._stream.flush()
+        self._drawn = False
+
+    def stopped(self) -> Reached | None:
+        """How far the command got (its last report: phase, done, total), the progress line
+        ended first so that what follows starts a line of its own."""
+        if self._drawn:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._drawn = False
+        return self._reached
+
+
+#: the progress of the command running now (what an interruption reports)
+_latest: TerminalProgress | None = None
+
+
+def latest() -> TerminalProgress | None:
+    """The progress display of the command running now, if it made one."""
+    return _latest
+
+
+def forget() -> None:
+    """A new command starts: no progress of its own yet."""
+    global _latest
+    _latest = None
 
 
 def _unit(phase: str) -> str:

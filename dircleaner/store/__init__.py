@@ -11,7 +11,16 @@ from dircleaner.errors import StoreUrlError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store.base import Store
 
-__all__ = ["BACKENDS", "FolderRow", "PartitionKey", "Shard", "Store", "open_store"]
+__all__ = [
+    "BACKENDS",
+    "FolderRow",
+    "PartitionKey",
+    "Shard",
+    "Store",
+    "open_store",
+    "shown_url",
+    "store_url",
+]
 
 DEFAULT_STORE_URL = "sqlite:///dircleaner.db"
 
@@ -26,8 +35,27 @@ BACKENDS = MappingProxyType(
 _INSTALL_HINTS = MappingProxyType({"cassandra": "pip install cassandra-driver"})
 
 
+def store_url(value: str) -> str:
+    """The URL of what ``--store`` was given: a URL as it is, or a plain path (no scheme) as
+    the SQLite file it names, as every SQLite tool takes one."""
+    if "://" in value:
+        return value
+    if any(value.startswith(f"{scheme}:") for scheme in BACKENDS):
+        raise StoreUrlError(f"malformed store URL {value!r} (expected e.g. {DEFAULT_STORE_URL})")
+    if not value.strip():
+        raise StoreUrlError(f"no store named (expected a file or a URL, e.g. {DEFAULT_STORE_URL})")
+    return f"sqlite:///{value}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an operator should see it (an SQLite file by its absolute path, never a
+    credential)."""
+    return backend_class(url).shown(store_url(url))
+
+
 def backend_class(url: str) -> type[Store]:
-    """The Store class registered for the scheme of ``url``."""
+    """The Store class registered for the scheme of ``url`` (a plain path: SQLite)."""
+    url = store_url(url)
     scheme = urlsplit(url).scheme
     if not scheme or "://" not in url:
         raise StoreUrlError(f"malformed store URL {url!r} (expected e.g. {DEFAULT_STORE_URL})")
@@ -47,8 +75,12 @@ def backend_class(url: str) -> type[Store]:
     return cls
 
 
-def open_store(url: str, *, config_path: Path | None = None, create: bool = False) -> Store:
-    """Open the store at ``url``; only commands that write may ``create`` it."""
-    store = backend_class(url).open(url, config_path=config_path, create=create)
+def open_store(
+    url: str, *, config_path: Path | None = None, create: bool = False, force: bool = False
+) -> Store:
+    """Open the store at ``url`` (a plain path: an SQLite file); only the commands that load
+    data may ``create`` it, and ``force`` adds our tables to an SQLite file that has its own."""
+    url = store_url(url)
+    store = backend_class(url).open(url, config_path=config_path, create=create, force=force)
     store.url, store.config_path = url, config_path
     return store

@@ -10,6 +10,7 @@ do them faster. Optional capabilities are small protocols of their own (``Tombst
 from __future__ import annotations
 
 import abc
+import re
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -112,17 +113,39 @@ class Store(abc.ABC):
     #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
     deletes_per_request: int = 1
 
+    #: what opening this store created, one name each for a person ("SQLite metastore
+    #: /srv/meta.db", "table ks.folders"): empty unless opened with ``create``
+    created: tuple[str, ...] = ()
+
     @classmethod
     @abc.abstractmethod
-    def open(cls, url: str, *, config_path: Path | None = None, create: bool = False) -> Store:
-        """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked."""
+    def open(
+        cls,
+        url: str,
+        *,
+        config_path: Path | None = None,
+        create: bool = False,
+        force: bool = False,
+    ) -> Store:
+        """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked.
+
+        ``force`` lets ``create`` add our tables to an SQLite file that holds tables of its own
+        (StoreNotOurs otherwise); a keyspace's other tables never stop it.
+        """
+
+    @classmethod
+    def shown(cls, url: str) -> str:
+        """``url`` as an operator should see it: what it points at, never a credential."""
+        return re.sub(r"(?<=://)[^/@]*@", "", url)
 
     # -- identity -------------------------------------------------------------------------------
     @classmethod
-    def init_schema(cls, url: str, *, config_path: Path | None = None) -> list[str]:
+    def init_schema(
+        cls, url: str, *, config_path: Path | None = None, force: bool = False
+    ) -> list[str]:
         """Create whatever tables are missing; the names of those created."""
-        cls.open(url, config_path=config_path, create=True).close()
-        return []
+        with cls.open(url, config_path=config_path, create=True, force=force) as store:
+            return list(store.created)
 
     @abc.abstractmethod
     def scope_id(self) -> str:
@@ -281,8 +304,13 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
+        """Give ``name`` to ``owner`` for ``ttl_s`` if ``holder`` holds it now (atomically: a
+        compare-and-set on the holder); False, and nothing changed, if it does not."""
+
     def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s hold on ``name`` by ``ttl_s``; False if it no longer holds it."""
+        return self.replace_lease(name, owner, owner, ttl_s)
 
     @abc.abstractmethod
     def release_lease(self, name: str, owner: str) -> None:

@@ -42,6 +42,7 @@ from dircleaner.synth.spec import (
     SynthSpec,
 )
 from dircleaner.synth.writer import PROGRESS_EVERY, SLICES, Spill, SpillRef, Writer
+from dircleaner.workers import interrupt
 
 #: Rows handed to one ``bulk_insert`` call (one transaction).
 INSERT_BATCH = 50_000
@@ -208,11 +209,19 @@ def _worker_main() -> None:
     _save_output(_run_job(job, tick), Path(job.workdir) / f"{job.layout}.out")
 
 
-_WORKER_CODE = "from dircleaner.synth.runner import _worker_main; _worker_main()"
+# SIGINT as SIGTERM: the worker ends at once and quietly (no KeyboardInterrupt traceback);
+# the parent, stopped by the same Ctrl-C, says so.
+_WORKER_CODE = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_DFL);"
+    " from dircleaner.synth.runner import _worker_main; _worker_main()"
+)
 
 
-def _run_in_subprocess(job: _Job, tick: Callable[[int], None]) -> _JobOutput:
-    """Run one job in a fresh interpreter (no fork, no re-import of the caller's ``__main__``)."""
+def _run_in_subprocess(
+    job: _Job, tick: Callable[[int], None], running: list[subprocess.Popen[str]]
+) -> _JobOutput:
+    """Run one job in a fresh interpreter (no fork, no re-import of the caller's ``__main__``),
+    listed in ``running`` so that a stopped parent can stop it."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     workdir = Path(job.workdir)
@@ -225,6 +234,7 @@ def _run_in_subprocess(job: _Job, tick: Callable[[int], None]) -> _JobOutput:
             text=True,
             env=env,
         )
+        running.append(proc)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(dataclasses.asdict(job)))
         proc.stdin.close()
@@ -266,16 +276,27 @@ def _run_jobs(jobs: list[_Job], workers: int, progress: Progress | None) -> list
     outputs: dict[int, _JobOutput] = {}
     local = [i for i, job in enumerate(jobs) if job.layout == "tmp"]
     remote = sorted((i for i in range(len(jobs)) if i not in local), key=lambda i: -jobs[i].budget)
+    running: list[subprocess.Popen[str]] = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_run_in_subprocess, jobs[i], tick): i for i in remote}
-        for i in local:
-            outputs[i] = _run_job(jobs[i], tick)
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                outputs[futures[future]] = future.result()
-            report()
+        try:
+            futures = {pool.submit(_run_in_subprocess, jobs[i], tick, running): i for i in remote}
+            for i in local:
+                outputs[i] = _run_job(jobs[i], tick)
+            pending = set(futures)
+            while pending:
+                interrupt.check()  # a stop request ends the generation (said by the caller)
+                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    if future.exception() is not None:
+                        interrupt.check()  # a worker ended by the same signal: not a failure
+                    outputs[futures[future]] = future.result()
+                report()
+        except BaseException:
+            for proc in list(running):  # the jobs not finished are of no use now
+                if proc.poll() is None:
+                    proc.kill()
+            pool.shutdown(cancel_futures=True)
+            raise
     if progress is not None and done[0] > reported[0]:
         progress(done[0])
     return [outputs[i] for i in range(len(jobs))]

@@ -9,10 +9,12 @@ stops at once.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 from dircleaner.errors import DircleanerError
 
@@ -20,19 +22,27 @@ _requested: int | None = None
 
 
 class Interrupted(DircleanerError):
-    """The run was stopped by a signal after the batch in flight; the next run resumes."""
+    """The run was stopped by a signal after the batch in flight (or at once, by a second
+    signal); the CLI says how far it got."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, *, at_once: bool = False) -> None:
         name = signal.Signals(signum).name
         super().__init__(
-            f"interrupted by {name}: stopped after the batch in flight; what was deleted is"
-            " in the audit log and the next run resumes"
+            f"interrupted by a second {name}: stopped at once"
+            if at_once
+            else f"interrupted by {name}: stopped after the batch in flight"
         )
         self.signum = signum
+        self.at_once = at_once
         self.exit_code = 128 + signum
 
-    def __reduce__(self) -> tuple[type[Interrupted], tuple[int]]:
-        return (Interrupted, (self.signum,))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (self.signum, self.at_once))
+
+
+def _rebuilt(signum: int, at_once: bool) -> Interrupted:
+    """Unpickling (an Interrupted sent back by a worker process)."""
+    return Interrupted(signum, at_once=at_once)
 
 
 def requested() -> int | None:
@@ -54,8 +64,41 @@ def check() -> None:
 
 def _on_signal(signum: int, _frame: FrameType | None) -> None:
     if _requested is not None:
-        raise Interrupted(signum)  # a second signal: stop now
+        raise Interrupted(signum, at_once=True)  # a second signal: stop now
     request(signum)
+
+
+def _record_only(signum: int, _frame: FrameType | None) -> None:
+    request(signum)
+
+
+#: the signals that ask for a stop
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while the block runs (a fork): a child starts with them
+    pending rather than meeting one before it installed its own handlers."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def quiet_in_worker() -> None:
+    """In a worker process (forked within ``signals_held``): a signal only records a stop
+    request, never raises, and the worker stops after its batch in flight and reports that to
+    its parent, which says what happened. Then the signals held back at the fork are let in.
+
+    A Ctrl-C at a terminal reaches every process of the group, and the parent passes the stop
+    on too: a worker that raised where the signal found it would print a traceback of its own.
+    """
+    with contextlib.suppress(ValueError):  # not the main thread: only a test forks there
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, _record_only)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 @contextmanager
@@ -64,7 +107,7 @@ def stop_on_signals() -> Iterator[None]:
     global _requested
     _requested = None
     try:
-        previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {sig: signal.signal(sig, _on_signal) for sig in STOP_SIGNALS}
     except ValueError:  # not the main thread: leave signals alone
         yield
         return

@@ -6,7 +6,8 @@ forked: the task (and anything it closes over, such as a loaded filter) is inher
 copy-on-write rather than pickled, and each worker opens its own store connection. The parent
 hands the shards out one at a time, so a worker that finishes early takes the next one. Only
 results travel back. Workers die with the parent (a killed run leaves no orphan scanning or
-deleting).
+deleting). A stop signal only asks a worker to stop after its batch in flight: it
+reports that to the parent, which alone tells the operator.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def map_shards(
         finished = True
     finally:
         pool.reap(_SECOND_PHASE_GRACE_S if finished else 0)
+        pool.report_final(progress, 0)
     return results
 
 
@@ -127,6 +129,7 @@ def run_two_phases(
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.
         pool.reap(_SECOND_PHASE_GRACE_S if second_started else 0)
+        pool.report_final(progress, 1 if second_started else 0)
     return tallies, results
 
 
@@ -179,7 +182,8 @@ class _Pool:
                 ),
                 daemon=True,
             )
-            proc.start()
+            with interrupt.signals_held():  # until the worker has its own handlers
+                proc.start()
             child_end.close()
             self.conns.append(parent_end)
             self._procs.append(proc)
@@ -267,6 +271,12 @@ class _Pool:
         for conn in self.conns:
             conn.close()
 
+    def report_final(self, progress: Progress, phase: int) -> None:
+        """Once the workers exited: how far they got in ``phase`` (what a stopped run says,
+        counting the batches they finished after the parent stopped listening)."""
+        with contextlib.suppress(interrupt.Interrupted):
+            progress(self.phases[phase], int(self.counters[phase].value), None)
+
     def _hand_out(self, worker: int, in_hand: dict[int, int]) -> None:
         """Give ``worker`` the next shard, unless none is left or a stop was requested."""
         if self._next >= len(self.shards) or interrupt.requested() is not None:
@@ -322,12 +332,13 @@ def _worker(
 ) -> None:
     """A worker: first phases of the shards the parent hands it, then, if the parent says go
     (and there is one), the second phase of each of them."""
+    interrupt.quiet_in_worker()
     _die_with_parent(parent_pid)
     done, totals, reporting = counters
     try:
         store = open_store(parent_store.url, config_path=parent_store.config_path)
     except BaseException as exc:
-        conn.send(("error", None, _portable(exc)))
+        _send_quietly(conn, ("error", None, _portable(exc)))
         return
     kept: dict[int, Any] = {}
     index: int | None = None
@@ -356,9 +367,16 @@ def _worker(
         log.debug(
             "the worker of slice %s failed", None if index is None else shards[index], exc_info=True
         )
-        conn.send(("error", index, _portable(exc)))
+        _send_quietly(conn, ("error", index, _portable(exc)))
     finally:
         store.close()
+
+
+def _send_quietly(conn: Connection, message: tuple[str, Any, Any]) -> None:
+    """A worker's last word: a parent already gone (killed, interrupted) does not hear it, and
+    the worker exits without a traceback of its own."""
+    with contextlib.suppress(OSError):
+        conn.send(message)
 
 
 def _reporter(counter: Any, total_counters: tuple[Any, Any], counted: str) -> Progress:

@@ -161,18 +161,19 @@ def init_schema(url: str, *, config_path: Path | None = None) -> list[str]:
     cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
     cluster, session = _connect(cfg)
     try:
-        created = _missing_schema(cluster.metadata, cfg)
-        _create_schema(cluster, session, cfg)
-        return created
+        return _create_schema(cluster, session, cfg)
     finally:
         cluster.shutdown()
 
 
-def _create_schema(cluster: Any, session: Session, cfg: CassandraConfig) -> None:
-    if not _missing_schema(cluster.metadata, cfg):
+def _create_schema(cluster: Any, session: Session, cfg: CassandraConfig) -> list[str]:
+    """Create what the mapping names and is missing; the names of what was created."""
+    created = _missing_schema(cluster.metadata, cfg)
+    if not created:
         _check_schema(cluster.metadata, cfg)
-        return
+        return []
     for ddl in schema_cql(cfg):
         session.execute(SimpleStatement(ddl), timeout=max(cfg.request_timeout_s, 60.0))
     cluster.refresh_schema_metadata()
     _check_schema(cluster.metadata, cfg)
+    return created

@@ -57,12 +57,19 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         self._prepare_all()
 
     @classmethod
-    def init_schema(cls, url: str, *, config_path: Path | None = None) -> list[str]:
+    def init_schema(
+        cls, url: str, *, config_path: Path | None = None, force: bool = False
+    ) -> list[str]:
         return init_schema(url, config_path=config_path)
 
     @classmethod
     def open(
-        cls, url: str, *, config_path: Path | None = None, create: bool = False
+        cls,
+        url: str,
+        *,
+        config_path: Path | None = None,
+        create: bool = False,
+        force: bool = False,
     ) -> CassandraStore:
         cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
         store = cls.from_config(cfg, create=create)
@@ -74,11 +81,14 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         """Connect and check the mapping; with ``create``, first create what is missing."""
         cluster, session = _connect(cfg)
         try:
+            created: list[str] = []
             if create:
-                _create_schema(cluster, session, cfg)
+                created = _create_schema(cluster, session, cfg)
             else:
                 _check_schema(cluster.metadata, cfg)
-            return cls(cfg, cluster, session)
+            store = cls(cfg, cluster, session)
+            store.created = tuple(created)
+            return store
         except BaseException:
             cluster.shutdown()
             raise
@@ -154,7 +164,7 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         self._lease_take = p(
             f'INSERT INTO {state} ("key", "value") VALUES (?, ?) IF NOT EXISTS USING TTL ?'
         )
-        self._lease_renew = p(
+        self._lease_replace = p(
             f'UPDATE {state} USING TTL ? SET "value" = ? WHERE "key" = ? IF "value" = ?'
         )
         self._lease_drop = p(f'DELETE FROM {state} WHERE "key" = ? IF "value" = ?')

@@ -55,7 +55,7 @@ class CassandraWrites(CassandraRequests):
     _put_state: PreparedStatement
     _get_state: PreparedStatement
     _lease_take: PreparedStatement
-    _lease_renew: PreparedStatement
+    _lease_replace: PreparedStatement
     _lease_drop: PreparedStatement
     _ledger_put: PreparedStatement
     #: the ledger's IN reads of many partitions' charges
@@ -213,8 +213,9 @@ class CassandraWrites(CassandraRequests):
             return None
         return str(row[2]) if len(row) > 2 and row[2] is not None else "unknown"
 
-    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
-        row = self._lease(self._lease_renew, (_ttl(ttl_s), owner, f"lease|{name}", owner))
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
+        # A compare-and-set on the holder's id (renewing: on our own).
+        row = self._lease(self._lease_replace, (_ttl(ttl_s), owner, f"lease|{name}", holder))
         return bool(row[0])
 
     def release_lease(self, name: str, owner: str) -> None:

@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
 from dircleaner.store.base import murmur_token
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,8 @@ CREATE TABLE IF NOT EXISTS leases (
 )
 
 REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
+#: every table of a metastore: a file holding any other has tables of its own
+OUR_TABLES = (*REQUIRED_TABLES, "leases", "ledger")
 
 
 def path_from_url(url: str) -> Path:
@@ -128,21 +130,45 @@ CACHE_KIB = 131072
 COUNT_CACHE_KIB = 2048
 
 
-def open_database(path: Path, *, create: bool) -> tuple[sqlite3.Connection, bool]:
-    """A connection to the metastore at ``path`` and whether it is read-only.
+def open_database(
+    path: Path, *, create: bool, force: bool = False
+) -> tuple[sqlite3.Connection, bool, list[str]]:
+    """A connection to the metastore at ``path``, whether it is read-only, and what opening it
+    created (for a person: the new file, or our tables in a file that had none of them).
 
     With ``create``, the file and its tables are created; tables added since the first release
-    are created in older files. A file this process cannot write (a read-only mount) is opened
-    for reading, unless ``create`` says the command writes to it.
+    are created in older files. A file that holds tables of its own gets ours only with
+    ``force`` (StoreNotOurs otherwise), and without ``create`` nothing in a file that is not a
+    metastore is changed. A file this process cannot write (a read-only mount) is opened for
+    reading, unless ``create`` says the command writes to it.
     """
     if not create and not path.is_file():
         raise StoreNotFound(
             f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
         )
+    new_file = create and not path.exists()
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
+    created: list[str] = []
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+        have = _tables(conn)
+        if not create:
+            _check_tables(path, conn, have)  # before any write: a stranger's file stays as it is
+        elif not set(REQUIRED_TABLES) <= have:
+            foreign = sorted(have - set(OUR_TABLES))
+            if foreign and not force:
+                conn.close()
+                raise StoreNotOurs(
+                    f"{path} holds tables of its own ({', '.join(foreign)}); dircleaner adds its"
+                    " tables next to them only with --force (or name a file of its own)"
+                )
+            created.append(
+                f"SQLite metastore {path.resolve()}"
+                if new_file
+                else f"dircleaner's tables in {path.resolve()}"
+                + (f" (next to its own: {', '.join(foreign)})" if foreign else "")
+            )
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         # Checkpoint (and fsync) every ~40 MiB of WAL rather than every ~4 MiB: deletes
@@ -151,17 +177,16 @@ def open_database(path: Path, *, create: bool) -> tuple[sqlite3.Connection, bool
         conn.execute("PRAGMA wal_autocheckpoint=10000")
         conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")
-        if create:
+        if created:
             conn.executescript(SCHEMA)
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if "state" in have and not {"leases", "ledger"} <= have:
+            have = _tables(conn)
+        if not {"leases", "ledger"} <= have:
             conn.executescript(LATER_SCHEMA)
-        elif "ledger" in have:
+        else:
             _key_ledger_by_token(conn)
-        if "tombstones" in have:
-            columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
-            if "written_us" not in columns:
-                conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
+        if "written_us" not in columns:
+            conn.execute("ALTER TABLE tombstones ADD COLUMN written_us INTEGER")
     except sqlite3.OperationalError as exc:
         with contextlib.suppress(NameError):
             conn.close()
@@ -170,11 +195,14 @@ def open_database(path: Path, *, create: bool) -> tuple[sqlite3.Connection, bool
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
         if create:
             raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
-        return _open_read_only(path), True
+        return _open_read_only(path), True, []
     except sqlite3.DatabaseError as exc:
         raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-    _check_tables(path, conn)
-    return conn, False
+    return conn, False, created
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {str(r[0]) for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
 def _key_ledger_by_token(conn: sqlite3.Connection) -> None:
@@ -226,9 +254,9 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _check_tables(path: Path, conn: sqlite3.Connection) -> None:
+def _check_tables(path: Path, conn: sqlite3.Connection, have: set[str] | None = None) -> None:
     """StoreNotFound (and the connection closed) unless every required table is there."""
-    have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    have = _tables(conn) if have is None else have
     missing = [t for t in REQUIRED_TABLES if t not in have]
     if missing:
         conn.close()

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
+from dircleaner.errors import StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
@@ -73,14 +74,28 @@ class SqliteStore(Store):
 
     @classmethod
     def open(
-        cls, url: str, *, config_path: Path | None = None, create: bool = False
+        cls,
+        url: str,
+        *,
+        config_path: Path | None = None,
+        create: bool = False,
+        force: bool = False,
     ) -> SqliteStore:
         path = path_from_url(url)
-        conn, read_only = open_database(path, create=create)
+        conn, read_only, created = open_database(path, create=create, force=force)
         store = cls(path, conn)
+        store.created = tuple(created)
         if read_only:
             store.read_only = True
         return store
+
+    @classmethod
+    def shown(cls, url: str) -> str:
+        """The URL of the file's absolute path: which file, wherever the command ran."""
+        try:
+            return f"sqlite:///{path_from_url(url).resolve()}"
+        except (StoreUrlError, OSError):
+            return super().shown(url)
 
     def scope_id(self) -> str:
         return "sqlite:objects,folders"
@@ -380,15 +395,15 @@ class SqliteStore(Store):
         finally:
             conn.close()
 
-    def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
         conn = self._lease_conn()
         try:
             with _Transaction(conn):
                 now = now_us()
                 cursor = conn.execute(
-                    "UPDATE leases SET expires_us = ?"
+                    "UPDATE leases SET owner = ?, expires_us = ?"
                     " WHERE name = ? AND owner = ? AND expires_us > ?",
-                    (now + int(ttl_s * 1_000_000), name, owner, now),
+                    (owner, now + int(ttl_s * 1_000_000), name, holder, now),
                 )
                 return cursor.rowcount == 1
         finally:
