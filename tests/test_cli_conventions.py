@@ -17,7 +17,7 @@ import pytest
 
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
-from tests.helpers import EAGER, invoke
+from tests.helpers import EAGER, invoke, said
 from tests.test_cli_read_only import read_only
 from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
@@ -117,7 +117,7 @@ def test_q_keeps_the_summary_and_errors_and_drops_notes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/meta.db"
     crlf = b"a/b\r\na/c\r\n"
     noted = invoke(url, "import-keys", "-", input=crlf)
-    assert noted.stderr.startswith("CRLF line endings")
+    assert said(noted).startswith("CRLF line endings")
     for args in (("-q", "import-keys", "-"), ("import-keys", "-", "-q")):
         hushed = invoke(url, *args, input=crlf)
         assert (hushed.exit_code, hushed.stderr) == (0, ""), hushed.output
@@ -168,7 +168,7 @@ def test_json_of_import_keys_and_delete_keys(tmp_path: Path) -> None:
     }
     deleted = invoke(url, "delete-keys", "-", "--json", input="a/b\nnope\n\n")
     assert deleted.exit_code == 1
-    assert deleted.stderr == "line 3: empty key; skipped\n"
+    assert said(deleted) == "line 3: empty key; skipped\n"
     assert json.loads(deleted.stdout) == {
         "ok": False,
         "bucket": "default",

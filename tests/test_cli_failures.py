@@ -64,7 +64,7 @@ def test_an_audit_log_that_is_not_utf8_is_named(url: str, tmp_path: Path) -> Non
     log.write_bytes(b"\xff\xfe\n")
     result = invoke(url, "restore", str(log))
     assert result.exit_code == 2
-    assert result.output == (
+    assert said(result) == (
         f"Error: {log} line 1: invalid UTF-8 at byte 0; an audit log is UTF-8 JSON lines"
         " written by dircleaner: is this the right file?\n"
     )

@@ -14,7 +14,7 @@ from dircleaner.paths import dir_of_row
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
-from tests.helpers import EAGER, audit_entries, invoke
+from tests.helpers import EAGER, audit_entries, invoke, said
 
 
 def store_with_deletes(
@@ -79,7 +79,7 @@ def test_restore_into_another_store_is_refused_and_writes_nothing(tmp_path: Path
     for extra in ((), ("-n",), ("--json",)):
         result = invoke(b, "restore", str(log_a), *extra)
         assert result.exit_code == 3, result.output
-        assert result.stderr == (
+        assert said(result) == (
             f"Error: {log_a} holds the deletes of store {scope_of(tmp_path, 'a.db')!r}, not of"
             f" this store {scope_of(tmp_path, 'b.db')!r}: restored nothing; give this store's"
             " audit log, or --store the one it was written for\n"
@@ -98,7 +98,7 @@ def test_a_log_shared_by_two_stores_restores_only_this_stores_entries(tmp_path: 
     b = store_with_deletes(tmp_path, "b.db", b_dead, "--audit-log", str(shared), stem="b")
     result = invoke(a, "restore", str(shared))
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
     assert lines[0] == f"restoring into {scope_of(tmp_path, 'a.db')} from {shared}"
     assert lines[1].startswith("restored 2 directory entries (by 2 ")
     assert lines[2:] == [f"  skipped 3 entries of another store: {scope_of(tmp_path, 'b.db')}"]
@@ -143,7 +143,7 @@ def test_each_backend_names_its_store_and_refuses_a_log_of_another(
     assert dirs(other) == before
     restored = invoke(url, "restore", str(log))
     assert restored.exit_code == 0, restored.output
-    assert restored.output.splitlines()[0] == f"restoring into {scope} from {log}"
+    assert restored.stdout.splitlines()[0] == f"restoring into {scope} from {log}"
     with open_store(url) as store:
         assert "d1/" in {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows(bucket)}
 
@@ -165,7 +165,7 @@ def test_an_old_log_without_its_store_is_refused_unless_forced(tmp_path: Path) -
     old = strip_scope(log_a)
     refused = invoke(a, "restore", str(old))
     assert refused.exit_code == 3, refused.output
-    assert refused.stderr == (
+    assert said(refused) == (
         f"Error: {old} does not record its store (an older dircleaner wrote it): it may hold"
         " another store's deletes; restored nothing; if it is this store's"
         f" ({scope_of(tmp_path, 'a.db')!r}), rerun with --force\n"
@@ -173,7 +173,7 @@ def test_an_old_log_without_its_store_is_refused_unless_forced(tmp_path: Path) -
     assert "default\td1/" not in dirs(a)
     forced = invoke(a, "restore", str(old), "--force")
     assert forced.exit_code == 0, forced.output
-    assert forced.output.splitlines()[1].startswith("restored 2 directory entries")
+    assert forced.stdout.splitlines()[1].startswith("restored 2 directory entries")
     assert {"default\td1/", "default\td2/"} <= set(dirs(a))
 
 
@@ -204,7 +204,7 @@ def two_nights(tmp_path: Path) -> tuple[str, Path]:
 def selected(url: str, log: Path, *options: str) -> list[str]:
     result = invoke(url, "restore", str(log), "-n", "--json", *options)
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     first, last = summary["issued_first"], summary["issued_last"]
     return [first] if first == last else [first, last] if first else []
 
@@ -263,12 +263,12 @@ def test_dry_run_parts_add_up_to_its_total_when_entries_repeat(tmp_path: Path) -
     log.write_text(log.read_text(encoding="utf-8") * 2, encoding="utf-8")  # copied in twice
     dry = invoke(url, "restore", str(log), "--dry-run")
     assert dry.exit_code == 0, dry.output
-    first, *rest = dry.output.splitlines()
+    first, *rest = dry.stdout.splitlines()
     assert first.startswith(
         f"would restore 3 directory entries into {scope_of(tmp_path, 'meta.db')} (by 3 "
     )
     assert rest == ["  3 more entries named a directory already counted"]
-    summary = json.loads(invoke(url, "restore", str(log), "-n", "--json").output)
+    summary = json.loads(invoke(url, "restore", str(log), "-n", "--json").stdout)
     assert summary["directories"] == sum(summary["by_via"].values()) == 3
     assert summary["repeated_entries"] == 3
 
@@ -280,7 +280,7 @@ def test_restore_json_and_metrics_file(tmp_path: Path) -> None:
     metrics = tmp_path / "restore.prom"
     result = invoke(a, "restore", str(shared), "--json", "--metrics-file", str(metrics))
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)  # one JSON object, nothing else on stdout
+    summary = json.loads(result.stdout)  # one JSON object, nothing else on stdout
     assert summary["ok"] is True
     assert (summary["dry_run"], summary["directories"], summary["restored"]) == (False, 2, 2)
     assert summary["store"] == scope_of(tmp_path, "a.db")
@@ -295,7 +295,7 @@ def test_restore_json_and_metrics_file(tmp_path: Path) -> None:
     ):
         assert line + "\n" in text
     dry = invoke(a, "restore", str(shared), "-n", "--json", "--metrics-file", str(metrics))
-    assert json.loads(dry.output)["restored"] is None
+    assert json.loads(dry.stdout)["restored"] is None
     assert "dircleaner_restored_directories 0\n" in metrics.read_text(encoding="utf-8")
 
 
@@ -315,7 +315,7 @@ def test_a_bucket_in_no_entry_is_refused_naming_the_buckets(tmp_path: Path) -> N
     url = store_with_deletes(tmp_path, "meta.db", ["d1/x"], "--audit-log", str(log))
     before = dirs(url)
     result = invoke(url, "restore", str(log), "--bucket", "photos")
-    assert (result.exit_code, result.stderr) == (
+    assert (result.exit_code, said(result)) == (
         3,
         f"Error: --bucket 'photos' is in no entry of {log} for this store; its buckets:"
         " 'default'; restored nothing\n",

@@ -222,7 +222,9 @@ def test_ctrl_c_at_a_terminal_stops_a_parallel_run_with_one_line(
     logged = {f"{e['parent']}{e['name']}/" for e in map(json.loads, _lines(audit))}
     assert logged == deleted
     if said["counted"] == "deletes":
-        assert int(said["done"].replace(",", "")) == len(deleted)
+        # Delete requests, the unit --rate limits: a range or a partition delete takes
+        # several directories, so there are at most as many as directories went.
+        assert int(said["done"].replace(",", "")) <= len(deleted)
         assert "what was deleted is in the audit log" in err.splitlines()[-1]
     else:
         assert not deleted

@@ -275,7 +275,7 @@ class _Pool:
         """Once the workers exited: how far they got in ``phase`` (what a stopped run says,
         counting the batches they finished after the parent stopped listening)."""
         with contextlib.suppress(interrupt.Interrupted):
-            progress(self.phases[phase], int(self.counters[phase].value), None)
+            self._report(phase, progress)
 
     def _hand_out(self, worker: int, in_hand: dict[int, int]) -> None:
         """Give ``worker`` the next shard, unless none is left or a stop was requested."""
