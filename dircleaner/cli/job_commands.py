@@ -30,6 +30,7 @@ from dircleaner.cli.options import (
     parse_shard,
     prefix_clean_config,
     prefix_options,
+    scan_rate_option,
     scheduler_option,
     shard_option,
     sweep_config,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 @build_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @click.option(
@@ -93,6 +95,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @sweep_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @click.option(
@@ -132,6 +135,7 @@ def sweep_cmd(
 @prefix_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @json_option
@@ -177,6 +181,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @clean_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @json_option
 @metrics_option

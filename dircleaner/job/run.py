@@ -66,6 +66,8 @@ from dircleaner.pipeline.slice import (
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.progress import Progress, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
+from dircleaner.scanrate import merge as merge_scans
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
@@ -89,6 +91,8 @@ class SweepConfig:
     guards: GuardConfig = field(default_factory=GuardConfig)
     #: worker processes, each sweeping a sub-slice of the shard
     workers: int = 1
+    #: how fast the sweep may read the folders index (all workers together)
+    scan: ScanRate = field(default_factory=ScanRate)
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class SweepReport:
 
     loaded: LoadedFilter
     result: SweepResult
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass
@@ -136,6 +142,8 @@ class CleanSweep:
 
     loaded: LoadedFilter
     result: SweepTotals
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass
@@ -197,13 +205,21 @@ def run_sweep(
     pool = workers or LocalWorkers(config.workers)
     shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
     bucket = config.bucket
-
-    def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
-        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
-
     shards = pool.slices(config.shard, CLEAN)
+    running = min(len(shards), pool.parallelism)
+    # The cap is the total, shared by the slices that scan at once.
+    share = config.scan.over(store.scan_defaults).share(running)
+
+    def sweep_part(
+        part_store: Store, shard: Shard, report: Progress
+    ) -> tuple[SweepResult, ScanStats]:
+        throttle = ScanThrottle(share)
+        rows = part_store.scan_folder_rows(shard, bucket, throttle)
+        return sweep(rows, shared.get(part_store), report), throttle.stats()
+
     started = time.monotonic()
-    parts = pool.map_shards(store, shards, sweep_part, "sweep", progress)
+    scanned = pool.map_shards(store, shards, sweep_part, "sweep", progress)
+    parts = [part for part, _ in scanned]
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -215,7 +231,8 @@ def run_sweep(
     if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
-    return SweepReport(loaded, result)
+    scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
+    return SweepReport(loaded, result, scan)
 
 
 def run_clean(
@@ -282,6 +299,7 @@ def _run_clean(
         sweep_config.bucket,
         config.verify,
         orders,
+        sweep_config.scan.over(store.scan_defaults).share(running),
     )
     decision = CleanDecision(
         loaded.header,
@@ -322,8 +340,9 @@ def _run_clean(
             # The folder rows left are what the next build's growth is measured from (the
             # empties just removed were never in the filter).
             record_clean(store, scope, loaded.generation, totals.swept_rows - deleted.directories)
+    scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
     return CleanReport(
-        sweep=CleanSweep(loaded, totals),
+        sweep=CleanSweep(loaded, totals, scan),
         delete_timestamp_us=orders.delete_timestamp_us,
         verified=sum(t.checked for t in tallies),
         dropped_nonempty=sum(len(t.nonempty) for t in tallies),

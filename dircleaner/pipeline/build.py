@@ -43,6 +43,8 @@ from dircleaner.filter.stored import (
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import PartitionKey, Shard
 from dircleaner.progress import Progress, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
+from dircleaner.scanrate import merge as merge_scans
 from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
@@ -74,6 +76,8 @@ class BuildConfig:
     generation: str | None = None
     #: worker processes; each builds a partial filter over a sub-slice, OR-merged at load
     workers: int = 1
+    #: how fast the scan of the objects table may read (all workers together)
+    scan: ScanRate = field(default_factory=ScanRate)
 
     def __post_init__(self) -> None:
         if not 0 < self.fpr < 0.5:
@@ -114,6 +118,8 @@ class BuildResult:
     built_shards: tuple[int, ...] = ()
     #: complete shards of an interrupted build of this generation, reused as stored
     reused_shards: tuple[int, ...] = ()
+    #: how the scan of the objects table read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 def scope_of(store: Store, bucket: str | None) -> str:
@@ -412,6 +418,7 @@ class _PartResult:
     inserted: int
     header_bytes: bytes
     body: bytes
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 def build_filter(
@@ -443,6 +450,9 @@ def _build_filter(
     started = time.monotonic()
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
     scope = scope_of(store, config.bucket)
+    shards = list(resume.missing) if resume else build_shards(config, pool)
+    # The cap is the total, shared by the slices that scan at once.
+    share = config.scan.over(store.scan_defaults).share(min(len(shards), pool.parallelism))
 
     def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
         filt = new_filter(params.engine, params.capacity, params.fpr, params.salt)
@@ -455,7 +465,8 @@ def _build_filter(
         # Ancestors are inserted once per partition below them: cheap with the compiled kernels
         # only, so wait for them (they loaded while the filter was sized).
         finish_loading_kernels()
-        for batch in part_store.scan_object_partitions(shard, config.bucket):
+        throttle = ScanThrottle(share)
+        for batch in part_store.scan_object_partitions(shard, config.bucket, throttle):
             buf, starts, ends = packed_ancestors(batch)
             partitions += len(batch)
             inserted += len(starts)
@@ -473,13 +484,17 @@ def _build_filter(
             scope=scope,
         )
         save_filter_part(part_store, params.generation, header, header_bytes, body)
-        return _PartResult(shard.index, partitions, inserted, header_bytes, body)
+        scanned = throttle.stats()
+        return _PartResult(shard.index, partitions, inserted, header_bytes, body, scanned)
 
-    shards = list(resume.missing) if resume else build_shards(config, pool)
+    scanning = time.monotonic()
     built = pool.map_shards(store, shards, build_part, "build", progress) if shards else []
+    scan = merge_scans(
+        [p.scan for p in built], min(len(shards), pool.parallelism), time.monotonic() - scanning
+    )
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result = _result(params, built, reused, time.monotonic() - started)
+    result = replace(_result(params, built, reused, time.monotonic() - started), scan=scan)
     held = distinct_keys(result.header.m, result.header.k, result.fill_ratio)
     if params.sizing.folder_rows is not None and config.shard.count == 1 and held is not None:
         # What the next build scales by the index's growth (shards share ancestors, so only

@@ -20,6 +20,7 @@ import mmh3
 
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.scanrate import ScanRate, ScanThrottle
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
@@ -104,6 +105,9 @@ class Store(abc.ABC):
     #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
     #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
     deletes_per_request: int = 1
+    #: how fast the scans read when the job does not say (a Cassandra config file's
+    #: ``scan_rate`` and ``scan_slow_page_s``)
+    scan_defaults: ScanRate = ScanRate()
 
     @classmethod
     @abc.abstractmethod
@@ -134,15 +138,20 @@ class Store(abc.ABC):
     # -- scans ------------------------------------------------------------------------------------
     @abc.abstractmethod
     def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[PartitionKey]]:
-        """Batches of distinct objects-table partition keys in ``shard``, in token order."""
+        """Batches of distinct objects-table partition keys in ``shard``, in token order.
+
+        With ``throttle``, read at its pace: each page (or batch) reported with its rows and
+        latency, and the cluster's timeouts and overload as strain (``dircleaner.scanrate``).
+        """
 
     @abc.abstractmethod
     def scan_folder_rows(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[FolderRow]]:
-        """Batches of folders-index rows in ``shard``: token order, then clustering order."""
+        """Batches of folders-index rows in ``shard``: token order, then clustering order
+        (at ``throttle``'s pace, as ``scan_object_partitions``)."""
 
     @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:

@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from dircleaner.errors import StoreUrlError, UsageError
 from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.scanrate import DEFAULT_SLOW_PAGE_S
 
 DEFAULT_PORT = 9042
 ENV_USERNAME = "DIRCLEANER_CASSANDRA_USERNAME"
@@ -262,6 +263,11 @@ class CassandraConfig:
     protocol_version: int | None = None
     #: replication factor of a keyspace created by init-schema (SimpleStrategy)
     replication_factor: int = 1
+    #: rows per second both passes' scans may read, all workers together, when ``--scan-rate``
+    #: is not given (0 = no cap)
+    scan_rate: float = 0.0
+    #: a scan page slower than this makes the scans back off
+    scan_slow_page_s: float = DEFAULT_SLOW_PAGE_S
 
     tables: Tables = field(default_factory=Tables)
     columns: Columns = field(default_factory=Columns)
@@ -293,6 +299,10 @@ class CassandraConfig:
                 raise UsageError(f"{attr} must be at least {low}")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise UsageError("timeouts must be positive")
+        if self.scan_rate < 0:
+            raise UsageError("scan_rate must be >= 0 (0: no cap)")
+        if self.scan_slow_page_s <= 0:
+            raise UsageError("scan_slow_page_s must be more than 0")
 
     @property
     def contact(self) -> str:

@@ -14,10 +14,12 @@ import bisect
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from cassandra import ReadFailure
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import PreparedStatement
@@ -25,6 +27,7 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import UsageError
 from dircleaner.model import Shard
 from dircleaner.retry import RetryPolicy
+from dircleaner.scanrate import ScanThrottle
 from dircleaner.store.cassandra.config import CassandraConfig
 from dircleaner.store.cassandra.mapping import (
     model_parent,
@@ -51,6 +54,14 @@ T = TypeVar("T")
 Params = tuple[object, ...]
 #: one partition of an IN request's chunk: (token, stored parent, model parent)
 ChunkKey = tuple[int, str, str]
+#: what a throttled scan's page retries, and takes as a sign of strain: the transient errors and
+#: a replica's read failure (a node shedding load fails reads before it times them out)
+SCAN_RETRIED: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ReadFailure)
+#: a capped scan's pages hold at most this share of a second's rows, so that each reader's
+#: requests are spread over the second rather than one large page at a time
+CAPPED_PAGE_SECONDS = 0.25
+#: ... and at least this many rows (a page's overhead would dominate below it)
+MIN_CAPPED_PAGE_ROWS = 100
 
 
 class _Done:
@@ -180,8 +191,20 @@ class CassandraRequests:
         paging_state: bytes | None = None,
         fetch_size: int | None = None,
         routing_token: int | None = None,
+        throttle: ScanThrottle | None = None,
     ) -> Any:
-        """One request with bounded retries of transient failures (then TransientStoreError)."""
+        """One request with bounded retries of transient failures (then TransientStoreError).
+
+        With ``throttle`` (a scan's page), a read failure is retried too, and every failure
+        retried tells the throttle that the cluster strains.
+        """
+        retried = TRANSIENT_ERRORS if throttle is None else SCAN_RETRIED
+
+        def on_retry(exc: Exception) -> None:
+            log.debug("retrying after %s", _one_line(exc))
+            if throttle is not None:
+                throttle.strained()
+
         bound = stmt.bind(params) if params is not None else stmt
         if fetch_size is not None:
             bound.fetch_size = fetch_size
@@ -192,8 +215,8 @@ class CassandraRequests:
                 lambda: self._session.execute(
                     bound, execution_profile=profile, paging_state=paging_state
                 ),
-                retry_if=lambda exc: isinstance(exc, TRANSIENT_ERRORS),
-                on_retry=lambda exc: log.debug("retrying after %s", _one_line(exc)),
+                retry_if=lambda exc: isinstance(exc, retried),
+                on_retry=on_retry,
             )
         except TRANSIENT_ERRORS as exc:
             raise map_error(exc) from exc
@@ -206,10 +229,14 @@ class CassandraRequests:
         fetch_size: int,
         routing_token: int | None = None,
         paging_state: bytes | None = None,
+        throttle: ScanThrottle | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Every page of one query (from ``paging_state``, when given: the pages after one
-        already read); a failed page is retried from its paging state."""
+        already read); a failed page is retried from its paging state. With ``throttle``, each
+        page waits for its turn and reports its rows and latency."""
         while True:
+            reserved = throttle.reserve(fetch_size) if throttle is not None else 0
+            began = time.monotonic()
             result = self._execute(
                 stmt,
                 params,
@@ -217,8 +244,11 @@ class CassandraRequests:
                 paging_state=paging_state,
                 fetch_size=fetch_size,
                 routing_token=routing_token,
+                throttle=throttle,
             )
             rows = result.current_rows
+            if throttle is not None:
+                throttle.page(len(rows), time.monotonic() - began, reserved)
             if rows:
                 yield list(rows)
             paging_state = result.paging_state
@@ -284,9 +314,15 @@ class CassandraRequests:
         lo, hi = shard.token_range()
         return ring_splits(ring, self.config.splits_per_range, lo, hi)
 
-    def _range_scan(self, stmt: Any, shard: Shard, profile: str) -> Iterator[list[tuple[Any, ...]]]:
+    def _range_scan(
+        self, stmt: Any, shard: Shard, profile: str, throttle: ScanThrottle | None = None
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        fetch = self.config.fetch_size
+        if throttle is not None and throttle.rate:
+            fetch = min(fetch, max(MIN_CAPPED_PAGE_ROWS, int(throttle.rate * CAPPED_PAGE_SECONDS)))
+
         def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
-            return lambda: self._pages(stmt, (a, b), profile, self.config.fetch_size, b)
+            return lambda: self._pages(stmt, (a, b), profile, fetch, b, throttle=throttle)
 
         jobs = [
             job(*bounds)
