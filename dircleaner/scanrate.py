@@ -222,21 +222,28 @@ class ScanThrottle:
         self._backoffs = 0
         self._errors = 0
 
+    def now(self) -> float:
+        """This throttle's clock (pages are timed by it)."""
+        return self._clock()
+
     @property
     def rate(self) -> float:
         """Rows per second allowed now (0 = unlimited)."""
         return self._rate
 
     def reserve(self, rows: int) -> int:
-        """Before a request expected to return ``rows``: wait for its turn; the rows reserved
-        (0 while uncapped), to hand to ``page``.
+        """Before a request of up to ``rows`` rows: wait for its turn; the rows reserved (0
+        while uncapped), to hand to ``page``.
 
         Reserving spaces the requests of concurrent readers out, so that a capped scan never
-        starts with a burst of one page per reader.
+        starts with a burst of one page per reader. Once pages came back, a request reserves
+        the mean page's rows (small splits return short pages), and ``page`` settles the rest.
         """
         with self._lock:
             if not self._rate:
                 return 0
+            if self._pages:
+                rows = max(1, min(rows, round(self._rows / self._pages)))
             now = self._clock()
             self._refill(now)
             wait = -self._tokens / self._rate if self._tokens < 0 else 0.0

@@ -14,7 +14,6 @@ import bisect
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -57,8 +56,8 @@ ChunkKey = tuple[int, str, str]
 #: what a throttled scan's page retries, and takes as a sign of strain: the transient errors and
 #: a replica's read failure (a node shedding load fails reads before it times them out)
 SCAN_RETRIED: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ReadFailure)
-#: a capped scan's pages hold at most this share of a second's rows, so that each reader's
-#: requests are spread over the second rather than one large page at a time
+#: a capped scan's pages, all readers' together, hold at most this share of a second's rows:
+#: the requests are spread over the second rather than a few large pages at a time
 CAPPED_PAGE_SECONDS = 0.25
 #: ... and at least this many rows (a page's overhead would dominate below it)
 MIN_CAPPED_PAGE_ROWS = 100
@@ -236,7 +235,7 @@ class CassandraRequests:
         page waits for its turn and reports its rows and latency."""
         while True:
             reserved = throttle.reserve(fetch_size) if throttle is not None else 0
-            began = time.monotonic()
+            began = throttle.now() if throttle is not None else 0.0
             result = self._execute(
                 stmt,
                 params,
@@ -248,7 +247,7 @@ class CassandraRequests:
             )
             rows = result.current_rows
             if throttle is not None:
-                throttle.page(len(rows), time.monotonic() - began, reserved)
+                throttle.page(len(rows), throttle.now() - began, reserved)
             if rows:
                 yield list(rows)
             paging_state = result.paging_state
@@ -319,7 +318,8 @@ class CassandraRequests:
     ) -> Iterator[list[tuple[Any, ...]]]:
         fetch = self.config.fetch_size
         if throttle is not None and throttle.rate:
-            fetch = min(fetch, max(MIN_CAPPED_PAGE_ROWS, int(throttle.rate * CAPPED_PAGE_SECONDS)))
+            share = throttle.rate * CAPPED_PAGE_SECONDS / self.config.concurrency
+            fetch = min(fetch, max(MIN_CAPPED_PAGE_ROWS, int(share)))
 
         def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
             return lambda: self._pages(stmt, (a, b), profile, fetch, b, throttle=throttle)
