@@ -186,7 +186,7 @@ def cassandra_pages(session: _FlakySession, t: ScanThrottle) -> Iterator[list[tu
     from dircleaner.store.cassandra.requests import CassandraRequests
 
     requests = CassandraRequests()
-    requests._session = session  # type: ignore[assignment]
+    requests._session = session  # type: ignore[assignment,unused-ignore]
     requests.retry_policy = RetryPolicy(attempts=4, base_s=0.0, cap_s=0.0)
     return requests._pages(_Statement(), (), "sweep", 100, throttle=t)
 
