@@ -59,7 +59,7 @@ from dircleaner.pipeline.build import (
     swept_count_key,
 )
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
-from dircleaner.pipeline.guards import GuardConfig, check_filter
+from dircleaner.pipeline.guards import GuardConfig, check_filter, check_scan_consistency
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
 from dircleaner.pipeline.slice import (
     merge_delete_stats,
@@ -250,6 +250,7 @@ def run_clean(
     caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
     when another run has it).
     """
+    check_scan_consistency(store, config.verify)
     pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
         if config.dry_run or lease_owner is not None:
@@ -371,6 +372,7 @@ def run_job(
     its build, only the shards it had not stored yet are built, with the generation's own
     parameters.
     """
+    check_scan_consistency(store, clean.verify)  # before the build, not after it
     if clean.dry_run:
         return _run_job(store, build, clean, progress, None, workers)
     # One run at a time, from before the build: a second run refuses before it scans anything.

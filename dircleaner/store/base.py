@@ -93,6 +93,10 @@ class Store(abc.ABC):
     #: removes any row between its bounds, seen or not, so the plan only uses ranges where this
     #: holds (a row delete spares what the sweep did not see)
     sweep_sees_every_write: bool = True
+    #: whether the build's scan sees every object written before it began; where it may not
+    #: (a Cassandra build read below a quorum), only the verify re-check keeps a directory whose
+    #: objects it missed, so a clean needs the re-check and a sweep that sees every write
+    build_sees_every_write: bool = True
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
@@ -310,7 +314,9 @@ class Store(abc.ABC):
         return DEFAULT_GRACE_S, "default"
 
     def tombstone_warn_threshold(self) -> tuple[int, str] | None:
-        """The cluster's ``tombstone_warn_threshold`` and where it came from, if it can say."""
+        """The lowest tombstone warning the cluster has set (Cassandra: the guardrail
+        ``partition_tombstones_warn_threshold`` or ``tombstone_warn_threshold``) and which
+        setting it is, where, if it can say."""
         return None
 
     # -- small state (previous run's counts, checkpoints) ----------------------------------------

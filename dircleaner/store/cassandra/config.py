@@ -140,9 +140,17 @@ def parse_cassandra_url(url: str) -> CassandraUrl:
 
 @dataclass(frozen=True, slots=True)
 class PhaseConsistency:
-    """``[cassandra.consistency]``: the level per phase (names as in ``ConsistencyLevel``)."""
+    """``[cassandra.consistency]``: the level per phase (names as in ``ConsistencyLevel``).
 
-    build: str = "LOCAL_QUORUM"
+    The build's scan reads at LOCAL_ONE: an object partition it misses (a replica behind) only
+    makes its directories candidates, and the verify re-check, at a quorum, finds the object
+    and keeps them. The sweep stays at a quorum: a folder row it misses would be deleted
+    unseen by a range delete, a rewrite, or the partition delete of a subtree whose objects the
+    build missed too. The job refuses to delete with both scans below a quorum, or with a build
+    below a quorum and no re-check.
+    """
+
+    build: str = "LOCAL_ONE"
     sweep: str = "LOCAL_QUORUM"
     verify: str = "LOCAL_QUORUM"
     delete: str = "LOCAL_QUORUM"
