@@ -148,3 +148,18 @@ def test_a_negative_scan_rate_is_refused(tmp_path: Path) -> None:
     result = invoke(f"sqlite:///{tmp_path / 'meta.db'}", "sweep", "--scan-rate", "-5")
     assert result.exit_code != 0
     assert "--scan-rate" in result.output
+
+
+def test_the_prefix_walk_reads_at_the_cap(tmp_path: Path) -> None:
+    from dircleaner.job.prefix import PrefixCleanConfig, run_prefix_clean
+
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        store.put_objects("default", KEYS, OLD)
+        config = PrefixCleanConfig(prefix="s/", dry_run=True, scan=ScanRate(CAP))
+        report = run_prefix_clean(store, config)
+    scan = report.walk.scan
+    # Every directory under s/ probed once, and its folder rows read once.
+    assert scan.rows == report.walk.directories + report.walk.folder_rows
+    assert scan.rows > 2 * CAP
+    assert CAP * UNDER <= scan.rows / scan.seconds <= CAP * OVER, scan
