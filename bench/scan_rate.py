@@ -12,11 +12,13 @@ and reused while its parameters match):
   them, uncapped and then at ``--scan-rate R`` for each R of ``--rates``, with each worker count
   of ``--workers``. Each pass reports the rows it read per second over its wall time; the target
   is R within ±10%. The uncapped rate is beside it: a cap above it cannot bind.
-* **adaptive reads** — the sweep on the quiet node, then the same sweep while a second process
-  writes to the node as fast as it can (another keyspace), both with the same slow-page
-  threshold (``--slow-page``; default: 4 × the quiet sweep's p99 page latency, at least 50 ms,
-  so that the loaded node's slower pages cross it). Reported: back-offs, the rate each ended at,
-  rows/s, mean and p99 page latency.
+* **adaptive reads** — the sweep capped at the highest of ``--rates`` on the quiet node, then
+  the same sweep while ``--loaders`` other processes write to the node as fast as they can
+  (another keyspace), both with the same slow-page threshold (``--slow-page``; default: 4 × the
+  quiet capped sweep's p99 page latency, at least 50 ms: a page that slow means the node is
+  busier than when it was measured). Reported: back-offs, the rate each ended at, rows/s, mean
+  and p99 page latency. (An uncapped scan's pages are slow from its own load: its threshold must
+  sit above that, as the default 1 s does.)
 
 Other processes share the node and the machine: every figure is noisy; run it twice.
 """
@@ -165,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="10000,25000", help="caps to measure, rows/s")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--slow-page", type=float, help="the slow-page threshold, seconds")
+    parser.add_argument("--loaders", type=int, default=2, help="write-load processes")
+    parser.add_argument("--skip-cap", action="store_true", help="only the adaptive reads")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     with open_store(args.store, create=True) as store:
         result["dataset"] = ensure_dataset(store, args.dirs, args.seed)
         caps: list[dict[str, Any]] = []
-        for workers in worker_counts:
+        for workers in [] if args.skip_cap else worker_counts:
             for cap in [0.0, *rates]:
                 log(f"both passes, {workers} worker(s), --scan-rate {cap:g}")
                 passes = both_passes(store, workers, ScanRate(cap))
@@ -183,23 +187,32 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"  {name}: {caps[-1]}")
         result["scan_cap"] = caps
         generation = build_filter(store, BuildConfig()).generation
-        quiet_probe = sweep_only(store, generation, ScanRate(0.0, adaptive=False))
+        cap = max(rates)
+        quiet_probe = sweep_only(store, generation, ScanRate(cap, adaptive=False))
         slow = args.slow_page or max(0.05, 4 * quiet_probe.p99_latency_s)
-        log(f"adaptive reads: slow-page threshold {slow * 1000:.0f} ms")
-        quiet = sweep_only(store, generation, ScanRate(0.0, slow))
+        log(f"adaptive reads at --scan-rate {cap:g}: slow-page threshold {slow * 1000:.0f} ms")
+        quiet = sweep_only(store, generation, ScanRate(cap, slow))
+        log(f"  quiet: {figures(quiet)}")
         with open_store(load_url, create=True):
-            pass  # the load's keyspace and tables exist before the loader starts
-        loader = multiprocessing.get_context("spawn").Process(
-            target=write_load, args=(load_url, max(60.0, 3 * quiet.seconds + 30))
-        )
-        loader.start()
+            pass  # the load's keyspace and tables exist before the loaders start
+        spawn = multiprocessing.get_context("spawn")
+        loaders = [
+            spawn.Process(target=write_load, args=(load_url, 3 * quiet.seconds + 60))
+            for _ in range(args.loaders)
+        ]
+        for loader in loaders:
+            loader.start()
         try:
-            time.sleep(3)  # the load is under way
-            loaded = sweep_only(store, generation, ScanRate(0.0, slow))
+            time.sleep(5)  # the load is under way
+            loaded = sweep_only(store, generation, ScanRate(cap, slow))
+            log(f"  under load: {figures(loaded)}")
         finally:
-            loader.kill()
-            loader.join()
+            for loader in loaders:
+                loader.kill()
+                loader.join()
         result["adaptive"] = {
+            "scan_rate": cap,
+            "loaders": args.loaders,
             "slow_page_ms": round(slow * 1000),
             "quiet": figures(quiet),
             "under_write_load": figures(loaded),
