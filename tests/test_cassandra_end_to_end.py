@@ -274,7 +274,10 @@ def test_a_sweep_below_quorum_deletes_a_run_row_by_row(
     store.put_objects(bucket, [*children, "wide/live/obj"], now_us())
     store.delete_objects(bucket, children, now_us())
     config = tmp_path / "one.toml"
-    config.write_text('[cassandra.consistency]\nsweep = "ONE"\n', encoding="utf-8")
+    # The build at a quorum: the job refuses both scans below one.
+    config.write_text(
+        '[cassandra.consistency]\nsweep = "ONE"\nbuild = "LOCAL_QUORUM"\n', encoding="utf-8"
+    )
     audit = tmp_path / "a.jsonl"
     args = ["--config", str(config), "--store", ks_url, "run", "--bucket", bucket, *EAGER]
     args += ["--fpr", "0.000001", "--max-tombstones-per-partition", "100"]
