@@ -29,8 +29,9 @@ def test_dry_run_prints_the_plan_and_the_verdict(url: str) -> None:
     result = invoke(url, "clean", "--dry-run", "--min-age", "0")
     assert result.exit_code == 3
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["sweep", "verify", "plan", "budget", "clean"]
-    assert lines[2] == (
+    first = [line.split()[0] for line in lines]
+    assert first == ["sweep", "scan", "verify", "plan", "budget", "clean"]
+    assert lines[3] == (
         "plan    3 directories: 0 partition tombstones, 0 row tombstones, 1 range tombstones,"
         " 0 partitions rewritten (0 rows copied), 0 deferred by the per-partition budget"
     )
