@@ -213,3 +213,37 @@ def test_cassandra_scan_pages_back_off_on_slow_pages() -> None:
     list(cassandra_pages(_FlakySession(clock, [], 0.8), t))
     assert t.stats().backoffs == 1
     assert t.rate == 500
+
+
+def test_metrics_carry_each_pass_scan() -> None:
+    from dircleaner.cli.metrics import RunMetrics, render
+
+    a, _ = throttle(100, slow_s=0.5)
+    for _ in range(99):
+        a.page(10, 0.01)
+    a.page(10, 2.0)
+    text = render(RunMetrics(scans={"sweep": a.stats()}), success=True, finished_at=1.0)
+    lines = set(text.splitlines())
+    assert 'dircleaner_scan_backoffs{pass="sweep"} 1' in lines
+    assert 'dircleaner_scan_rate{pass="sweep"} 50' in lines
+    assert 'dircleaner_scan_rate_cap{pass="sweep"} 100' in lines
+    assert 'dircleaner_scan_rows{pass="sweep"} 1000' in lines
+    p99 = [line for line in lines if 'quantile="0.99"' in line]
+    assert p99 and p99[0].startswith('dircleaner_scan_page_latency_seconds{pass="sweep",')
+    assert 0.01 <= float(p99[0].rsplit(" ", 1)[1]) <= 0.012
+    assert "# TYPE dircleaner_scan_page_latency_mean_seconds gauge" in lines
+
+
+def test_a_stream_whose_reads_slow_down_backs_off() -> None:
+    """The embedded store's pacing: a batch that takes long to read is a slow page."""
+    t, clock = throttle(1000, slow_s=0.5)
+
+    def slow_reads() -> Iterator[list[int]]:
+        for delay in (0.01, 0.01, 2.0, 0.01, 2.0):
+            clock.now += delay
+            yield [0] * 100
+
+    assert len(list(t.paced(slow_reads()))) == 5
+    stats = t.stats()
+    assert stats.backoffs == 2
+    assert stats.final_rate < 1000
