@@ -216,7 +216,8 @@ def test_load_full_config(tmp_path: Path) -> None:
     assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
     assert cfg.consistency.verify == "QUORUM"
     assert cfg.consistency.delete == "EACH_QUORUM"
-    assert cfg.consistency.build == "LOCAL_QUORUM"
+    assert cfg.consistency.build == "LOCAL_ONE"  # the default: the re-check keeps what it misses
+    assert (cfg.scan_rate, cfg.scan_slow_page_s) == (0.0, 1.0)
     assert (cfg.fetch_size, cfg.splits_per_range, cfg.concurrency) == (100, 2, 3)
     assert cfg.verify_batch == 10
     assert (cfg.request_timeout_s, cfg.connect_timeout_s, cfg.connect_retries) == (2.0, 1.5, 5)

@@ -276,7 +276,10 @@ def test_a_sweep_below_quorum_deletes_a_run_row_by_row(
     store.put_objects(bucket, [*children, "wide/live/obj"], now_us())
     store.delete_objects(bucket, children, now_us())
     config = tmp_path / "one.toml"
-    config.write_text('[cassandra.consistency]\nsweep = "ONE"\n', encoding="utf-8")
+    # The build at a quorum: the job refuses both scans below one.
+    config.write_text(
+        '[cassandra.consistency]\nsweep = "ONE"\nbuild = "LOCAL_QUORUM"\n', encoding="utf-8"
+    )
     audit = tmp_path / "a.jsonl"
     args = ["--config", str(config), "--store", ks_url, "run", "--bucket", bucket, *EAGER]
     args += ["--fpr", "0.000001", "--max-tombstones-per-partition", "100"]
@@ -417,8 +420,15 @@ def racing(store: CassandraStore, writer: Writer) -> Iterator[None]:
 
 @pytest.mark.parametrize("verify", [True, False], ids=["verify", "no-verify"])
 def test_puts_during_a_clean_keep_their_directories(
-    ks_url: str, store: CassandraStore, bucket: str, verify: bool
+    ks_url: str,
+    store: CassandraStore,
+    bucket: str,
+    verify: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if not verify:
+        # --no-verify needs a build at a quorum (on one node, LOCAL_ONE reads the same rows).
+        monkeypatch.setattr(store, "build_sees_every_write", True)
     seed_empty_dirs(store, bucket, N)
     build_filter(store, BuildConfig(fpr=0.001, bucket=bucket))
     writer = Writer(ks_url, bucket)

@@ -15,7 +15,8 @@ from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.sweep import SweepTotals
 from tests.helpers import invoke, write_lines
 
-SAMPLE = re.compile(r'^dircleaner_[a-z_]+(\{phase="[a-z]+"\})? -?[0-9.e+-]+$')
+LABEL = r'[a-z]+="[a-z0-9.]+"'
+SAMPLE = re.compile(rf"^dircleaner_[a-z_]+(\{{{LABEL}(,{LABEL})*\}})? -?[0-9.e+-]+$")
 
 
 def parse(text: str) -> dict[str, float]:

@@ -218,9 +218,11 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> list[Shard]:
     scanned: list[Shard] = []
     real = SqliteStore.scan_object_partitions
 
-    def counting(self: SqliteStore, shard: Shard, bucket: str | None = None) -> Any:
+    def counting(
+        self: SqliteStore, shard: Shard, bucket: str | None = None, throttle: Any = None
+    ) -> Any:
         scanned.append(shard)
-        return real(self, shard, bucket)
+        return real(self, shard, bucket, throttle)
 
     monkeypatch.setattr(SqliteStore, "scan_object_partitions", counting)
     return scanned

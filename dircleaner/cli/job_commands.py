@@ -35,6 +35,7 @@ from dircleaner.cli.options import (
     prefix_clean_config,
     prefix_options,
     refuse_given,
+    scan_rate_option,
     scheduler_option,
     shard_option,
     store_audit_log,
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 @build_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @click.option(
@@ -96,7 +98,8 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
         result = build_filter(store, config, progress, workers=workers)
     progress.close()
     phases = {"build": round(result.seconds, 3)}
-    write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases), success=True)
+    scans = {"build": result.scan}
+    write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases, scans=scans), success=True)
     emit(build_summary(result), build_lines(result), as_json)
 
 
@@ -104,6 +107,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @sweep_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @click.option(
@@ -142,7 +146,8 @@ def sweep_cmd(
                 stream.write((path if bucket is not None else f"{row.bucket}\t{path}") + "\n")
     totals = report.result.totals()
     phases = {"sweep": round(totals.seconds, 3)}
-    write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases), success=True)
+    scans = {"sweep": report.scan}
+    write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases, scans=scans), success=True)
     if out != "-":
         emit(sweep_summary(report), sweep_lines(report), as_json)
 
@@ -153,6 +158,7 @@ def sweep_cmd(
 @prefix_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @shard_option
 @json_option
@@ -208,6 +214,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @clean_options
 @bucket_option
 @workers_option
+@scan_rate_option
 @scheduler_option
 @json_option
 @metrics_option

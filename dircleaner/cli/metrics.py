@@ -13,6 +13,7 @@ from dircleaner.job.prefix import PrefixCleanReport
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.sweep import SweepTotals
+from dircleaner.scanrate import ScanStats
 
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
@@ -42,6 +43,8 @@ class RunMetrics:
     restore_skipped: int | None = None
     #: the store tells removed entries from requested ones (SQLite; not Cassandra)
     removal_known: bool = False
+    #: each pass's scan (``build``, ``sweep``, ``walk``)
+    scans: Mapping[str, ScanStats] = field(default_factory=dict)
 
     @classmethod
     def of_clean(
@@ -51,7 +54,11 @@ class RunMetrics:
         the store tells removed entries from requested ones."""
         phases = {} if build is None else {"build": round(build.seconds, 3)}
         phases.update((k, round(v, 3)) for k, v in report.phase_seconds.items())
+        scans = {"sweep": report.sweep.scan}
+        if build is not None:
+            scans["build"] = build.scan
         return cls(
+            scans=scans,
             build=build,
             sweep=report.sweep.result,
             dropped_nonempty=report.dropped_nonempty,
@@ -81,6 +88,7 @@ class RunMetrics:
             deleted=report.deleted,
             phase_seconds={k: round(v, 3) for k, v in report.phase_seconds.items()},
             removal_known=removal_known,
+            scans={"walk": report.walk.scan},
         )
 
 
@@ -205,6 +213,29 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
 )
 
 
+#: per pass of the scans (label ``pass``)
+_SCAN_GAUGES: tuple[tuple[str, str, Callable[[ScanStats], float]], ...] = (
+    ("scan_rows", "Rows the scan read.", lambda s: s.rows),
+    ("scan_rows_per_second", "Rows the scan read per second.", lambda s: round(s.rows_per_s, 1)),
+    (
+        "scan_rate",
+        "Rows per second the scan's adaptive rate ended at (0: no cap, never backed off).",
+        lambda s: round(s.final_rate, 1),
+    ),
+    ("scan_rate_cap", "Rows per second the scan was capped at (0: none).", lambda s: s.cap),
+    (
+        "scan_backoffs",
+        "Times the scan halved its rate (slow pages, timeouts, overload).",
+        lambda s: s.backoffs,
+    ),
+    (
+        "scan_page_latency_mean_seconds",
+        "Mean latency of the scan's pages.",
+        lambda s: round(s.mean_latency_s, 6),
+    ),
+)
+
+
 def render(metrics: RunMetrics, *, success: bool, finished_at: float, refused: bool = False) -> str:
     """The run's figures in Prometheus text exposition format.
 
@@ -232,6 +263,17 @@ def render(metrics: RunMetrics, *, success: bool, finished_at: float, refused: b
             gauge(name, help_text, value)
     for phase, seconds in sorted(metrics.phase_seconds.items()):
         gauge("phase_seconds", "Duration of each phase.", seconds, f'{{phase="{phase}"}}')
+    for name, help_text, scan_reading in _SCAN_GAUGES:
+        for scan_pass, scan in sorted(metrics.scans.items()):
+            gauge(name, help_text, scan_reading(scan), f'{{pass="{scan_pass}"}}')
+    for scan_pass, scan in sorted(metrics.scans.items()):
+        for quantile in (0.5, 0.99):
+            gauge(
+                "scan_page_latency_seconds",
+                "Latency of the scan's pages (quantiles, to the histogram's ~19% buckets).",
+                scan.latency_quantile_s(quantile),
+                f'{{pass="{scan_pass}",quantile="{quantile:g}"}}',
+            )
     return "\n".join(lines) + "\n"
 
 

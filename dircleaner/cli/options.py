@@ -19,6 +19,7 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
+from dircleaner.scanrate import ScanRate
 from dircleaner.timeutil import parse_duration
 
 if TYPE_CHECKING:
@@ -141,6 +142,14 @@ scheduler_option = _apply(
             " thread for a build, four per thread for a sweep or clean).",
         ),
     ]
+)
+scan_rate_option = click.option(
+    "--scan-rate",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Rows per second the scans may read, all workers and tasks together (0 = no cap;"
+    " default: the store config's scan_rate, else 0). Either way a scan backs off while pages"
+    " are slow or the cluster times out or is overloaded, and recovers gently.",
 )
 shard_option = click.option(
     "--shard", help="Only slice i of n of the token ring, e.g. 0/4 (default: all of it)."
@@ -343,7 +352,13 @@ def prefix_clean_config(params: dict[str, Any]) -> PrefixCleanConfig:
         dry_run=params["dry_run"],
         throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
         audit_log=_given_audit_log(params),
+        scan=scan_rate(params),
     )
+
+
+def scan_rate(params: dict[str, Any]) -> ScanRate:
+    """--scan-rate (None: the store's setting)."""
+    return ScanRate(rows_per_s=params.get("scan_rate"))
 
 
 def open_workers(params: dict[str, Any]) -> Workers:
@@ -373,6 +388,7 @@ def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
         bucket=params["bucket"],
         shard=shard,
         workers=params["workers"],
+        scan=scan_rate(params),
     )
 
 
@@ -390,6 +406,7 @@ def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
         generation=params.get("generation"),
         guards=guards,
         workers=params["workers"],
+        scan=scan_rate(params),
     )
 
 

@@ -8,6 +8,7 @@ from dircleaner.job.prefix import PrefixCleanReport
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.scanrate import ScanStats
 from dircleaner.timeutil import format_duration, format_utc_us
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ def build_summary(result: BuildResult) -> Summary:
         "built_shards": list(result.built_shards),
         "reused_shards": list(result.reused_shards),
         "seconds": round(result.seconds, 3),
+        "scan": result.scan.summary(),
     }
 
 
@@ -50,6 +52,7 @@ def sweep_summary(report: SweepReport | CleanSweep) -> Summary:
         "partitions": result.partitions,
         "candidates": result.candidates,
         "seconds": round(result.seconds, 3),
+        "scan": report.scan.summary(),
     }
 
 
@@ -162,6 +165,7 @@ def build_lines(result: BuildResult) -> list[str]:
         f" {_n(h.expected_n)} dirs ({result.sizing.method})",
         f"        fill {result.fill_ratio:.4g}, effective false-positive rate"
         f" {result.estimated_fpr:.4g} (target {h.target_p:g}), as 'filters list' shows them",
+        scan_line(result.scan),
     ]
 
 
@@ -182,6 +186,23 @@ def run_build_lines(report: RunReport) -> list[str]:
     return lines
 
 
+def scan_line(scan: ScanStats) -> str:
+    """How a scan read: its rate against the cap, its page latency, its back-offs."""
+    cap = f"cap {_n(round(scan.cap))}/s" if scan.cap else "no cap"
+    if scan.final_rate:
+        cap += f", ended at {_n(round(scan.final_rate))}/s"
+    return (
+        f"        scan {_n(round(scan.rows_per_s))} rows/s ({cap}); pages mean"
+        f" {_ms(scan.mean_latency_s)}, p99 {_ms(scan.p99_latency_s)}; {_n(scan.backoffs)}"
+        f" back-off{'' if scan.backoffs == 1 else 's'} (pages over {scan.slow_page_s:g}s,"
+        f" {_n(scan.errors)} timeouts or overload)"
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f}s"
+
+
 def _shards(indices: tuple[int, ...]) -> str:
     return ",".join(map(str, indices)) or "none"
 
@@ -191,7 +212,8 @@ def sweep_lines(report: SweepReport | CleanSweep) -> list[str]:
     return [
         f"sweep   {_n(result.swept_rows)} directories in {_n(result.partitions)} partitions"
         f" against filter {report.loaded.generation}: {_n(result.candidates)} candidates"
-        f" ({result.seconds:.1f}s)"
+        f" ({result.seconds:.1f}s)",
+        scan_line(report.scan),
     ]
 
 
@@ -309,6 +331,7 @@ def prefix_summary(report: PrefixCleanReport, removal_known: bool) -> Summary:
             "depth": walk.depth,
             "prefix_empty": walk.prefix_empty,
             "seconds": round(walk.seconds, 3),
+            "scan": walk.scan.summary(),
         },
         "delete_timestamp_us": report.delete_timestamp_us,
         "plan": plan_summary(report.plan),
@@ -325,6 +348,7 @@ def prefix_lines(report: PrefixCleanReport, audit_log: str | None, min_age: str)
         f"walk    {walk.prefix} in bucket {walk.bucket}: {_n(walk.directories)} directories,"
         f" {walk.depth} levels deep, {_n(walk.with_objects)} holding objects,"
         f" {_n(walk.empty_directories)} empty ({walk.seconds:.1f}s)",
+        scan_line(walk.scan),
     ]
     lines += plan_and_delete_lines(
         plan,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from dircleaner.errors import GuardRefused
 from dircleaner.filter.format import FilterHeader
@@ -30,6 +30,7 @@ from dircleaner.pipeline.slice import (
 )
 from dircleaner.pipeline.sweep import SweepTotals
 from dircleaner.progress import Progress
+from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import Store
 
 #: what a slice's first phase keeps for its second: its candidates and its own non-empty finds
@@ -52,11 +53,13 @@ class SliceWork:
     bucket: str | None
     verify: bool
     orders: DeleteOrders
+    #: one slice's share of the sweep's scan rate
+    scan: ScanRate = field(default_factory=ScanRate)
 
     def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
         """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
         swept, facts = sweep_and_recheck(
-            store, shard, self.bucket, self.shared.get(store), self.verify, report
+            store, shard, self.bucket, self.shared.get(store), self.verify, report, self.scan
         )
         return swept, (facts, swept.nonempty)
 

@@ -35,6 +35,7 @@ from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, WaveHook, walk_prefix
 from dircleaner.pipeline.slice import plan_and_delete
 from dircleaner.progress import Progress, no_progress
+from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import Store
 
 #: the default of --max-deletes: directories a prefix clean walks (and so may delete) at most
@@ -61,6 +62,8 @@ class PrefixCleanConfig:
     dry_run: bool = False
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     audit_log: Path | None = None
+    #: how fast the walk may read
+    scan: ScanRate = field(default_factory=ScanRate)
 
 
 @dataclass
@@ -111,6 +114,7 @@ def _walk_and_clean(
         max_depth=config.max_depth,
         progress=progress,
         after_wave=after_wave,
+        scan=config.scan.over(store.scan_defaults),
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
     # T: after the walk began, an entry (re)written survives whatever happens here.

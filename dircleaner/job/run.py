@@ -59,13 +59,15 @@ from dircleaner.pipeline.build import (
     swept_count_key,
 )
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
-from dircleaner.pipeline.guards import GuardConfig, check_filter
+from dircleaner.pipeline.guards import GuardConfig, check_filter, check_scan_consistency
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
 from dircleaner.pipeline.slice import (
     merge_delete_stats,
 )
 from dircleaner.pipeline.sweep import SweepResult, SweepTotals, sweep
 from dircleaner.progress import Progress, expecting, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
+from dircleaner.scanrate import merge as merge_scans
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
@@ -89,6 +91,8 @@ class SweepConfig:
     guards: GuardConfig = field(default_factory=GuardConfig)
     #: worker processes, each sweeping a sub-slice of the shard
     workers: int = 1
+    #: how fast the sweep may read the folders index (all workers together)
+    scan: ScanRate = field(default_factory=ScanRate)
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class SweepReport:
 
     loaded: LoadedFilter
     result: SweepResult
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass
@@ -138,6 +144,8 @@ class CleanSweep:
 
     loaded: LoadedFilter
     result: SweepTotals
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass
@@ -202,14 +210,22 @@ def run_sweep(
     pool = workers or LocalWorkers(config.workers)
     shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
     bucket = config.bucket
-
-    def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
-        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
-
     shards = pool.slices(config.shard, CLEAN)
+    running = min(len(shards), pool.parallelism)
+    # The cap is the total, shared by the slices that scan at once.
+    share = config.scan.over(store.scan_defaults).share(running)
+
+    def sweep_part(
+        part_store: Store, shard: Shard, report: Progress
+    ) -> tuple[SweepResult, ScanStats]:
+        throttle = ScanThrottle(share)
+        rows = part_store.scan_folder_rows(shard, bucket, throttle)
+        return sweep(rows, shared.get(part_store), report), throttle.stats()
+
     started = time.monotonic()
     expected = expecting(progress, "sweep", expected_sweep(store, config))
-    parts = pool.map_shards(store, shards, sweep_part, "sweep", expected)
+    scanned = pool.map_shards(store, shards, sweep_part, "sweep", expected)
+    parts = [part for part, _ in scanned]
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
     result = SweepResult(
@@ -221,7 +237,8 @@ def run_sweep(
     if config.shard.count == 1 and not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
-    return SweepReport(loaded, result)
+    scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
+    return SweepReport(loaded, result, scan)
 
 
 def expected_sweep(store: Store, config: SweepConfig) -> int | None:
@@ -253,6 +270,7 @@ def run_clean(
     when another run has it). ``loaded``: the filter to use, not read from the store (a dry
     run's, never stored).
     """
+    check_scan_consistency(store, config.verify)
     pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
         if config.dry_run or lease_owner is not None:
@@ -306,6 +324,7 @@ def _run_clean(
         sweep_config.bucket,
         config.verify,
         orders,
+        sweep_config.scan.over(store.scan_defaults).share(running),
     )
     decision = CleanDecision(
         loaded.header,
@@ -349,8 +368,9 @@ def _run_clean(
             # empties just removed were never in the filter).
             gone = deleted.directories if deleted.rows_removed is None else deleted.rows_removed
             record_clean(store, scope, loaded.generation, totals.swept_rows - gone)
+    scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
     return CleanReport(
-        sweep=CleanSweep(loaded, totals),
+        sweep=CleanSweep(loaded, totals, scan),
         delete_timestamp_us=orders.delete_timestamp_us,
         verified=sum(t.checked for t in tallies),
         dropped_nonempty=sum(len(t.nonempty) for t in tallies),
@@ -383,6 +403,7 @@ def run_job(
     A dry run writes nothing: its filter is kept in memory (so it works on a read-only store)
     and is used by forked local workers only (a cluster's workers load a filter from the store).
     """
+    check_scan_consistency(store, clean.verify)  # before the build, not after it
     clean = replace(clean, started_us=clean.started_us or now_us())
     if clean.dry_run:
         if workers is not None and workers.outlives_client:

@@ -40,8 +40,10 @@ class TombstoneBudget:
 def resolve_budget(
     store: Store, explicit: int | None, grace_override_s: float | None = None
 ) -> TombstoneBudget:
-    """N: ``explicit`` if given, else half the cluster's tombstone_warn_threshold (or of
-    Cassandra's default 1000); the grace period from the store unless overridden."""
+    """N: ``explicit`` if given, else half the lowest tombstone warning the cluster has set
+    (``Store.tombstone_warn_threshold``: Cassandra 5.0's partition_tombstones_warn_threshold
+    guardrail or tombstone_warn_threshold), or of Cassandra's default 1000; the grace period
+    from the store unless overridden."""
     if grace_override_s is not None:
         grace_s, grace_source = grace_override_s, "--grace-period"
     else:
@@ -53,10 +55,7 @@ def resolve_budget(
         source = f"half the default tombstone_warn_threshold ({DEFAULT_WARN_THRESHOLD})"
         return TombstoneBudget(DEFAULT_WARN_THRESHOLD // 2, source, grace_s, grace_source)
     value, where = threshold
-    return TombstoneBudget(
-        max(0, value // 2), f"half of tombstone_warn_threshold {value} ({where})", grace_s,
-        grace_source,
-    )  # fmt: skip
+    return TombstoneBudget(max(0, value // 2), f"half of {value}, {where}", grace_s, grace_source)
 
 
 def charged_so_far(store: Store, facts: Iterable[PartitionFacts]) -> dict[tuple[str, str], int]:

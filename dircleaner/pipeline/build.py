@@ -47,6 +47,8 @@ from dircleaner.filter.stored import (
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import PartitionKey, Shard
 from dircleaner.progress import Progress, expecting, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
+from dircleaner.scanrate import merge as merge_scans
 from dircleaner.store.base import DirCountEstimate, Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
@@ -80,6 +82,8 @@ class BuildConfig:
     workers: int = 1
     #: store the filter; False (a dry run): keep it in memory only, and write nothing at all
     persist: bool = True
+    #: how fast the scan of the objects table may read (all workers together)
+    scan: ScanRate = field(default_factory=ScanRate)
 
     def __post_init__(self) -> None:
         if not 0 < self.fpr < 0.5:
@@ -124,6 +128,8 @@ class BuildResult:
     reused_shards: tuple[int, ...] = ()
     #: the merged filter and its header, when the build did not store it (``persist=False``)
     in_memory: tuple[FilterHeader, Filter] | None = field(default=None, repr=False, compare=False)
+    #: how the scan of the objects table read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 def scope_of(store: Store, bucket: str | None) -> str:
@@ -428,6 +434,7 @@ class _PartResult:
     inserted: int
     header_bytes: bytes
     body: bytes
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 def build_filter(
@@ -459,6 +466,9 @@ def _build_filter(
     started = time.monotonic()
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
     scope = scope_of(store, config.bucket)
+    shards = list(resume.missing) if resume else build_shards(config, pool)
+    # The cap is the total, shared by the slices that scan at once.
+    share = config.scan.over(store.scan_defaults).share(min(len(shards), pool.parallelism))
 
     def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
         filt = new_filter(params.engine, params.capacity, params.fpr, params.salt)
@@ -471,7 +481,8 @@ def _build_filter(
         # Ancestors are inserted once per partition below them: cheap with the compiled kernels
         # only, so wait for them (they loaded while the filter was sized).
         finish_loading_kernels()
-        for batch in part_store.scan_object_partitions(shard, config.bucket):
+        throttle = ScanThrottle(share)
+        for batch in part_store.scan_object_partitions(shard, config.bucket, throttle):
             buf, starts, ends = packed_ancestors(batch)
             partitions += len(batch)
             inserted += len(starts)
@@ -490,21 +501,26 @@ def _build_filter(
         )
         if config.persist:
             save_filter_part(part_store, params.generation, header, header_bytes, body)
-        return _PartResult(shard.index, partitions, inserted, header_bytes, body)
+        scanned = throttle.stats()
+        return _PartResult(shard.index, partitions, inserted, header_bytes, body, scanned)
 
-    shards = list(resume.missing) if resume else build_shards(config, pool)
     whole = config.shard.count == 1 and resume is None
     previous = store.get_state(scanned_count_key(scope)) if whole else None
     # What this build's progress expects: the last whole build's count; on a first build the
     # folder rows, where counted (each object partition but a bucket's root is a directory).
     total = int(previous) if previous else params.sizing.folder_rows if whole else None
     expected = expecting(progress, "build", total)
+    scanning = time.monotonic()
     built = pool.map_shards(store, shards, build_part, "build", expected) if shards else []
+    scan = merge_scans(
+        [p.scan for p in built], min(len(shards), pool.parallelism), time.monotonic() - scanning
+    )
     stored = resume.reused if resume else ()
     reused = [_PartResult(p.shard, 0, 0, p.header_bytes, p.body) for p in stored]
-    result, union_bits = _result(
+    merged, union_bits = _result(
         params, built, reused, time.monotonic() - started, keep=not config.persist
     )
+    result = replace(merged, scan=scan)
     if config.persist and not store.read_only:
         if whole:
             store.put_state(scanned_count_key(scope), str(result.partitions_scanned))

@@ -10,11 +10,13 @@ from dircleaner.errors import (
     FilterSuspiciouslyEmpty,
     FilterTooFull,
     TooManyCandidates,
+    UsageError,
 )
 from dircleaner.timeutil import format_duration
 
 if TYPE_CHECKING:
     from dircleaner.filter.format import FilterHeader  # numpy, through the engines
+    from dircleaner.store.base import Store
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,29 @@ class GuardConfig:
     #: refuse a filter whose effective false-positive rate exceeds target × this factor
     max_fpr_factor: float = 4.0
     force: bool = False
+
+
+def check_scan_consistency(store: Store, verify: bool) -> None:
+    """Refuse a clean whose scans could miss what keeps a directory (UsageError).
+
+    A build read below a quorum may miss an object partition: its directories become
+    candidates, and only the re-check (at a quorum) finds the object. That needs the re-check,
+    and a sweep that lists every folder row: a row it missed is never re-checked, and the
+    partition delete of a subtree the build saw as empty would take it.
+    """
+    if store.build_sees_every_write:
+        return
+    if not verify:
+        raise UsageError(
+            "--no-verify needs the build to read at a quorum: set [cassandra.consistency]"
+            ' build = "LOCAL_QUORUM" (below it only the re-check finds the objects it missed)'
+        )
+    if not store.sweep_sees_every_write:
+        raise UsageError(
+            "[cassandra.consistency] build and sweep both read below a quorum: a directory"
+            " whose objects and folder row both sit on a lagging replica would be deleted;"
+            ' set sweep = "LOCAL_QUORUM"'
+        )
 
 
 def check_filter(

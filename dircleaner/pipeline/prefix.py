@@ -28,12 +28,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dircleaner.errors import GuardRefused, UsageError
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import SEP, parent_of_dir, validate_bucket, validate_key
 from dircleaner.progress import Progress, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 
@@ -98,6 +99,8 @@ class PrefixWalk:
     #: PREFIX itself is empty (then its own row, in its parent's partition, is a candidate)
     prefix_empty: bool
     seconds: float
+    #: how the walk's reads went (rows: folder rows read plus one probe per directory)
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 def walk_prefix(
@@ -109,6 +112,7 @@ def walk_prefix(
     max_depth: int = MAX_DEPTH,
     progress: Progress = no_progress,
     after_wave: WaveHook | None = None,
+    scan: ScanRate | None = None,
 ) -> PrefixWalk:
     """Walk the folder index under ``prefix`` (a normalised directory) and decide emptiness.
 
@@ -117,6 +121,7 @@ def walk_prefix(
     a directory is reached twice or the walk passes ``max_depth`` levels.
     """
     validate_bucket(bucket)
+    throttle = ScanThrottle(scan or ScanRate())
     started = time.monotonic()
     started_us = now_us()
     if not store.has_folder_row(bucket, prefix):
@@ -139,7 +144,10 @@ def walk_prefix(
             )
         below: list[str] = []
         for wave in _chunks(level, WAVE_DIRS):
+            asked = time.monotonic()
             read = store.read_directories([(bucket, directory) for directory in wave])
+            rows_read = len(wave) + sum(len(rows) for rows in read.folder_rows.values())
+            throttle.page(rows_read, time.monotonic() - asked)
             with_objects.update(parent for _, parent in read.with_objects)
             for directory in wave:
                 rows = read.folder_rows.get((bucket, directory))
@@ -189,6 +197,7 @@ def walk_prefix(
         depth=depth - 1,
         prefix_empty=prefix in empty,
         seconds=time.monotonic() - started,
+        scan=throttle.stats(),
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
@@ -29,6 +29,7 @@ from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, p
 from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
 from dircleaner.progress import Progress, counting_actions
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 
@@ -46,6 +47,8 @@ class ShardSwept:
     #: of ``checked``, the directories that were not candidate rows of this slice (the own
     #: directories of partitions found empty, whose row another slice holds)
     checked_parents: int = 0
+    #: how the slice's scan of the folders index read
+    scan: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def sweep_and_recheck(
     filt: MembershipFilter,
     verify: bool,
     progress: Progress,
+    scan: ScanRate | None = None,
 ) -> tuple[ShardSwept, list[PartitionFacts]]:
     """Phase 1: the slice's candidates (kept) and what the parent must know of them."""
     from dircleaner.filter.bloom import finish_loading_kernels
@@ -98,7 +102,9 @@ def sweep_and_recheck(
     # The kernels loaded while the filter was read; a loader still importing numba would hold
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
-    result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
+    throttle = ScanThrottle(scan or ScanRate())
+    result = sweep(store.scan_folder_rows(shard, bucket, throttle), filt, progress)
+    scanned = throttle.stats()
     nonempty: set[BucketDir] = set()
     checked = parents = 0
     started = time.monotonic()
@@ -107,7 +113,12 @@ def sweep_and_recheck(
         nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
         progress("verify", checked, checked)
     swept = ShardSwept(
-        result.totals(), checked, time.monotonic() - started, frozenset(nonempty), parents
+        result.totals(),
+        checked,
+        time.monotonic() - started,
+        frozenset(nonempty),
+        parents,
+        scanned,
     )
     return swept, result.facts
 

@@ -23,6 +23,7 @@ import mmh3
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.scanrate import ScanRate, ScanThrottle
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
@@ -100,6 +101,10 @@ class Store(abc.ABC):
     #: removes any row between its bounds, seen or not, so the plan only uses ranges where this
     #: holds (a row delete spares what the sweep did not see)
     sweep_sees_every_write: bool = True
+    #: whether the build's scan sees every object written before it began; where it may not
+    #: (a Cassandra build read below a quorum), only the verify re-check keeps a directory whose
+    #: objects it missed, so a clean needs the re-check and a sweep that sees every write
+    build_sees_every_write: bool = True
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
@@ -112,6 +117,9 @@ class Store(abc.ABC):
     #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
     #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
     deletes_per_request: int = 1
+    #: how fast the scans read when the job does not say (a Cassandra config file's
+    #: ``scan_rate`` and ``scan_slow_page_s``)
+    scan_defaults: ScanRate = ScanRate()
 
     #: what opening this store created, one name each for a person ("SQLite metastore
     #: /srv/meta.db", "table ks.folders"): empty unless opened with ``create``
@@ -169,15 +177,20 @@ class Store(abc.ABC):
     # -- scans ------------------------------------------------------------------------------------
     @abc.abstractmethod
     def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[PartitionKey]]:
-        """Batches of distinct objects-table partition keys in ``shard``, in token order."""
+        """Batches of distinct objects-table partition keys in ``shard``, in token order.
+
+        With ``throttle``, read at its pace: each page (or batch) reported with its rows and
+        latency, and the cluster's timeouts and overload as strain (``dircleaner.scanrate``).
+        """
 
     @abc.abstractmethod
     def scan_folder_rows(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[FolderRow]]:
-        """Batches of folders-index rows in ``shard``: token order, then clustering order."""
+        """Batches of folders-index rows in ``shard``: token order, then clustering order
+        (at ``throttle``'s pace, as ``scan_object_partitions``)."""
 
     @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
@@ -341,7 +354,9 @@ class Store(abc.ABC):
         return DEFAULT_GRACE_S, "default"
 
     def tombstone_warn_threshold(self) -> tuple[int, str] | None:
-        """The cluster's ``tombstone_warn_threshold`` and where it came from, if it can say."""
+        """The lowest tombstone warning the cluster has set (Cassandra: the guardrail
+        ``partition_tombstones_warn_threshold`` or ``tombstone_warn_threshold``) and which
+        setting it is, where, if it can say."""
         return None
 
     # -- small state (previous run's counts, checkpoints) ----------------------------------------

@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from dircleaner.errors import StoreUrlError, UsageError
 from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.scanrate import DEFAULT_SLOW_PAGE_S
 
 DEFAULT_PORT = 9042
 ENV_USERNAME = "DIRCLEANER_CASSANDRA_USERNAME"
@@ -139,9 +140,17 @@ def parse_cassandra_url(url: str) -> CassandraUrl:
 
 @dataclass(frozen=True, slots=True)
 class PhaseConsistency:
-    """``[cassandra.consistency]``: the level per phase (names as in ``ConsistencyLevel``)."""
+    """``[cassandra.consistency]``: the level per phase (names as in ``ConsistencyLevel``).
 
-    build: str = "LOCAL_QUORUM"
+    The build's scan reads at LOCAL_ONE: an object partition it misses (a replica behind) only
+    makes its directories candidates, and the verify re-check, at a quorum, finds the object
+    and keeps them. The sweep stays at a quorum: a folder row it misses would be deleted
+    unseen by a range delete, a rewrite, or the partition delete of a subtree whose objects the
+    build missed too. The job refuses to delete with both scans below a quorum, or with a build
+    below a quorum and no re-check.
+    """
+
+    build: str = "LOCAL_ONE"
     sweep: str = "LOCAL_QUORUM"
     verify: str = "LOCAL_QUORUM"
     delete: str = "LOCAL_QUORUM"
@@ -262,6 +271,11 @@ class CassandraConfig:
     protocol_version: int | None = None
     #: replication factor of a keyspace created by init-schema (SimpleStrategy)
     replication_factor: int = 1
+    #: rows per second both passes' scans may read, all workers together, when ``--scan-rate``
+    #: is not given (0 = no cap)
+    scan_rate: float = 0.0
+    #: a scan page slower than this makes the scans back off
+    scan_slow_page_s: float = DEFAULT_SLOW_PAGE_S
 
     tables: Tables = field(default_factory=Tables)
     columns: Columns = field(default_factory=Columns)
@@ -293,6 +307,10 @@ class CassandraConfig:
                 raise UsageError(f"{attr} must be at least {low}")
         if self.request_timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise UsageError("timeouts must be positive")
+        if self.scan_rate < 0:
+            raise UsageError("scan_rate must be >= 0 (0: no cap)")
+        if self.scan_slow_page_s <= 0:
+            raise UsageError("scan_slow_page_s must be more than 0")
 
     @property
     def contact(self) -> str:

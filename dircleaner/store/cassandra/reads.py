@@ -20,6 +20,7 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
+from dircleaner.scanrate import ScanThrottle
 from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
 from dircleaner.store.cassandra.mapping import model_parent, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
@@ -56,11 +57,11 @@ class CassandraReads(CassandraRequests):
 
     # -- scans ------------------------------------------------------------------------------------
     def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[PartitionKey]]:
         if not self._scans_bucket(bucket):
             return
-        for page in self._range_scan(self._scan_objects, shard, "build"):
+        for page in self._range_scan(self._scan_objects, shard, "build", throttle):
             batch = self._object_keys(page)
             if bucket is not None:
                 batch = [key for key in batch if key.bucket == bucket]
@@ -68,11 +69,11 @@ class CassandraReads(CassandraRequests):
                 yield batch
 
     def scan_folder_rows(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[FolderRow]]:
         if not self._scans_bucket(bucket):
             return
-        for page in self._range_scan(self._scan_folders, shard, "sweep"):
+        for page in self._range_scan(self._scan_folders, shard, "sweep", throttle):
             batch = self._folder_rows(page)
             if bucket is not None:
                 batch = [row for row in batch if row.bucket == bucket]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from cassandra import ReadFailure
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent
 from cassandra.query import PreparedStatement
@@ -25,6 +26,7 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import UsageError
 from dircleaner.model import Shard
 from dircleaner.retry import RetryPolicy
+from dircleaner.scanrate import ScanThrottle
 from dircleaner.store.cassandra.config import CassandraConfig
 from dircleaner.store.cassandra.mapping import (
     model_parent,
@@ -51,6 +53,14 @@ T = TypeVar("T")
 Params = tuple[object, ...]
 #: one partition of an IN request's chunk: (token, stored parent, model parent)
 ChunkKey = tuple[int, str, str]
+#: what a throttled scan's page retries, and takes as a sign of strain: the transient errors and
+#: a replica's read failure (a node shedding load fails reads before it times them out)
+SCAN_RETRIED: tuple[type[BaseException], ...] = (*TRANSIENT_ERRORS, ReadFailure)
+#: a capped scan's pages, all readers' together, hold at most this share of a second's rows:
+#: the requests are spread over the second rather than a few large pages at a time
+CAPPED_PAGE_SECONDS = 0.25
+#: ... and at least this many rows (a page's overhead would dominate below it)
+MIN_CAPPED_PAGE_ROWS = 100
 
 
 class _Done:
@@ -180,8 +190,20 @@ class CassandraRequests:
         paging_state: bytes | None = None,
         fetch_size: int | None = None,
         routing_token: int | None = None,
+        throttle: ScanThrottle | None = None,
     ) -> Any:
-        """One request with bounded retries of transient failures (then TransientStoreError)."""
+        """One request with bounded retries of transient failures (then TransientStoreError).
+
+        With ``throttle`` (a scan's page), a read failure is retried too, and every failure
+        retried tells the throttle that the cluster strains.
+        """
+        retried = TRANSIENT_ERRORS if throttle is None else SCAN_RETRIED
+
+        def on_retry(exc: Exception) -> None:
+            log.debug("retrying after %s", _one_line(exc))
+            if throttle is not None:
+                throttle.strained()
+
         bound = stmt.bind(params) if params is not None else stmt
         if fetch_size is not None:
             bound.fetch_size = fetch_size
@@ -192,8 +214,8 @@ class CassandraRequests:
                 lambda: self._session.execute(
                     bound, execution_profile=profile, paging_state=paging_state
                 ),
-                retry_if=lambda exc: isinstance(exc, TRANSIENT_ERRORS),
-                on_retry=lambda exc: log.debug("retrying after %s", _one_line(exc)),
+                retry_if=lambda exc: isinstance(exc, retried),
+                on_retry=on_retry,
             )
         except TRANSIENT_ERRORS as exc:
             raise map_error(exc) from exc
@@ -206,10 +228,14 @@ class CassandraRequests:
         fetch_size: int,
         routing_token: int | None = None,
         paging_state: bytes | None = None,
+        throttle: ScanThrottle | None = None,
     ) -> Iterator[list[tuple[Any, ...]]]:
         """Every page of one query (from ``paging_state``, when given: the pages after one
-        already read); a failed page is retried from its paging state."""
+        already read); a failed page is retried from its paging state. With ``throttle``, each
+        page waits for its turn and reports its rows and latency."""
         while True:
+            reserved = throttle.reserve(fetch_size) if throttle is not None else 0
+            began = throttle.now() if throttle is not None else 0.0
             result = self._execute(
                 stmt,
                 params,
@@ -217,8 +243,11 @@ class CassandraRequests:
                 paging_state=paging_state,
                 fetch_size=fetch_size,
                 routing_token=routing_token,
+                throttle=throttle,
             )
             rows = result.current_rows
+            if throttle is not None:
+                throttle.page(len(rows), throttle.now() - began, reserved)
             if rows:
                 yield list(rows)
             paging_state = result.paging_state
@@ -284,9 +313,16 @@ class CassandraRequests:
         lo, hi = shard.token_range()
         return ring_splits(ring, self.config.splits_per_range, lo, hi)
 
-    def _range_scan(self, stmt: Any, shard: Shard, profile: str) -> Iterator[list[tuple[Any, ...]]]:
+    def _range_scan(
+        self, stmt: Any, shard: Shard, profile: str, throttle: ScanThrottle | None = None
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        fetch = self.config.fetch_size
+        if throttle is not None and throttle.rate:
+            share = throttle.rate * CAPPED_PAGE_SECONDS / self.config.concurrency
+            fetch = min(fetch, max(MIN_CAPPED_PAGE_ROWS, int(share)))
+
         def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
-            return lambda: self._pages(stmt, (a, b), profile, self.config.fetch_size, b)
+            return lambda: self._pages(stmt, (a, b), profile, fetch, b, throttle=throttle)
 
         jobs = [
             job(*bounds)

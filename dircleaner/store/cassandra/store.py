@@ -16,6 +16,7 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
+from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import Store
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
@@ -46,6 +47,8 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         # Only a quorum read is sure to see every write acknowledged at a quorum; below that, a
         # replica missing a row would let a range delete take it unseen.
         self.sweep_sees_every_write = cfg.consistency.sweep in QUORUM_READS
+        self.build_sees_every_write = cfg.consistency.build in QUORUM_READS
+        self.scan_defaults = ScanRate(cfg.scan_rate, cfg.scan_slow_page_s)
         self._cluster = cluster
         self._session = session
         self._key_columns = (

@@ -10,7 +10,7 @@ the generator makes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, cast
 
 from cassandra import ConsistencyLevel
@@ -36,6 +36,30 @@ BATCH_MAX_BYTES = 4000
 PARTITION_DELETES_PER_REQUEST = 32
 #: partitions per read of the tombstone ledger (one request per chunk, not per partition)
 LEDGER_READ_KEYS = 64
+
+
+#: the settings that make Cassandra warn about tombstones in one partition, as
+#: ``system_views.settings`` names them
+TOMBSTONE_WARN_SETTINGS = ("partition_tombstones_warn_threshold", "tombstone_warn_threshold")
+
+
+def lowest_warn_threshold(settings: Mapping[str, object]) -> tuple[int, str] | None:
+    """The lowest of the tombstone warnings that are on (a value above 0), and its name.
+
+    ``partition_tombstones_warn_threshold`` is a guardrail (-1: off) that warns when a
+    partition holds that many tombstones; ``tombstone_warn_threshold`` warns when a read scans
+    that many. Either is a warning the operator sees because of our tombstones: the budget
+    follows the first one the cluster would raise.
+    """
+    on: list[tuple[int, str]] = []
+    for name in TOMBSTONE_WARN_SETTINGS:
+        try:
+            value = int(str(settings[name]))
+        except (KeyError, ValueError):
+            continue
+        if value > 0:
+            on.append((value, name))
+    return min(on) if on else None
 
 
 class CassandraWrites(CassandraRequests):
@@ -277,15 +301,20 @@ class CassandraWrites(CassandraRequests):
         return float(rows[0][0]), "gc_grace_seconds"
 
     def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        """The lowest tombstone warning the cluster has set: Cassandra 5.0's guardrail
+        ``partition_tombstones_warn_threshold`` (off at -1 by default) or the read-time
+        ``tombstone_warn_threshold``, from ``system_views.settings`` (Cassandra 4.0+)."""
         try:
-            rows = self._session.execute(
-                "SELECT value FROM system_views.settings WHERE name = 'tombstone_warn_threshold'",
-                execution_profile="meta",
-            ).current_rows
-            return (int(rows[0][0]), "system_views.settings") if rows else None
+            names = ", ".join(f"'{name}'" for name in TOMBSTONE_WARN_SETTINGS)
+            query = self._session.prepare(
+                f"SELECT name, value FROM system_views.settings WHERE name IN ({names})"
+            )
+            rows = self._session.execute(query, execution_profile="meta").current_rows
         except Exception:  # a node without virtual tables: the caller's default
             log.debug("system_views.settings unreadable", exc_info=True)
             return None
+        found = lowest_warn_threshold({str(name): value for name, value in rows})
+        return None if found is None else (found[0], f"{found[1]} in system_views.settings")
 
     # -- small state ------------------------------------------------------------------------------
     def put_state(self, key: str, value: str) -> None:

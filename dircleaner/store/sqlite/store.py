@@ -17,6 +17,7 @@ from pathlib import Path
 from dircleaner.errors import StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
+from dircleaner.scanrate import ScanThrottle, paced
 from dircleaner.store.base import (
     DEFAULT_GRACE_S,
     PARTITION_PAGE_ROWS,
@@ -129,17 +130,19 @@ class SqliteStore(Store):
         return self._stream(f"{sql} ORDER BY {order}", params)
 
     def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[PartitionKey]]:
         select = "SELECT DISTINCT token, bucket, parent FROM objects"
-        for batch in self._scan_slice(select, "token, bucket, parent", shard, bucket):
+        scan = self._scan_slice(select, "token, bucket, parent", shard, bucket)
+        for batch in paced(scan, throttle):
             yield [PartitionKey(*row) for row in batch]  # type: ignore[arg-type]
 
     def scan_folder_rows(
-        self, shard: Shard, bucket: str | None = None
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
     ) -> Iterator[list[FolderRow]]:
         select = "SELECT token, bucket, parent, name FROM folders"
-        for batch in self._scan_slice(select, "token, bucket, parent, name", shard, bucket):
+        scan = self._scan_slice(select, "token, bucket, parent, name", shard, bucket)
+        for batch in paced(scan, throttle):
             yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
