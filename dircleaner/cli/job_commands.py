@@ -58,6 +58,7 @@ from dircleaner.cli.report import (
 from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.paths import dir_of_row
+from dircleaner.pipeline.guards import check_scan_consistency
 from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
@@ -185,6 +186,7 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 
     config = clean_config(params, parse_shard(shard))
     with obj(ctx).open(writes=not params["dry_run"]) as store:
+        check_scan_consistency(store, config.verify)  # a usage error before any refusal
         require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
         with workers_for(params) as pool:
@@ -238,6 +240,7 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     whole = parse_shard(None)
     config = clean_config(params, whole)
     with obj(ctx).open(writes=not params["dry_run"]) as store:
+        check_scan_consistency(store, config.verify)  # a usage error before any refusal
         require_bucket(store, params["bucket"])  # before the workers say where they run
         config = replace(config, audit_log=store_audit_log(params, store))
         with workers_for(params) as pool:
