@@ -62,6 +62,8 @@ from dircleaner.pipeline.guards import check_scan_consistency
 from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
+    from dircleaner.job.run import CleanConfig
+    from dircleaner.store.base import Store
     from dircleaner.workers.base import Workers
 
 # The build and the store-wide job (numpy, the filter modules) are imported in the commands
@@ -185,30 +187,13 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
     from dircleaner.job.run import run_clean
 
     config = clean_config(params, parse_shard(shard))
-    with obj(ctx).open(writes=not params["dry_run"]) as store:
-        check_scan_consistency(store, config.verify)  # a usage error before any refusal
-        require_bucket(store, params["bucket"])  # before the workers say where they run
-        config = replace(config, audit_log=store_audit_log(params, store))
-        with workers_for(params) as pool:
-            report = run_clean(store, config, progress, workers=pool)
+    with store_to_clean(ctx, params, config) as (store, config, pool):
+        report = run_clean(store, config, progress, workers=pool)
     progress.close()
     known = store.rows_removed is not None
-    verdict = report.would_be_refused
-    summary = {**clean_summary(report, known), **verdict_keys(verdict)}
-    write_metrics(
-        ctx,
-        RunMetrics.of_clean(report, known),
-        success=verdict is None,
-        refused=verdict is not None,
-    )
-    emit(
-        summary,
-        clean_lines(report, params["audit_log"], params["min_age"]),
-        as_json,
-        ok=verdict is None,
-    )
-    if verdict is not None:
-        raise refused_without_json(verdict)
+    lines = clean_lines(report, params["audit_log"], params["min_age"])
+    metrics = RunMetrics.of_clean(report, known)
+    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
 
 
 @click.command()
@@ -239,26 +224,42 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
     progress = TerminalProgress()
     whole = parse_shard(None)
     config = clean_config(params, whole)
-    with obj(ctx).open(writes=not params["dry_run"]) as store:
-        check_scan_consistency(store, config.verify)  # a usage error before any refusal
-        require_bucket(store, params["bucket"])  # before the workers say where they run
-        config = replace(config, audit_log=store_audit_log(params, store))
-        with workers_for(params) as pool:
-            report = run_job(store, build_config(params, whole), config, progress, pool)
+    with store_to_clean(ctx, params, config) as (store, config, pool):
+        report = run_job(store, build_config(params, whole), config, progress, pool)
     progress.close()
     known = store.rows_removed is not None
-    verdict = report.clean.would_be_refused
-    summary = {**run_summary(report, known), **verdict_keys(verdict)}
-    write_metrics(
-        ctx,
-        RunMetrics.of_run(report, known),
-        success=verdict is None,
-        refused=verdict is not None,
-    )
     lines = run_build_lines(report) + clean_lines(
         report.clean, params["audit_log"], params["min_age"]
     )
-    emit(summary, lines, as_json, ok=verdict is None)
+    metrics = RunMetrics.of_run(report, known)
+    _end(ctx, run_summary(report, known), lines, metrics, report.clean.would_be_refused, as_json)
+
+
+@contextlib.contextmanager
+def store_to_clean(
+    ctx: click.Context, params: dict[str, Any], config: CleanConfig
+) -> Iterator[tuple[Store, CleanConfig, Workers]]:
+    """The store a clean deletes in (named first), checked before any worker starts: the
+    scans' consistency (a usage error before any refusal), the bucket, and the audit log."""
+    with obj(ctx).open(writes=not params["dry_run"]) as store:
+        check_scan_consistency(store, config.verify)
+        require_bucket(store, params["bucket"])
+        config = replace(config, audit_log=store_audit_log(params, store))
+        with workers_for(params) as pool:
+            yield store, config, pool
+
+
+def _end(
+    ctx: click.Context,
+    summary: dict[str, Any],
+    lines: list[str],
+    metrics: RunMetrics,
+    verdict: str | None,
+    as_json: bool,
+) -> None:
+    """The metrics, then the summary; exit 3 when a real run would have been refused."""
+    write_metrics(ctx, metrics, success=verdict is None, refused=verdict is not None)
+    emit({**summary, **verdict_keys(verdict)}, lines, as_json, ok=verdict is None)
     if verdict is not None:
         raise refused_without_json(verdict)
 
