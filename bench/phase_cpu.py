@@ -57,7 +57,7 @@ def build_loop(store: Store, capacity: int, fpr: float) -> int:
     filt = new_filter("mmh3", capacity, fpr, 12345)
     inserted = 0
     with cyclic_gc_paused():
-        for batch in store.scan_object_partitions(Shard()):
+        for batch in store.scan_object_keys(Shard()):
             buf, starts, ends = packed_ancestors(batch)
             inserted += len(starts)
             if len(starts):
@@ -94,7 +94,7 @@ def main() -> None:
 
     def run_sweep() -> int:
         with cyclic_gc_paused():
-            return sweep(store.scan_folder_rows(Shard()), loaded.filt).swept_rows
+            return sweep(store.scan_folder_keys(Shard()), loaded.filt).swept_rows
 
     steps: dict[str, Callable[[], Any]] = {
         "scan_objects": lambda: count_object_partitions(store, Shard()),

@@ -216,13 +216,13 @@ def uninterrupted_library_run(tmp: Path) -> set[str]:
 def scans(monkeypatch: pytest.MonkeyPatch) -> list[Shard]:
     """The shards this process scans the objects table of (forked workers are not seen)."""
     scanned: list[Shard] = []
-    real = SqliteStore.scan_object_partitions
+    real = SqliteStore.scan_object_keys
 
     def counting(self: SqliteStore, shard: Shard, bucket: str | None = None) -> Any:
         scanned.append(shard)
         return real(self, shard, bucket)
 
-    monkeypatch.setattr(SqliteStore, "scan_object_partitions", counting)
+    monkeypatch.setattr(SqliteStore, "scan_object_keys", counting)
     return scanned
 
 

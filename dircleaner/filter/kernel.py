@@ -340,6 +340,67 @@ def contains_many(
     return out
 
 
+# -- the sweep's packed rows: partition boundaries and the shape of partition keys ------------
+
+
+@njit(cache=True)
+def partition_starts(
+    tokens: npt.NDArray[np.int64],
+    buf: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    prefix_ends: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Rows of a packed batch where a partition starts: its token or its partition key (the
+    bytes ``buf[offsets[i]:prefix_ends[i]]``) differs from the row before's."""
+    n = tokens.size
+    out = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        new = i == 0
+        if not new:
+            new = tokens[i] != tokens[i - 1]
+        if not new:
+            a = offsets[i - 1]
+            b = offsets[i]
+            size = prefix_ends[i] - b
+            new = prefix_ends[i - 1] - a != size
+            j = size - 1  # from the end: siblings' keys share their beginnings
+            while not new and j >= 0:
+                new = buf[a + j] != buf[b + j]
+                j -= 1
+        if new:
+            out[count] = i
+            count += 1
+    return out[:count]
+
+
+@njit(cache=True)
+def key_shapes(
+    buf: npt.NDArray[np.uint8], lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Of each filter key ``buf[lo[i]:hi[i]]``: where its directory starts (after the first
+    NUL, which ends the bucket) and where its parent directory's key ends (after the last "/"
+    before the key's last byte, in the directory), or ``lo[i]`` when the parent is the root."""
+    n = lo.size
+    dir_starts = np.empty(n, dtype=np.int64)
+    parent_ends = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        d = lo[i]
+        while d < hi[i] and buf[d] != 0:
+            d += 1
+        d += 1
+        dir_starts[i] = d
+        cut = lo[i]
+        j = hi[i] - 2
+        while j >= d:
+            if buf[j] == 47:  # "/"
+                cut = j + 1
+                break
+            j -= 1
+        parent_ends[i] = cut
+    return dir_starts, parent_ends
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types the engine uses."""
     buf = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as the engine's packed keys are
@@ -349,3 +410,5 @@ def warm_up() -> None:
     hash_many(buf, starts, ends, 0)
     add_many(bits, 64, 1, 0, buf, starts, ends)
     contains_many(bits, 64, 1, 0, buf, starts, ends)
+    partition_starts(starts, buf, starts, ends)
+    key_shapes(buf, starts, ends)

@@ -199,7 +199,7 @@ def run_sweep(
     bucket = config.bucket
 
     def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepResult:
-        return sweep(part_store.scan_folder_rows(shard, bucket), shared.get(part_store), report)
+        return sweep(part_store.scan_folder_keys(shard, bucket), shared.get(part_store), report)
 
     shards = pool.slices(config.shard, CLEAN)
     started = time.monotonic()

@@ -91,7 +91,7 @@ def sweep_and_recheck(
     # The kernels loaded while the filter was read; a loader still importing numba would hold
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
-    result = sweep(store.scan_folder_rows(shard, bucket), filt, progress)
+    result = sweep(store.scan_folder_keys(shard, bucket), filt, progress)
     nonempty: set[BucketDir] = set()
     checked = 0
     started = time.monotonic()

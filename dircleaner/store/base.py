@@ -14,12 +14,15 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
+
+if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
+    from dircleaner.store.packed import FolderKeys, ObjectKeys
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
@@ -143,6 +146,23 @@ class Store(abc.ABC):
         self, shard: Shard, bucket: str | None = None
     ) -> Iterator[list[FolderRow]]:
         """Batches of folders-index rows in ``shard``: token order, then clustering order."""
+
+    def scan_object_keys(self, shard: Shard, bucket: str | None = None) -> Iterator[ObjectKeys]:
+        """``scan_object_partitions``, each batch as its partitions' filter keys, packed (what
+        the build hashes); backends that can lay the keys out themselves override it."""
+        from dircleaner.store.packed import ObjectKeys
+
+        for batch in self.scan_object_partitions(shard, bucket):
+            yield ObjectKeys.of_partitions(batch)
+
+    def scan_folder_keys(self, shard: Shard, bucket: str | None = None) -> Iterator[FolderKeys]:
+        """``scan_folder_rows``, each batch as its rows' filter keys, packed, with their tokens
+        and partition keys (what the sweep tests); backends that can lay the keys out
+        themselves override it."""
+        from dircleaner.store.packed import FolderKeys
+
+        for batch in self.scan_folder_rows(shard, bucket):
+            yield FolderKeys.of_rows(batch)
 
     @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:

@@ -13,6 +13,7 @@ import logging
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
@@ -31,6 +32,9 @@ from dircleaner.store.sqlite.schema import (
     path_from_url,
 )
 from dircleaner.timeutil import now_us
+
+if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
+    from dircleaner.store.packed import FolderKeys, ObjectKeys
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +74,7 @@ class SqliteStore(Store):
         #: how long a tombstone counts against its partition (no gc_grace_seconds to read here)
         self.grace_s = DEFAULT_GRACE_S
         self.rows_removed: int | None = 0
+        self._encoding: str | None = None
 
     @classmethod
     def open(
@@ -100,7 +105,7 @@ class SqliteStore(Store):
                 cursor.close()
 
     def _scan_slice(
-        self, select: str, order: str, shard: Shard, bucket: str | None
+        self, select: str, order: str, shard: Shard, bucket: str | None, group: bool = False
     ) -> Iterator[list[tuple[object, ...]]]:
         lo, hi = shard.token_range()
         sql = f"{select} WHERE token BETWEEN ? AND ?"
@@ -108,7 +113,15 @@ class SqliteStore(Store):
         if bucket is not None:
             sql += " AND bucket = ?"
             params.append(bucket)
+        if group:
+            sql += f" GROUP BY {order}"
         return self._stream(f"{sql} ORDER BY {order}", params)
+
+    def _utf8(self) -> bool:
+        """Whether the file stores text as UTF-8 (then a BLOB cast of text is its UTF-8)."""
+        if self._encoding is None:
+            (self._encoding,) = self._conn.execute("PRAGMA encoding").fetchone()
+        return self._encoding == "UTF-8"
 
     def scan_object_partitions(
         self, shard: Shard, bucket: str | None = None
@@ -123,6 +136,33 @@ class SqliteStore(Store):
         select = "SELECT token, bucket, parent, name FROM folders"
         for batch in self._scan_slice(select, "token, bucket, parent, name", shard, bucket):
             yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
+
+    def scan_object_keys(self, shard: Shard, bucket: str | None = None) -> Iterator[ObjectKeys]:
+        if not self._utf8():
+            yield from super().scan_object_keys(shard, bucket)
+            return
+        from dircleaner.store.packed import ObjectKeys
+
+        # SQLite lays out each key (one BLOB per partition): no string per row in Python.
+        select = "SELECT CAST(bucket || char(0) || parent AS BLOB) FROM objects"
+        for batch in self._scan_slice(select, "token, bucket, parent", shard, bucket, True):
+            yield ObjectKeys.of_keys([key for (key,) in batch])  # type: ignore[misc]
+
+    def scan_folder_keys(self, shard: Shard, bucket: str | None = None) -> Iterator[FolderKeys]:
+        if not self._utf8():
+            yield from super().scan_folder_keys(shard, bucket)
+            return
+        from dircleaner.store.packed import FolderKeys
+
+        # Each row's filter key laid out by SQLite, with its name's length in bytes (where its
+        # partition's key ends).
+        select = (
+            "SELECT token, CAST(bucket || char(0) || parent || name || '/' AS BLOB),"
+            " length(CAST(name AS BLOB)) FROM folders"
+        )
+        for batch in self._scan_slice(select, "token, bucket, parent, name", shard, bucket):
+            tokens, keys, name_lens = zip(*batch, strict=True)
+            yield FolderKeys.of_columns(tokens, keys, name_lens)
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         # Through a small cache: the count reads every page of the table once, and a full cache
