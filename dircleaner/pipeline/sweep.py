@@ -143,10 +143,9 @@ def sweep(
         if not dir_present.all():
             candidate |= np.repeat(~dir_present, lengths)
         raw = buf.tobytes()
-        heads = starts.tolist()
         # The open partition may go on in this batch: its rows here follow the ones seen before.
         goes_on = run if run is not None and run.packed == _packed_key(batch, raw, 0) else None
-        key_of = _SegmentKeys(batch, heads, buckets, goes_on.key if goes_on else None).key
+        key_of = _SegmentKeys(batch, raw, starts, buckets, goes_on.key if goes_on else None).key
         seg_rows: dict[int, list[FolderRow]] = {}
         seg_ords: dict[int, list[int]] = {}
         cand_idx = np.flatnonzero(candidate)
@@ -195,7 +194,7 @@ def sweep(
                 key_of(last),
                 not dir_present[last],
                 not parent_present[last],
-                _packed_key(batch, raw, heads[last]),
+                _packed_key(batch, raw, int(starts[last])),
             )
             run.total = lens[last]
             run.candidates.extend(seg_rows.get(last, ()))
@@ -215,12 +214,15 @@ class _SegmentKeys:
     def __init__(
         self,
         batch: FolderKeys,
-        heads: list[int],
+        raw: bytes,
+        starts: np.ndarray,
         buckets: dict[str, str],
         going_on: PartitionKey | None,
     ) -> None:
-        self._batch = batch
-        self._heads = heads
+        self._raw = raw
+        self._tokens = batch.tokens[starts].tolist()
+        self._lo = batch.offsets[starts].tolist()
+        self._hi = batch.prefix_ends[starts].tolist()
         self._buckets = buckets
         self._keys = {0: going_on} if going_on is not None else {}
 
@@ -228,10 +230,9 @@ class _SegmentKeys:
         if (key := self._keys.get(seg)) is None:
             # Candidates are kept until the deletes: they share their partition's strings (and
             # one bucket string) instead of holding a copy each.
-            head = self._heads[seg]
-            bucket, parent = self._batch.prefix(head)
+            bucket, _, parent = self._raw[self._lo[seg] : self._hi[seg]].decode().partition("\0")
             bucket = self._buckets.setdefault(bucket, bucket)
-            key = self._keys[seg] = PartitionKey(int(self._batch.tokens[head]), bucket, parent)
+            key = self._keys[seg] = PartitionKey(self._tokens[seg], bucket, parent)
         return key
 
 
