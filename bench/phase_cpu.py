@@ -37,7 +37,7 @@ import pstats
 import resource
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sized
 from pathlib import Path
 from typing import Any
 
@@ -142,14 +142,14 @@ def steps_per_row(
     return {
         "rows": rows,
         "object_partitions": parts,
-        "ancestor_keys": sum(len(a[1]) for a in ancestors),
+        "ancestor_keys": sum(len(starts) for _, starts, _ in ancestors),
         "ns_per_row": {k: round(v) for k, v in per.items()},
         "cpu_s": seconds,
     }
 
 
 def _drain(store: Store, what: str) -> int:
-    scans = {
+    scans: dict[str, Callable[[Shard], Iterator[Sized]]] = {
         "keys": store.scan_folder_keys,
         "rows": store.scan_folder_rows,
         "objects": store.scan_object_keys,
@@ -221,7 +221,7 @@ def main() -> None:
         "sweep": sweep_only,
     }
     if workers == 1:
-        steps["build_loop"] = lambda: build_loop(store, capacity, args.fpr)
+        steps["build_loop"] = lambda: build_loop(store, capacity, args.fpr) and None
     if args.steps:
         result = steps_per_row(store, loaded.filt, capacity, args)
         print(json.dumps(result, indent=2))

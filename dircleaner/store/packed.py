@@ -87,11 +87,11 @@ class FolderKeys:
 
     @classmethod
     def of_rows(cls, batch: Sequence[FolderRow]) -> FolderKeys:
-        """From rows as a store reads them (the generic path: two encodes per row)."""
-        names = [row.name.encode() for row in batch]
-        pairs = zip(batch, names, strict=True)
-        keys = [f"{b}\0{p}".encode() + nm + b"/" for (_, b, p, _), nm in pairs]
-        return cls.of_columns(list(map(itemgetter(0), batch)), keys, list(map(len, names)))
+        """From rows as a store reads them (the generic path: one encode per row)."""
+        keys = [f"{b}\0{p}{nm}/".encode() for _, b, p, nm in batch]
+        # An ASCII name's length in bytes is its length (a flag check, no encode).
+        names = [len(nm) if nm.isascii() else len(nm.encode()) for _, _, _, nm in batch]
+        return cls.of_columns(list(map(itemgetter(0), batch)), keys, names)
 
     def prefix(self, i: int) -> tuple[str, str]:
         """``(bucket, parent)`` of row ``i``'s partition, decoded."""
