@@ -12,8 +12,9 @@ counts CPU seconds (what other work on a shared machine disturbs least), in this
   included: the job's build phase), this process's CPU and its forked workers';
 * ``scan_folders``: the same for the folders table's rows over the clean's slices
   (``count_folder_rows``);
-* ``sweep``: the sweep phase (re-check excluded): with one worker ``sweep`` over the store's
-  packed scan in this process, with more ``run_sweep`` with ``--workers``;
+* ``sweep``: the sweep phase (re-check excluded): ``sweep`` over the store's packed scan through
+  the workers over the clean's slices, as the clean's first phase runs it (only the totals go
+  back to this process);
 * ``build_loop`` (one worker only): the build's per-batch work alone (``packed_ancestors`` and
   the filter's ``add_ranges``) over the same scan, without sizing or storing.
 
@@ -53,10 +54,11 @@ from bench.e2e import (
 from dircleaner.filter.bloom import finish_loading_kernels, start_loading_kernels
 from dircleaner.filter.engines import new_filter
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.run import SweepConfig, load_filter, run_sweep
+from dircleaner.job.run import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, packed_ancestors
-from dircleaner.pipeline.sweep import sweep
+from dircleaner.pipeline.sweep import SweepTotals, sweep
+from dircleaner.progress import Progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.synth import SynthSpec
@@ -205,12 +207,13 @@ def main() -> None:
     def run_build() -> None:
         build_filter(store, BuildConfig(fpr=args.fpr, workers=workers))
 
+    def sweep_part(part_store: Store, shard: Shard, report: Progress) -> SweepTotals:
+        # As the clean's first phase: the totals go back, the candidates stay in the worker.
+        return sweep(part_store.scan_folder_keys(shard), loaded.filt, report).totals()
+
     def sweep_only() -> None:
-        if workers == 1:  # in this process, as one worker sweeps its slice
-            with cyclic_gc_paused():
-                sweep(store.scan_folder_keys(Shard()), loaded.filt)
-        else:
-            run_sweep(store, SweepConfig(generation=generation, workers=workers))
+        with cyclic_gc_paused():
+            pool.map_shards(store, pool.slices(Shard(), CLEAN), sweep_part, "sweep")
 
     # A step returns the CPU seconds it measured in its own processes, or None: then this
     # process's and its reaped children's are counted (the job's forked workers).
