@@ -273,14 +273,25 @@ class StoreContract:
         store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
         assert list(store.iter_folder_rows()) == folder_rows(store)
 
+    @pytest.mark.parametrize("compiled", [True, False], ids=["kernels", "no-kernels"])
     @pytest.mark.parametrize("bucket", [None, "b1"])
-    def test_packed_scans_are_the_row_scans_packed(self, store: Store, bucket: str | None) -> None:
+    def test_packed_scans_are_the_row_scans_packed(
+        self, store: Store, bucket: str | None, compiled: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """The build's and the sweep's packed scans carry the row scans' keys, byte for byte:
-        non-ASCII, a NUL and a backslash in names, the root partition, every batch."""
+        non-ASCII, a NUL and a backslash in names, the root partition, every batch; with the
+        compiled kernels and without."""
+        from dircleaner.filter import bloom
         from dircleaner.store.packed import FolderKeys, ObjectKeys
 
+        if compiled:
+            assert bloom.load_kernels()
+        else:
+            monkeypatch.setattr(bloom, "compiled", lambda: None)
         keys = ["a/b/c", "日本/é x/f", "a/n\0ul/g", "top", "a/b\\c/d", *spread_keys(30)]
         store.put_objects(self.BUCKET, keys, self.t0)
+        # Rows no put writes: a "/" in a name (its partition key is not up to its last "/").
+        store.write_folder_rows([(self.BUCKET, "a/", "s/l/"), (self.BUCKET, "", "x/y")], self.t0)
         for shard in (WHOLE_RING, Shard(1, 3)):
             folders = list(store.scan_folder_keys(shard, bucket))
             rows = [FolderKeys.of_rows(b) for b in store.scan_folder_rows(shard, bucket)]

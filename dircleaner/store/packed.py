@@ -16,7 +16,7 @@ numpy is imported here; the commands that never build nor sweep do not import th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -84,6 +84,22 @@ class FolderKeys:
         return cls(
             np.fromiter(tokens, dtype=np.int64, count=n), buf, offsets, offsets[1:] - 1 - names
         )
+
+    @classmethod
+    def of_tokens(
+        cls,
+        prefix_ends: Callable[[Ints, Bytes, Ints], Ints],
+        tokens: Sequence[int],
+        keys: Sequence[bytes],
+    ) -> FolderKeys | None:
+        """From each row's token and filter key, where ``prefix_ends`` finds each partition
+        key's end from the token; None if it finds none for some row."""
+        buf, offsets = _pack(keys)
+        token_array = np.fromiter(tokens, dtype=np.int64, count=len(keys))
+        ends = prefix_ends(token_array, buf, offsets)
+        if len(ends) and int(ends.min()) < 0:
+            return None
+        return cls(token_array, buf, offsets, ends)
 
     @classmethod
     def of_rows(cls, batch: Sequence[FolderRow]) -> FolderKeys:

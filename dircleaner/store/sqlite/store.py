@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.store.base import (
@@ -152,17 +153,23 @@ class SqliteStore(Store):
         if not self._utf8():
             yield from super().scan_folder_keys(shard, bucket)
             return
+        from dircleaner.filter.bloom import compiled
         from dircleaner.store.packed import FolderKeys
 
-        # Each row's filter key laid out by SQLite, with its name's length in bytes (where its
-        # partition's key ends).
-        select = (
-            "SELECT token, CAST(bucket || char(0) || parent || name || '/' AS BLOB),"
-            " length(CAST(name AS BLOB)) FROM folders"
-        )
+        # Each row's filter key laid out by SQLite; where its partition's key ends in it, from
+        # its token (that key's hash) by the kernels, else from the name's length in bytes.
+        kernels = compiled()
+        key = "CAST(bucket || char(0) || parent || name || '/' AS BLOB)"
+        names = "" if kernels else ", length(CAST(name AS BLOB))"
+        select = f"SELECT token, {key}{names} FROM folders"
         for batch in self._scan_slice(select, "token, bucket, parent, name", shard, bucket):
-            tokens, keys, name_lens = zip(*batch, strict=True)
-            yield FolderKeys.of_columns(tokens, keys, name_lens)
+            columns = zip(*batch, strict=True)
+            if kernels is None:
+                yield FolderKeys.of_columns(*columns)
+            elif (packed := FolderKeys.of_tokens(kernels.token_prefix_ends, *columns)) is None:
+                raise SchemaError(f"{self.path}: a folders row's token is not its partition's")
+            else:
+                yield packed
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         # Through a small cache: the count reads every page of the table once, and a full cache
