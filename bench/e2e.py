@@ -59,6 +59,7 @@ from dircleaner.synth.groundtruth import (
     read_truth,
     tombstones_by_partition,
 )
+from dircleaner.workers.base import BUILD, CLEAN, LocalWorkers
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000
@@ -172,48 +173,59 @@ def scan_floor(store: Store) -> dict[str, Any]:
     }
 
 
-def _scan_slice(url: str, shard: Shard, table: str, out: Any) -> None:
-    """One floor worker: scan one table's slice, doing nothing with the rows; send the count."""
+def _scan_slices(url: str, todo: Any, table: str, out: Any) -> None:
+    """One floor worker: scan slices of one table as they free up (as the job's workers take
+    them), doing nothing with the rows; send the count and this process's CPU seconds."""
     cpu = time.process_time()
+    count = 0
     store = open_store(url)
     try:
-        count = (count_object_partitions if table == "objects" else count_folder_rows)(store, shard)
+        scan = count_object_partitions if table == "objects" else count_folder_rows
+        while (shard := todo.get()) is not None:
+            count += scan(store, shard)
     finally:
         store.close()
     out.send((count, time.process_time() - cpu))
 
 
-def _parallel_scan(url: str, shards: list[Shard], table: str) -> tuple[float, int, float]:
-    """(wall seconds, rows, CPU seconds of all processes) of one process per shard scanning
-    ``table``, all at once."""
+def _parallel_scan(
+    url: str, processes: int, shards: list[Shard], table: str
+) -> tuple[float, int, float]:
+    """(wall seconds, rows, CPU seconds of all processes) of ``processes`` processes scanning
+    ``table``'s ``shards`` between them, each taking the next slice when it is done."""
     ctx = multiprocessing.get_context("fork")
+    todo: Any = ctx.Queue()
+    for shard in shards:
+        todo.put(shard)
+    for _ in range(processes):
+        todo.put(None)
+    pipes = [ctx.Pipe(duplex=False) for _ in range(processes)]
+    procs = [ctx.Process(target=_scan_slices, args=(url, todo, table, send)) for _, send in pipes]
     started = time.perf_counter()
-    pipes = [ctx.Pipe(duplex=False) for _ in shards]
-    procs = [
-        ctx.Process(target=_scan_slice, args=(url, shard, table, send))
-        for shard, (_, send) in zip(shards, pipes, strict=True)
-    ]
     for proc in procs:
         proc.start()
     sent = [recv.recv() for recv, _ in pipes]
+    seconds = time.perf_counter() - started
     total = sum(int(count) for count, _ in sent)
     cpu = sum(float(seconds) for _, seconds in sent)
     for proc in procs:
         proc.join()
         if proc.exitcode != 0:
             raise SystemExit(f"a floor worker failed (exit {proc.exitcode})")
-    return time.perf_counter() - started, total, cpu
+    return seconds, total, cpu
 
 
 def scan_floor_parallel(db: Path, workers: int) -> dict[str, Any]:
-    """The two scans at the job's parallelism: ``workers`` processes, each scanning its slice
-    (the slicing the job uses, ``Shard().split(workers)``) doing nothing with the rows; all
-    objects slices first, then all folders slices, as the job's build and sweep come one after
-    the other."""
-    shards = Shard().split(workers) if workers > 1 else [Shard()]
+    """The two scans at the job's parallelism: ``workers`` processes scanning the slices the
+    job's own workers cut (``LocalWorkers.slices``: one per worker for the build, several per
+    worker for the sweep, taken as they free up), doing nothing with the rows; all objects
+    slices first, then all folders slices, as the job's build and sweep come one after the
+    other."""
+    pool = LocalWorkers(workers)
+    build_slices, clean_slices = pool.slices(Shard(), BUILD), pool.slices(Shard(), CLEAN)
     url = store_url(db)
-    objects_s, partitions, objects_cpu = _parallel_scan(url, shards, "objects")
-    folders_s, rows, folders_cpu = _parallel_scan(url, shards, "folders")
+    objects_s, partitions, objects_cpu = _parallel_scan(url, workers, build_slices, "objects")
+    folders_s, rows, folders_cpu = _parallel_scan(url, workers, clean_slices, "folders")
     return {
         "scan_only_s": objects_s + folders_s,
         "scan_only_cpu_s": objects_cpu + folders_cpu,
@@ -223,7 +235,26 @@ def scan_floor_parallel(db: Path, workers: int) -> dict[str, Any]:
         "scan_folders_s": folders_s,
         "object_partitions": partitions,
         "folder_rows": rows,
-        "processes": len(shards),
+        "processes": workers,
+        "slices": {"objects": len(build_slices), "folders": len(clean_slices)},
+    }
+
+
+def phase_ratios(run_s: float, phases: dict[str, float], floor: dict[str, Any]) -> dict[str, Any]:
+    """Each pass against its own scan at the same parallelism, and the job's other costs.
+
+    ``build_over_scan``: the build phase (sizing included) over the objects floor;
+    ``sweep_over_scan``: the sweep phase (the re-check excluded) over the folders floor.
+    ``startup_s`` is what no phase clock covers: the interpreter, imports, the wait for the
+    compiled kernels, loading the filter, the lease and the audit log."""
+    named = ("build", "sweep", "verify", "plan", "delete")
+    return {
+        "build_over_scan": phases["build"] / floor["scan_objects_s"],
+        "sweep_over_scan": phases["sweep"] / floor["scan_folders_s"],
+        "startup_s": run_s - sum(phases.get(name, 0.0) for name in named),
+        "recheck_s": phases.get("verify", 0.0),
+        "plan_s": phases.get("plan", 0.0),
+        "delete_s": phases.get("delete", 0.0),
     }
 
 
@@ -547,6 +578,24 @@ def markdown(r: dict[str, Any]) -> str:
         ),
         ("run_over_scan_cpu (CPU s, all processes)", f"{r['run_over_scan_cpu']:.3f}", "", ""),
         (
+            "build_over_scan (build ÷ objects scan, same processes and slices)",
+            f"{r['build_over_scan']:.3f}",
+            "≤ 1.3",
+            ok(r["build_over_scan"] <= 1.3),
+        ),
+        (
+            "sweep_over_scan (sweep ÷ folders scan, same processes and slices)",
+            f"{r['sweep_over_scan']:.3f}",
+            "≤ 1.3",
+            ok(r["sweep_over_scan"] <= 1.3),
+        ),
+        (
+            "start-up / re-check / plan / deletes (s)",
+            " / ".join(f"{r[k]:.2f}" for k in ("startup_s", "recheck_s", "plan_s", "delete_s")),
+            "",
+            "",
+        ),
+        (
             "run_over_scan_same_parallelism",
             f"{r['run_over_scan_same_parallelism']:.3f}",
             "≤ 1.3",
@@ -705,6 +754,8 @@ def main() -> None:
             Path(f"{db}{suffix}").unlink(missing_ok=True)
 
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
+    phase_s = {"build": build["seconds"], **summary["clean"]["phase_seconds"]}
+    per_phase = phase_ratios(ran["run_s"], phase_s, floor_par)
     result: dict[str, Any] = {
         "dirs": meta["dirs"],
         "dirs_requested": args.dirs,
@@ -720,6 +771,7 @@ def main() -> None:
         # CPU seconds of every process (the job's, interpreter start-up included, against the
         # floor processes'): what a core does per row, robust to a machine shared with others.
         "run_over_scan_cpu": ran["run_cpu_s"] / floor_par["scan_only_cpu_s"],
+        **per_phase,
         "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
         "peak_rss_sum_mb": ran["peak_rss_sum_mb"],
         "peak_pss_sum_mb": ran["peak_pss_sum_mb"],
@@ -749,11 +801,7 @@ def main() -> None:
             "copy_s_untimed": copy_s,
             "previous_night_build_s_untimed": warmup_s,
             "run": {k: v for k, v in ran.items() if k not in ("summary", "audit_log")},
-            "run_phase_s": {
-                "build": build["seconds"],
-                "sweep": summary["clean"]["sweep"]["seconds"],
-                **summary["clean"]["phase_seconds"],
-            },
+            "run_phase_s": phase_s,
             "filter": quality,
             "scores": scores,
             "engines": eng["filter_sample"],

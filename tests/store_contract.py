@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -30,6 +31,9 @@ from dircleaner.store.base import (
     missing_bucket,
     require_bucket,
 )
+
+if TYPE_CHECKING:
+    from dircleaner.store.packed import FolderKeys
 
 T0 = 1_000_000
 
@@ -73,6 +77,15 @@ def row_keys(rows: Iterable[FolderRow]) -> set[tuple[str, str, str]]:
 
 def partition_keys(keys: Iterable[PartitionKey]) -> set[tuple[str, str]]:
     return {(k.bucket, k.parent) for k in keys}
+
+
+def _folder_fields(batch: FolderKeys) -> tuple[list[int], bytes, list[int], list[int]]:
+    return (
+        batch.tokens.tolist(),
+        batch.buf.tobytes(),
+        batch.offsets.tolist(),
+        batch.prefix_ends.tolist(),
+    )
 
 
 def spread_keys(count: int) -> list[str]:
@@ -289,6 +302,43 @@ class StoreContract:
     def test_iter_folder_rows(self, store: Store) -> None:
         store.put_objects(self.BUCKET, ["a/b/c"], self.t0)
         assert list(store.iter_folder_rows()) == folder_rows(store)
+
+    @pytest.mark.parametrize("compiled", [True, False], ids=["kernels", "no-kernels"])
+    @pytest.mark.parametrize("bucket", [None, "b1"])
+    def test_packed_scans_are_the_row_scans_packed(
+        self, store: Store, bucket: str | None, compiled: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The build's and the sweep's packed scans carry the row scans' keys, byte for byte:
+        non-ASCII, a NUL and a backslash in names, the root partition, every batch; with the
+        compiled kernels and without."""
+        from dircleaner.filter import bloom
+        from dircleaner.store.packed import FolderKeys, ObjectKeys
+
+        if compiled:
+            assert bloom.load_kernels()
+        else:
+            monkeypatch.setattr(bloom, "compiled", lambda: None)
+        keys = ["a/b/c", "日本/é x/f", "a/n\0ul/g", "top", "a/b\\c/d", *spread_keys(30)]
+        store.put_objects(self.BUCKET, keys, self.t0)
+        # Rows no put writes: a "/" in a name (its partition key is not up to its last "/").
+        store.write_folder_rows([(self.BUCKET, "a/", "s/l/"), (self.BUCKET, "", "x/y")], self.t0)
+        for shard in (WHOLE_RING, Shard(1, 3)):
+            folders = list(store.scan_folder_keys(shard, bucket))
+            rows = [FolderKeys.of_rows(b) for b in store.scan_folder_rows(shard, bucket)]
+            assert [_folder_fields(b) for b in folders] == [_folder_fields(b) for b in rows]
+            flat = [row for batch in store.scan_folder_rows(shard, bucket) for row in batch]
+            decoded = [
+                (int(b.tokens[i]), *b.prefix(i), b.name(i)) for b in folders for i in range(len(b))
+            ]
+            assert decoded == [tuple(row) for row in flat]
+            objects = list(store.scan_object_keys(shard, bucket))
+            parts = [
+                ObjectKeys.of_partitions(b) for b in store.scan_object_partitions(shard, bucket)
+            ]
+            assert [(b.buf.tobytes(), b.offsets.tolist()) for b in objects] == [
+                (b.buf.tobytes(), b.offsets.tolist()) for b in parts
+            ]
+        assert sum(map(len, store.scan_object_keys(WHOLE_RING, bucket))) == len(partitions(store))
 
     # -- one folders partition (the prefix walk) --------------------------------------------------
     def test_folder_partition_pages_are_the_scan_of_that_partition_in_pages(

@@ -216,7 +216,7 @@ def uninterrupted_library_run(tmp: Path) -> set[str]:
 def scans(monkeypatch: pytest.MonkeyPatch) -> list[Shard]:
     """The shards this process scans the objects table of (forked workers are not seen)."""
     scanned: list[Shard] = []
-    real = SqliteStore.scan_object_partitions
+    real = SqliteStore.scan_object_keys
 
     def counting(
         self: SqliteStore, shard: Shard, bucket: str | None = None, throttle: Any = None
@@ -224,7 +224,7 @@ def scans(monkeypatch: pytest.MonkeyPatch) -> list[Shard]:
         scanned.append(shard)
         return real(self, shard, bucket, throttle)
 
-    monkeypatch.setattr(SqliteStore, "scan_object_partitions", counting)
+    monkeypatch.setattr(SqliteStore, "scan_object_keys", counting)
     return scanned
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.errors import StoreNotFound, StoreUrlError
+from dircleaner.errors import SchemaError, StoreNotFound, StoreUrlError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
 from dircleaner.store.base import Store, TombstoneCharge, murmur_token
@@ -223,3 +223,24 @@ def test_the_set_based_overrides_agree_with_the_protocol_helpers(tmp_path: Path)
             expected = Store.has_folder_row(store, "b", directory)
             assert store.has_folder_row("b", directory) is expected
         assert Store.has_folder_row(store, "b", "a/07/c/") and not store.has_folder_row("c", "a/")
+
+
+def test_a_folders_row_whose_token_is_not_its_partitions_stops_the_packed_scan(
+    tmp_path: Path,
+) -> None:
+    """The packed scan finds each row's partition key by its token: a row with a foreign token
+    is refused (nothing is swept, so nothing is deleted) rather than put in another partition."""
+    from dircleaner.filter import bloom
+    from dircleaner.store.packed import FolderKeys
+
+    assert bloom.load_kernels()
+    with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
+        store.put_objects("b", ["a/b/c", "a/d/e"], 1)
+        assert sum(map(len, store.scan_folder_keys(Shard()))) == 3
+        assert isinstance(store, SqliteStore)
+        with store._conn:
+            store._conn.execute("UPDATE folders SET token = token + 1 WHERE name = 'd'")
+        with pytest.raises(SchemaError, match="token"):
+            list(store.scan_folder_keys(Shard()))
+        # The rows themselves still read, as they are.
+        assert [len(FolderKeys.of_rows(b)) for b in store.scan_folder_rows(Shard())] == [3]

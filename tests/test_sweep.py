@@ -13,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dircleaner.store.sqlite.store as sqlite_module
+from dircleaner.filter import bloom
+from dircleaner.filter.bloom import BloomFilter
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, Shard
 from dircleaner.pipeline.sweep import sweep
 from dircleaner.store import open_store
@@ -198,3 +200,48 @@ def test_ordinals_from_a_store_scan_in_tiny_batches(
     by_parent = {f.key.parent: f for f in result.facts}
     assert by_parent["w/"].ordinals == (1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 15)
     assert by_parent["v/"].ordinals == (0, 2, 3, 4, 6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(scans())
+def test_the_compiled_and_the_python_partition_walk_agree(
+    scan: tuple[list[FolderRow], SetFilter, list[int]],
+) -> None:
+    """Partition boundaries and key shapes by the compiled kernels or, where numba is missing,
+    in Python: the same facts (token collisions, the root, partitions across batches)."""
+    rows, filt, cuts = scan
+    compiled = sweep(batches_of(rows, cuts), filt).facts
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bloom, "compiled", lambda: None)
+        assert sweep(batches_of(rows, cuts), filt).facts == compiled == expected_facts(rows, filt)
+
+
+ODD = ["a", "é", "日本", "x y", "n\0ul", "b\\c", "%2F"]
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 1000])
+def test_the_packed_scan_finds_what_the_row_scan_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """The store's packed keys (laid out by SQLite) against its rows, through a real filter
+    (packed tests) and a set (byte-string tests): the same facts, batch after batch."""
+    monkeypatch.setattr(sqlite_module, "SCAN_BATCH", batch)
+    with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
+        keys = [f"{a}/{b}/{c}" for a in ODD for b in ODD[:3] for c in ("o1", "o2")]
+        keys += [f"{a}/{b}/{c}/o" for a in ODD[:3] for b in ODD for c in ODD[:2]]
+        store.put_objects("b", keys, 1)
+        store.put_objects("c/d", keys[::5], 1)
+        rows = [r for chunk in store.scan_folder_rows(Shard()) for r in chunk]
+        present = {dir_key(r.bucket, r.parent + r.name + "/") for r in rows[::3]}
+        present |= {dir_key(r.bucket, r.parent) for r in rows[1::4]}
+        filt = SetFilter(present)
+        real = BloomFilter.for_capacity(len(present), 0.001, 7)
+        real.add_many(sorted(present))
+        for f in (filt, real):
+            by_rows = sweep(store.scan_folder_rows(Shard()), f)
+            by_keys = sweep(store.scan_folder_keys(Shard()), f)
+            assert by_keys.facts == by_rows.facts
+            assert (by_keys.swept_rows, by_keys.partitions) == (len(rows), by_rows.partitions)
+    assert any(f.dir_absent for f in by_rows.facts)
+    assert any(f.parent_dir_absent for f in by_rows.facts)
+    assert any(f.candidates and not f.dir_absent for f in by_rows.facts)

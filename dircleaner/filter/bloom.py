@@ -84,6 +84,11 @@ def load_kernels() -> bool:
     return _kernels is not None
 
 
+def compiled() -> Any:
+    """The compiled kernel module once ``load_kernels()`` has loaded it, else None."""
+    return _kernels
+
+
 _loader: threading.Thread | None = None
 
 
@@ -377,6 +382,17 @@ class BloomFilter(FilterEngine):
             return self._contains_many_mmh3(slices(buf, offsets[:-1], offsets[1:]))
         found: BoolArray = _kernels.contains_many(
             self._bytes, self.m, self.k, self.salt, buf, offsets[:-1], offsets[1:]
+        )
+        return found
+
+    def contains_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> BoolArray:
+        """Membership of the keys ``buf[starts[i]:ends[i]]`` (they may overlap)."""
+        if _kernels is None:
+            return self._contains_many_mmh3(slices(buf, starts, ends))
+        found: BoolArray = _kernels.contains_many(
+            self._bytes, self.m, self.k, self.salt, buf, starts, ends
         )
         return found
 

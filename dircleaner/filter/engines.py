@@ -153,6 +153,12 @@ class PyBloomLiveFilter(FilterEngine):
             (key in bf for key in map(_pybloom_key, keys)), dtype=np.bool_, count=len(keys)
         )
 
+    def contains_ranges(
+        self, buf: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+    ) -> BoolArray:
+        """Membership of the keys ``buf[starts[i]:ends[i]]``."""
+        return self.contains_many(slices(buf, starts, ends))
+
     def __contains__(self, key: object) -> bool:
         """Membership of one key."""
         if not isinstance(key, bytes | str):

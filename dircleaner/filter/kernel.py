@@ -340,6 +340,125 @@ def contains_many(
     return out
 
 
+# -- the sweep's packed rows: partition boundaries and the shape of partition keys ------------
+
+
+@njit(cache=True)
+def partition_starts(
+    tokens: npt.NDArray[np.int64],
+    buf: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    prefix_ends: npt.NDArray[np.int64],
+) -> npt.NDArray[np.int64]:
+    """Rows of a packed batch where a partition starts: its token or its partition key (the
+    bytes ``buf[offsets[i]:prefix_ends[i]]``) differs from the row before's."""
+    n = tokens.size
+    out = np.empty(n, dtype=np.int64)
+    count = 0
+    for i in range(n):
+        new = i == 0
+        if not new:
+            new = tokens[i] != tokens[i - 1]
+        if not new:
+            a = offsets[i - 1]
+            b = offsets[i]
+            size = prefix_ends[i] - b
+            new = prefix_ends[i - 1] - a != size
+            j = size - 1  # from the end: siblings' keys share their beginnings
+            while not new and j >= 0:
+                new = buf[a + j] != buf[b + j]
+                j -= 1
+        if new:
+            out[count] = i
+            count += 1
+    return out[:count]
+
+
+@njit(cache=True)
+def key_shapes(
+    buf: npt.NDArray[np.uint8], lo: npt.NDArray[np.int64], hi: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Of each filter key ``buf[lo[i]:hi[i]]``: where its directory starts (after the first
+    NUL, which ends the bucket) and where its parent directory's key ends (after the last "/"
+    before the key's last byte, in the directory), or ``lo[i]`` when the parent is the root."""
+    n = lo.size
+    dir_starts = np.empty(n, dtype=np.int64)
+    parent_ends = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        d = lo[i]
+        while d < hi[i] and buf[d] != 0:
+            d += 1
+        d += 1
+        dir_starts[i] = d
+        cut = lo[i]
+        j = hi[i] - 2
+        while j >= d:
+            if buf[j] == 47:  # "/"
+                cut = j + 1
+                break
+            j -= 1
+        parent_ends[i] = cut
+    return dir_starts, parent_ends
+
+
+@njit(inline="always", cache=True)
+def _shorter_prefix(buf: npt.NDArray[np.uint8], dir_start: int, end: int) -> int:
+    """The next shorter directory prefix of a key: just after the last "/" before ``end - 1``
+    (from ``dir_start`` on), or ``dir_start`` itself (the root)."""
+    j = end - 2
+    while j >= dir_start:
+        if buf[j] == 47:  # "/"
+            return j + 1
+        j -= 1
+    return dir_start
+
+
+@njit(cache=True)
+def token_prefix_ends(
+    tokens: npt.NDArray[np.int64], buf: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Where each folder row's partition key ends in its filter key ``buf[offsets[i]:offsets[i +
+    1]]`` (``bucket + NUL + parent + name + "/"``), found from its token alone: the partition key
+    is the prefix ``bucket + NUL + parent`` whose signed 64-bit MurmurHash3 (seed 0, the
+    embedded store's token) is the row's token.
+
+    The prefix up to the last "/" before the key's own is tried first (a name holds no "/"),
+    and the row before's partition key when the row continues it (no hash); otherwise shorter
+    prefixes, down to the root. -1 where no prefix has the row's token.
+    """
+    n = tokens.size
+    out = np.empty(n, dtype=np.int64)
+    prev_lo = 0
+    prev_end = -1
+    for i in range(n):
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        d = lo
+        while d < hi and buf[d] != 0:
+            d += 1
+        d += 1
+        end = _shorter_prefix(buf, d, hi)
+        same = i > 0 and tokens[i] == tokens[i - 1] and end - lo == prev_end - prev_lo
+        j = end - lo - 1
+        while same and j >= 0:
+            same = buf[lo + j] == buf[prev_lo + j]
+            j -= 1
+        if not same:
+            want = np.uint64(tokens[i])
+            while True:
+                h1, _ = _mmh3_128(buf, lo, end - lo, _ZERO)
+                if h1 == want:
+                    break
+                if end <= d:
+                    end = -1
+                    break
+                end = _shorter_prefix(buf, d, end)
+        out[i] = end
+        prev_lo = lo
+        prev_end = end
+    return out
+
+
 def warm_up() -> None:
     """Compile (or load from the on-disk cache) every kernel for the types the engine uses."""
     buf = np.frombuffer(b"\0", dtype=np.uint8)  # read-only, as the engine's packed keys are
@@ -349,3 +468,6 @@ def warm_up() -> None:
     hash_many(buf, starts, ends, 0)
     add_many(bits, 64, 1, 0, buf, starts, ends)
     contains_many(bits, 64, 1, 0, buf, starts, ends)
+    partition_starts(starts, buf, starts, ends)
+    key_shapes(buf, starts, ends)
+    token_prefix_ends(starts, buf, np.zeros(2, dtype=np.int64))

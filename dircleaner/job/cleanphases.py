@@ -156,7 +156,8 @@ class PhaseClock:
     def phases(
         self, tallies: list[ShardSwept], cleaned: list[ShardCleaned], verify: bool
     ) -> dict[str, float]:
-        """Seconds per phase: ``sweep``, ``verify`` (if re-checked), ``delete`` (if deleted)."""
+        """Seconds per phase: ``sweep``, ``verify`` (if re-checked), ``plan`` and ``delete`` (if
+        deleted)."""
         first_s = self._decided[0] - self._started
         second_s = time.monotonic() - self._decided[1]
         sweep_s = sum(t.totals.seconds for t in tallies)
@@ -166,6 +167,7 @@ class PhaseClock:
         if any(c.deleted is not None for c in cleaned):
             delete_s = sum(c.delete_s for c in cleaned)
             phases["delete"] = _share(second_s, delete_s, sum(c.plan_s for c in cleaned))
+            phases["plan"] = second_s - phases["delete"]
         return phases
 
 

@@ -219,7 +219,7 @@ def run_sweep(
         part_store: Store, shard: Shard, report: Progress
     ) -> tuple[SweepResult, ScanStats]:
         throttle = ScanThrottle(share)
-        rows = part_store.scan_folder_rows(shard, bucket, throttle)
+        rows = part_store.scan_folder_keys(shard, bucket, throttle)
         return sweep(rows, shared.get(part_store), report), throttle.stats()
 
     started = time.monotonic()

@@ -50,6 +50,7 @@ from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.scanrate import merge as merge_scans
 from dircleaner.store.base import DirCountEstimate, Store
+from dircleaner.store.packed import ObjectKeys
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
 
@@ -171,48 +172,32 @@ _SLASH = ord("/")
 Packed: TypeAlias = tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
-def packed_ancestors(batch: Sequence[PartitionKey]) -> Packed:
+def packed_ancestors(batch: ObjectKeys | Sequence[PartitionKey]) -> Packed:
     """The filter keys of every ancestor (inclusive) of a batch's partition keys, packed.
 
-    Returns ``(buf, starts, ends)``: key ``i`` is ``buf[starts[i]:ends[i]]``. The UTF-8 filter key
-    ``bucket + "\\0" + directory`` of every partition is laid out once, and its ancestors are its
-    own prefixes that end at a ``/`` after the bucket ("/" is one byte in UTF-8 and never part
-    of another character's encoding), so the walk costs no string per ancestor: an ancestor
-    shared by many partitions is simply inserted again (a Bloom insert is idempotent, and with
-    the compiled hash a repeat costs less than remembering what was inserted). A directory not
-    ending in ``/`` (none should) still goes in whole. The root ("") has no filter key.
+    Returns ``(buf, starts, ends)``: key ``i`` is ``buf[starts[i]:ends[i]]``. Each partition's
+    UTF-8 filter key ``bucket + "\\0" + directory`` is laid out once (by the store's scan), and
+    its ancestors are its own prefixes that end at a ``/`` after the bucket's NUL ("/" is one
+    byte in UTF-8 and never part of another character's encoding), so the walk costs no string
+    per ancestor: an ancestor shared by many partitions is simply inserted again (a Bloom insert
+    is idempotent, and with the compiled hash a repeat costs less than remembering what was
+    inserted). A directory not ending in ``/`` (none should) still goes in whole. The root
+    (``bucket + "\\0"``) has no filter key.
     """
-    keys = [key for key in batch if key.parent]
-    if not keys:
+    keys = batch if isinstance(batch, ObjectKeys) else ObjectKeys.of_partitions(batch)
+    buf, offsets = keys.buf, keys.offsets
+    if not len(keys):
         empty = np.zeros(0, dtype=np.int64)
-        return np.zeros(0, dtype=np.uint8), empty, empty
-    bucket = keys[0].bucket
-    parents = [key.parent for key in keys]
-    if all(key.bucket == bucket for key in keys):
-        # One bucket (the usual case): the bucket prefix as the join's separator lays out every
-        # key contiguously, with one encode for the whole batch.
-        prefix = bucket + "\0"
-        text = prefix + prefix.join(parents)
-        raw = text.encode("utf-8")
-        prefix_len = np.full(len(keys), len(prefix.encode("utf-8")), dtype=np.int64)
-        if len(raw) == len(text):  # ASCII: characters are bytes
-            dir_len = np.fromiter(map(len, parents), dtype=np.int64, count=len(keys))
-        else:
-            dir_len = np.array([len(p.encode("utf-8")) for p in parents], dtype=np.int64)
-    else:
-        prefixes = [(key.bucket + "\0").encode("utf-8") for key in keys]
-        encoded = [p.encode("utf-8") for p in parents]
-        raw = b"".join(a + b for a, b in zip(prefixes, encoded, strict=True))
-        prefix_len = np.array([len(a) for a in prefixes], dtype=np.int64)
-        dir_len = np.array([len(b) for b in encoded], dtype=np.int64)
-    buf = np.frombuffer(raw, dtype=np.uint8)
-    key_ends = np.cumsum(prefix_len + dir_len)
-    key_starts = key_ends - prefix_len - dir_len
+        return buf, empty, empty
+    key_starts, key_ends = offsets[:-1], offsets[1:]
+    nuls = np.flatnonzero(buf == 0)
+    dir_starts = nuls[np.searchsorted(nuls, key_starts)] + 1  # after each key's first NUL
     slashes = np.flatnonzero(buf == _SLASH)
     owner = np.searchsorted(key_ends, slashes, side="right")
-    in_dir = slashes >= key_starts[owner] + prefix_len[owner]  # not a "/" inside a bucket name
+    in_dir = slashes >= dir_starts[owner]  # not a "/" inside a bucket name
     owner, slashes = owner[in_dir], slashes[in_dir]
-    whole = np.flatnonzero(buf[key_ends - 1] != _SLASH)  # keys not ending in "/": in whole too
+    # Keys not ending in "/" go in whole too; the root (an empty directory) does not.
+    whole = np.flatnonzero((buf[key_ends - 1] != _SLASH) & (dir_starts < key_ends))
     starts = np.concatenate([key_starts[owner], key_starts[whole]])
     ends = np.concatenate([slashes + 1, key_ends[whole]])
     return buf, starts, ends
@@ -482,7 +467,7 @@ def _build_filter(
         # only, so wait for them (they loaded while the filter was sized).
         finish_loading_kernels()
         throttle = ScanThrottle(share)
-        for batch in part_store.scan_object_partitions(shard, config.bucket, throttle):
+        for batch in part_store.scan_object_keys(shard, config.bucket, throttle):
             buf, starts, ends = packed_ancestors(batch)
             partitions += len(batch)
             inserted += len(starts)

@@ -103,7 +103,7 @@ def sweep_and_recheck(
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
     throttle = ScanThrottle(scan or ScanRate())
-    result = sweep(store.scan_folder_rows(shard, bucket, throttle), filt, progress)
+    result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress)
     scanned = throttle.stats()
     nonempty: set[BucketDir] = set()
     checked = parents = 0

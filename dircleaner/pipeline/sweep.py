@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 from typing import TYPE_CHECKING, Protocol
 
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
@@ -23,6 +22,8 @@ from dircleaner.progress import Progress, no_progress
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from dircleaner.store.packed import FolderKeys
 
 # numpy is imported in the functions that use it: the commands that never sweep (``clean
 # --prefix``, the data commands) then start without it.
@@ -68,12 +69,16 @@ class SweepResult:
 class _PartitionRun:
     """Accumulates one partition's rows while they stream past (it may span batches)."""
 
-    __slots__ = ("absent", "candidates", "key", "ordinals", "parent_absent", "total")
+    __slots__ = ("absent", "candidates", "key", "ordinals", "packed", "parent_absent", "total")
 
-    def __init__(self, key: PartitionKey, absent: bool, parent_absent: bool) -> None:
+    def __init__(
+        self, key: PartitionKey, absent: bool, parent_absent: bool, packed: tuple[int, bytes]
+    ) -> None:
         self.key = key
         self.absent = absent
         self.parent_absent = parent_absent
+        #: the token and partition key's bytes, which the next batch's first row is compared to
+        self.packed = packed
         #: rows seen so far (the ordinal of the next batch's first row of this partition)
         self.total = 0
         self.candidates: list[FolderRow] = []
@@ -93,61 +98,69 @@ class _PartitionRun:
 
 
 def sweep(
-    batches: Iterable[list[FolderRow]],
+    batches: Iterable[FolderKeys | list[FolderRow]],
     filt: MembershipFilter,
     progress: Progress = no_progress,
 ) -> SweepResult:
     """Test every folder row (and every partition's own directory) against the filter.
 
-    Per-row work is kept to building the filter key; partition boundaries, the rows of absent
-    partitions, the grouping of candidates and their ordinals are numpy operations, and Python
-    only touches the partitions and the candidates (a few per cent of the rows). A measured hot
-    loop, kept in one piece (docs/performance.md says what it costs against its scan).
+    The rows come packed (``Store.scan_folder_keys``: the keys laid out as one buffer by the
+    store) or as rows. Keys, partition boundaries, the rows of absent partitions, the grouping
+    of candidates and their ordinals are batch operations (the compiled kernels, numpy), and
+    Python only touches the partitions with candidates and the candidates (a few per cent of
+    the rows). A measured hot loop, kept in one piece (docs/performance.md says what it costs
+    against its scan).
     """
     import numpy as np
 
+    from dircleaner.filter.bloom import load_kernels
+    from dircleaner.store.packed import FolderKeys
+
+    load_kernels()  # loaded already in a job's processes; the mmh3 path where unavailable
     started = time.monotonic()
     facts: list[PartitionFacts] = []
     swept = partitions = 0
     run: _PartitionRun | None = None
     buckets: dict[str, str] = {}
     for batch in batches:
+        if not isinstance(batch, FolderKeys):
+            batch = FolderKeys.of_rows(batch)
         n = len(batch)
         if not n:
             continue
-        # filter_key(bucket, parent + name + "/"), inlined: this is the one per-row step.
-        row_present = filt.contains_many([f"{b}\0{p}{nm}/".encode() for _, b, p, nm in batch])
+        buf, offsets = batch.buf, batch.offsets
+        row_present = _contains(filt, buf, offsets[:-1], offsets[1:])
         starts = _partition_starts(batch)
         nseg = len(starts)
-        bounds = np.array([*starts, n], dtype=np.int64)
+        bounds = np.append(starts, n)
         lengths = np.diff(bounds)
-        heads = [batch[i] for i in starts]
-        dir_present, parent_present = _partition_dirs_present(filt, heads)
+        dir_present, parent_present = _partition_dirs_present(
+            filt, buf, offsets[starts], batch.prefix_ends[starts]
+        )
         # Candidates: rows absent from the filter, and every row of a partition whose own
         # directory is absent (a non-empty child would have made it present).
         candidate = ~row_present
         if not dir_present.all():
             candidate |= np.repeat(~dir_present, lengths)
+        raw = buf.tobytes()
+        # The open partition may go on in this batch: its rows here follow the ones seen before.
+        goes_on = run if run is not None and run.packed == _packed_key(batch, raw, 0) else None
+        key_of = _SegmentKeys(batch, raw, starts, buckets, goes_on.key if goes_on else None).key
         seg_rows: dict[int, list[FolderRow]] = {}
         seg_ords: dict[int, list[int]] = {}
         cand_idx = np.flatnonzero(candidate)
-        head = batch[0]
-        # The open partition may go on in this batch: its rows here follow the ones seen before.
-        goes_on = (
-            run if run is not None and run.key == (head.token, head.bucket, head.parent) else None
-        )
         if cand_idx.size:
             segs = np.searchsorted(bounds, cand_idx, side="right") - 1
             seg_ords = _ordinals(cand_idx, segs, bounds, goes_on.total if goes_on else 0)
+            name_lo = batch.prefix_ends[cand_idx].tolist()
+            name_hi = (offsets[cand_idx + 1] - 1).tolist()
             rows: list[FolderRow] = []
-            for i, seg in zip(cand_idx.tolist(), segs.tolist(), strict=True):
+            key = PartitionKey(0, "", "")
+            for seg, lo, hi in zip(segs.tolist(), name_lo, name_hi, strict=True):
                 if seg not in seg_rows:
-                    head = batch[starts[seg]]
-                    head = head._replace(bucket=buckets.setdefault(head.bucket, head.bucket))
+                    key = key_of(seg)
                     rows = seg_rows[seg] = []
-                # Candidates are kept until the deletes: they share their partition's strings
-                # (and one bucket string) instead of holding a copy each.
-                rows.append(FolderRow(head.token, head.bucket, head.parent, batch[i].name))
+                rows.append(FolderRow(key.token, key.bucket, key.parent, raw[lo:hi].decode()))
         lens = lengths.tolist()
         first = 0
         if run is not None:
@@ -167,10 +180,9 @@ def sweep(
             partitions += max(0, last - first)
             for seg in sorted(seg_rows):
                 if first <= seg < last:
-                    row = batch[starts[seg]]
                     facts.append(
                         PartitionFacts(
-                            PartitionKey(row.token, row.bucket, row.parent),
+                            key_of(seg),
                             lens[seg],
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
@@ -178,11 +190,11 @@ def sweep(
                             not parent_present[seg],
                         )
                     )
-            row = batch[starts[last]]
             run = _PartitionRun(
-                PartitionKey(row.token, row.bucket, row.parent),
+                key_of(last),
                 not dir_present[last],
                 not parent_present[last],
+                _packed_key(batch, raw, int(starts[last])),
             )
             run.total = lens[last]
             run.candidates.extend(seg_rows.get(last, ()))
@@ -194,6 +206,40 @@ def sweep(
         if (done := run.facts()) is not None:
             facts.append(done)
     return SweepResult(facts, swept, partitions, time.monotonic() - started)
+
+
+class _SegmentKeys:
+    """The partition keys of a batch's segments, decoded once each, when first needed."""
+
+    def __init__(
+        self,
+        batch: FolderKeys,
+        raw: bytes,
+        starts: np.ndarray,
+        buckets: dict[str, str],
+        going_on: PartitionKey | None,
+    ) -> None:
+        self._raw = raw
+        self._tokens = batch.tokens[starts].tolist()
+        self._lo = batch.offsets[starts].tolist()
+        self._hi = batch.prefix_ends[starts].tolist()
+        self._buckets = buckets
+        self._keys = {0: going_on} if going_on is not None else {}
+
+    def key(self, seg: int) -> PartitionKey:
+        if (key := self._keys.get(seg)) is None:
+            # Candidates are kept until the deletes: they share their partition's strings (and
+            # one bucket string) instead of holding a copy each.
+            bucket, _, parent = self._raw[self._lo[seg] : self._hi[seg]].decode().partition("\0")
+            bucket = self._buckets.setdefault(bucket, bucket)
+            key = self._keys[seg] = PartitionKey(self._tokens[seg], bucket, parent)
+        return key
+
+
+def _packed_key(batch: FolderKeys, raw: bytes, row: int) -> tuple[int, bytes]:
+    """Row ``row``'s partition as its token and its partition key's bytes."""
+    lo, hi = int(batch.offsets[row]), int(batch.prefix_ends[row])
+    return int(batch.tokens[row]), raw[lo:hi]
 
 
 def _ordinals(
@@ -216,62 +262,85 @@ def _ordinals(
     }
 
 
-def _partition_starts(batch: list[FolderRow]) -> list[int]:
-    """Indexes where a new partition starts in a batch of rows in (token, clustering) order.
+def _contains(
+    filt: MembershipFilter, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """Membership of the keys ``buf[starts[i]:ends[i]]``: in one kernel call where the filter
+    takes packed keys, else as bytes."""
+    ranges = getattr(filt, "contains_ranges", None)
+    if ranges is not None:
+        found: np.ndarray = ranges(buf, starts, ends)
+        return found
+    from dircleaner.filter.bloom import slices
 
-    Boundaries are token changes (numpy); a token shared by several partitions (a collision) is
-    split row by row. Rows of one partition are always contiguous.
-    """
+    return filt.contains_many(slices(buf, starts, ends))
+
+
+def _partition_starts(batch: FolderKeys) -> np.ndarray:
+    """Rows where a new partition starts in a batch in (token, clustering) order: where the
+    token or the partition key changes. Rows of one partition are always contiguous."""
     import numpy as np
 
-    n = len(batch)
-    tokens = np.fromiter(map(itemgetter(0), batch), dtype=np.int64, count=n)
-    cuts = np.flatnonzero(tokens[1:] != tokens[:-1]) + 1
-    starts: list[int] = [0, *cuts.tolist()]
-    # Only a token's run of two rows or more can hold two partitions: check those alone.
-    firsts = np.concatenate(([0], cuts))
-    lasts = np.concatenate((cuts, [n])) - 1
-    wide = np.flatnonzero(lasts > firsts)
-    split = [
-        (lo, hi + 1)
-        for lo, hi in zip(firsts[wide].tolist(), lasts[wide].tolist(), strict=True)
-        if batch[lo].parent != batch[hi].parent or batch[lo].bucket != batch[hi].bucket
+    from dircleaner.filter.bloom import compiled
+
+    kernels = compiled()
+    if kernels is not None:
+        found: np.ndarray = kernels.partition_starts(
+            batch.tokens, batch.buf, batch.offsets, batch.prefix_ends
+        )
+        return found
+    raw = batch.buf.tobytes()
+    keys = [
+        (token, raw[lo:hi])
+        for token, lo, hi in zip(
+            batch.tokens.tolist(), batch.offsets.tolist(), batch.prefix_ends.tolist(), strict=False
+        )
     ]
-    if not split:
-        return starts
-    extra = [
-        i
-        for lo, hi in split
-        for i in range(lo + 1, hi)
-        if batch[i].parent != batch[i - 1].parent or batch[i].bucket != batch[i - 1].bucket
-    ]
-    return sorted([*starts, *extra])
+    new = [i for i in range(len(keys)) if i == 0 or keys[i] != keys[i - 1]]
+    return np.array(new, dtype=np.int64)
+
+
+def _key_shapes(buf: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of each filter key ``buf[lo[i]:hi[i]]``: where its directory starts (after the bucket's
+    NUL) and where its parent directory's key ends (after the last "/" before the key's last
+    byte, in the directory: "/" is one byte in UTF-8 that no other character's encoding
+    contains), or ``lo[i]`` when the parent is the root."""
+    import numpy as np
+
+    from dircleaner.filter.bloom import compiled
+
+    kernels = compiled()
+    if kernels is not None:
+        shapes: tuple[np.ndarray, np.ndarray] = kernels.key_shapes(buf, lo, hi)
+        return shapes
+    raw = buf.tobytes()
+    dirs, parents = [], []
+    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+        d = raw.index(b"\0", a, b) + 1
+        dirs.append(d)
+        parents.append(raw.rfind(b"/", d, b - 1) + 1 or a)
+    return np.array(dirs, dtype=np.int64), np.array(parents, dtype=np.int64)
 
 
 def _partition_dirs_present(
-    filt: MembershipFilter, heads: list[FolderRow]
+    filt: MembershipFilter, buf: np.ndarray, lo: np.ndarray, hi: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Whether each partition's own directory, and its parent directory, are in the filter (the
     root always counts as in).
 
-    ``heads`` holds one row of each partition. A parent's filter key is a prefix of its child's
-    (up to the child's second-to-last "/", one byte in UTF-8 that no other character's encoding
-    contains, after the bucket's "\\0"), so it is sliced from the child's encoded key.
+    Partition ``i``'s key, the filter key of its directory, is ``buf[lo[i]:hi[i]]``; its
+    parent's key is a prefix of it (``_key_shapes``).
     """
     import numpy as np
 
-    n = len(heads)
+    n = len(lo)
     present = np.ones(n, dtype=np.bool_)
     parent_present = np.ones(n, dtype=np.bool_)
-    probe = [i for i, row in enumerate(heads) if row.parent]
-    if probe:
-        keys = [f"{heads[i].bucket}\0{heads[i].parent}".encode() for i in probe]
-        present[probe] = filt.contains_many(keys)
-        # parent_of_dir on the bytes: the last "/" before the key's last byte, after the bucket.
-        cuts = [key.rfind(b"/", key.index(b"\0") + 1, -1) + 1 for key in keys]
-        deeper = [j for j, cut in enumerate(cuts) if cut]  # the others' parent is the root
-        if deeper:
-            parent_present[[probe[j] for j in deeper]] = filt.contains_many(
-                [keys[j][: cuts[j]] for j in deeper]
-            )
+    dir_starts, parent_ends = _key_shapes(buf, lo, hi)
+    probe = np.flatnonzero(dir_starts < hi)  # the root partition has no key
+    if probe.size:
+        present[probe] = _contains(filt, buf, lo[probe], hi[probe])
+        deeper = probe[parent_ends[probe] > lo[probe]]  # the others' parent is the root
+        if deeper.size:
+            parent_present[deeper] = _contains(filt, buf, lo[deeper], parent_ends[deeper])
     return present, parent_present

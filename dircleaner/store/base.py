@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
@@ -24,6 +24,9 @@ from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.scanrate import ScanRate, ScanThrottle
+
+if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
+    from dircleaner.store.packed import FolderKeys, ObjectKeys
 
 #: rows per page when a store reads one folders partition (a wide one takes several pages)
 PARTITION_PAGE_ROWS = 5_000
@@ -191,6 +194,27 @@ class Store(abc.ABC):
     ) -> Iterator[list[FolderRow]]:
         """Batches of folders-index rows in ``shard``: token order, then clustering order
         (at ``throttle``'s pace, as ``scan_object_partitions``)."""
+
+    def scan_object_keys(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[ObjectKeys]:
+        """``scan_object_partitions``, each batch as its partitions' filter keys, packed (what
+        the build hashes); backends that can lay the keys out themselves override it."""
+        from dircleaner.store.packed import ObjectKeys
+
+        for batch in self.scan_object_partitions(shard, bucket, throttle):
+            yield ObjectKeys.of_partitions(batch)
+
+    def scan_folder_keys(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[FolderKeys]:
+        """``scan_folder_rows``, each batch as its rows' filter keys, packed, with their tokens
+        and partition keys (what the sweep tests); backends that can lay the keys out
+        themselves override it."""
+        from dircleaner.store.packed import FolderKeys
+
+        for batch in self.scan_folder_rows(shard, bucket, throttle):
+            yield FolderKeys.of_rows(batch)
 
     @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:

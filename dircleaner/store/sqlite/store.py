@@ -13,8 +13,9 @@ import logging
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dircleaner.errors import StoreUrlError
+from dircleaner.errors import SchemaError, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
@@ -33,6 +34,9 @@ from dircleaner.store.sqlite.schema import (
     path_from_url,
 )
 from dircleaner.timeutil import now_us
+
+if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
+    from dircleaner.store.packed import FolderKeys, ObjectKeys
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,7 @@ class SqliteStore(Store):
         #: how long a tombstone counts against its partition (no gc_grace_seconds to read here)
         self.grace_s = DEFAULT_GRACE_S
         self.rows_removed: int | None = 0
+        self._encoding: str | None = None
 
     @classmethod
     def open(
@@ -119,7 +124,7 @@ class SqliteStore(Store):
                 cursor.close()
 
     def _scan_slice(
-        self, select: str, order: str, shard: Shard, bucket: str | None
+        self, select: str, order: str, shard: Shard, bucket: str | None, group: bool = False
     ) -> Iterator[list[tuple[object, ...]]]:
         lo, hi = shard.token_range()
         sql = f"{select} WHERE token BETWEEN ? AND ?"
@@ -127,7 +132,15 @@ class SqliteStore(Store):
         if bucket is not None:
             sql += " AND bucket = ?"
             params.append(bucket)
+        if group:
+            sql += f" GROUP BY {order}"
         return self._stream(f"{sql} ORDER BY {order}", params)
+
+    def _utf8(self) -> bool:
+        """Whether the file stores text as UTF-8 (then a BLOB cast of text is its UTF-8)."""
+        if self._encoding is None:
+            (self._encoding,) = self._conn.execute("PRAGMA encoding").fetchone()
+        return self._encoding == "UTF-8"
 
     def scan_object_partitions(
         self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
@@ -144,6 +157,45 @@ class SqliteStore(Store):
         scan = self._scan_slice(select, "token, bucket, parent, name", shard, bucket)
         for batch in paced(scan, throttle):
             yield [FolderRow(*row) for row in batch]  # type: ignore[arg-type]
+
+    def scan_object_keys(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[ObjectKeys]:
+        if not self._utf8():
+            yield from super().scan_object_keys(shard, bucket, throttle)
+            return
+        from dircleaner.store.packed import ObjectKeys
+
+        # SQLite lays out each key (one BLOB per partition): no string per row in Python.
+        select = "SELECT CAST(bucket || char(0) || parent AS BLOB) FROM objects"
+        scan = self._scan_slice(select, "token, bucket, parent", shard, bucket, True)
+        for batch in paced(scan, throttle):
+            yield ObjectKeys.of_keys([key for (key,) in batch])  # type: ignore[misc]
+
+    def scan_folder_keys(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[FolderKeys]:
+        if not self._utf8():
+            yield from super().scan_folder_keys(shard, bucket, throttle)
+            return
+        from dircleaner.filter.bloom import compiled
+        from dircleaner.store.packed import FolderKeys
+
+        # Each row's filter key laid out by SQLite; where its partition's key ends in it, from
+        # its token (that key's hash) by the kernels, else from the name's length in bytes.
+        kernels = compiled()
+        key = "CAST(bucket || char(0) || parent || name || '/' AS BLOB)"
+        names = "" if kernels else ", length(CAST(name AS BLOB))"
+        select = f"SELECT token, {key}{names} FROM folders"
+        scan = self._scan_slice(select, "token, bucket, parent, name", shard, bucket)
+        for batch in paced(scan, throttle):
+            columns = zip(*batch, strict=True)
+            if kernels is None:
+                yield FolderKeys.of_columns(*columns)
+            elif (packed := FolderKeys.of_tokens(kernels.token_prefix_ends, *columns)) is None:
+                raise SchemaError(f"{self.path}: a folders row's token is not its partition's")
+            else:
+                yield packed
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
         # Through a small cache: the count reads every page of the table once, and a full cache
