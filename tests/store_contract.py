@@ -338,7 +338,8 @@ class StoreContract:
             assert [(b.buf.tobytes(), b.offsets.tolist()) for b in objects] == [
                 (b.buf.tobytes(), b.offsets.tolist()) for b in parts
             ]
-        assert sum(map(len, store.scan_object_keys(WHOLE_RING, bucket))) == len(partitions(store))
+        scanned = sum(map(len, store.scan_object_keys(WHOLE_RING, bucket)))
+        assert scanned == len(partitions(store, bucket=bucket))
 
     # -- one folders partition (the prefix walk) --------------------------------------------------
     def test_folder_partition_pages_are_the_scan_of_that_partition_in_pages(
