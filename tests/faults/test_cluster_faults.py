@@ -105,7 +105,7 @@ def start_run(
 def listed(tmp: Path) -> set[str]:
     result = invoke(URL, "list-dirs", "--bucket", (tmp / "bucket").read_text())
     assert result.exit_code == 0, result.output
-    return set(result.output.splitlines())
+    return set(result.stdout.splitlines())
 
 
 def wait_for_deletes(tmp: Path, count: int, timeout: float = 60) -> None:

@@ -122,7 +122,7 @@ def test_a_local_one_build_misses_objects_and_the_quorum_recheck_keeps_them(
         "--json",
     )
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)["clean"]
+    summary = json.loads(result.stdout)["clean"]
     # The scan really read past the objects on node 3's ranges: the filter lacked them, and
     # the re-check found them non-empty (a build that saw every object leaves none to find).
     assert summary["dropped_nonempty"] > 0, summary
