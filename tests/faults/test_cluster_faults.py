@@ -29,6 +29,15 @@ def node(action: str, number: int) -> None:
     subprocess.run([str(SCRIPT), action, str(number)], check=True, capture_output=True)
 
 
+def put_then_delete(tmp_path: Path, bucket: str, put: list[str], dead: list[str]) -> None:
+    """The schema, then ``put`` written as S3 puts and ``dead`` deleted lazily, in ``bucket``."""
+    assert invoke(URL, "init-schema").exit_code == 0
+    for command, keys in (("import-keys", put), ("delete-keys", dead)):
+        lines = write_lines(tmp_path / command, keys)
+        result = invoke(URL, command, "--bucket", bucket, str(lines))
+        assert result.exit_code == 0, result.output
+
+
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
     """A fresh bucket on the RF 3 keyspace, every node up before and after."""
@@ -41,19 +50,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[Path, set[str]]]:
     empty = [f"wide/c{i:03d}a/obj" for i in range(240)]
     put = [*empty, *(f"wide/c{i:03d}b/obj" for i in range(240)), "wide/live/obj", "keep/obj"]
     dead = empty
-    assert invoke(URL, "init-schema").exit_code == 0
-    assert (
-        invoke(
-            URL, "import-keys", "--bucket", bucket, str(write_lines(tmp_path / "p", put))
-        ).exit_code
-        == 0
-    )
-    assert (
-        invoke(
-            URL, "delete-keys", "--bucket", bucket, str(write_lines(tmp_path / "d", dead))
-        ).exit_code
-        == 0
-    )
+    put_then_delete(tmp_path, bucket, put, dead)
     _, live = expected_dirs(put, dead)
     (tmp_path / "bucket").write_text(bucket)
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.test_cluster_faults import SCRIPT, URL, listed, node
+from tests.faults.test_cluster_faults import SCRIPT, URL, listed, node, put_then_delete
 from tests.helpers import expected_dirs, invoke, write_lines
 
 # Collected only with DIRCLEANER_FAULTS=1 (`make test-faults`; see tests/conftest.py).
@@ -67,19 +67,7 @@ def lagging_replica(tmp_path: Path) -> Iterator[tuple[Path, set[str], set[str]]]
     empty = [f"seen/e{i:03d}/obj" for i in range(100)]
     seen = [*empty, "seen/live/obj", "keep/obj"]
     hidden = [f"hidden/h{i:03d}/obj" for i in range(HIDDEN)]
-    assert invoke(URL, "init-schema").exit_code == 0
-    assert (
-        invoke(
-            URL, "import-keys", "--bucket", bucket, str(write_lines(tmp_path / "s", seen))
-        ).exit_code
-        == 0
-    )
-    assert (
-        invoke(
-            URL, "delete-keys", "--bucket", bucket, str(write_lines(tmp_path / "d", empty))
-        ).exit_code
-        == 0
-    )
+    put_then_delete(tmp_path, bucket, seen, empty)
     try:
         for number in (1, 2):
             nodetool(number, "disablehandoff")  # node 3 must not get them later as hints

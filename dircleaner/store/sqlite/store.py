@@ -425,62 +425,51 @@ class SqliteStore(Store):
         return now_us() - int(self.grace_s * 1_000_000)
 
     # -- the run lease ----------------------------------------------------------------------------
-    def _lease_conn(self) -> sqlite3.Connection:
-        # Its own connection per call: the heartbeat thread must never meet the job's open
-        # transaction on the shared one.
+    @contextlib.contextmanager
+    def _lease_conn(self) -> Iterator[sqlite3.Connection]:
+        # Its own connection per call, closed after it: the heartbeat thread must never meet
+        # the job's open transaction on the shared one.
         conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
-        conn.execute("PRAGMA busy_timeout=60000")
-        return conn
+        try:
+            conn.execute("PRAGMA busy_timeout=60000")
+            yield conn
+        finally:
+            conn.close()
 
     def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
-        conn = self._lease_conn()
-        try:
-            with _Transaction(conn):
-                now = now_us()
-                row = conn.execute(
-                    "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now)
-                ).fetchone()
-                if row is not None:
-                    return str(row[0])
-                conn.execute(
-                    "INSERT OR REPLACE INTO leases (name, owner, expires_us) VALUES (?, ?, ?)",
-                    (name, owner, now + int(ttl_s * 1_000_000)),
-                )
-                return None
-        finally:
-            conn.close()
+        with self._lease_conn() as conn, _Transaction(conn):
+            now = now_us()
+            row = conn.execute(
+                "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now)
+            ).fetchone()
+            if row is not None:
+                return str(row[0])
+            conn.execute(
+                "INSERT OR REPLACE INTO leases (name, owner, expires_us) VALUES (?, ?, ?)",
+                (name, owner, now + int(ttl_s * 1_000_000)),
+            )
+            return None
 
     def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
-        conn = self._lease_conn()
-        try:
-            with _Transaction(conn):
-                now = now_us()
-                cursor = conn.execute(
-                    "UPDATE leases SET owner = ?, expires_us = ?"
-                    " WHERE name = ? AND owner = ? AND expires_us > ?",
-                    (owner, now + int(ttl_s * 1_000_000), name, holder, now),
-                )
-                return cursor.rowcount == 1
-        finally:
-            conn.close()
+        with self._lease_conn() as conn, _Transaction(conn):
+            now = now_us()
+            cursor = conn.execute(
+                "UPDATE leases SET owner = ?, expires_us = ?"
+                " WHERE name = ? AND owner = ? AND expires_us > ?",
+                (owner, now + int(ttl_s * 1_000_000), name, holder, now),
+            )
+            return cursor.rowcount == 1
 
     def release_lease(self, name: str, owner: str) -> None:
-        conn = self._lease_conn()
-        try:
-            with _Transaction(conn):
-                conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
-        finally:
-            conn.close()
+        with self._lease_conn() as conn, _Transaction(conn):
+            conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
 
     def lease_holder(self, name: str) -> str | None:
-        conn = self._lease_conn()
-        try:
+        with self._lease_conn() as conn:
             row = conn.execute(
                 "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now_us())
             ).fetchone()
             return None if row is None else str(row[0])
-        finally:
-            conn.close()
 
     # -- the tombstone ledger ---------------------------------------------------------------------
     def purge_expired(self, grace_s: float) -> None:
