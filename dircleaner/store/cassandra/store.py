@@ -24,6 +24,7 @@ from dircleaner.store.cassandra.config import (
     parse_cassandra_url,
 )
 from dircleaner.store.cassandra.mapping import _q
+from dircleaner.store.cassandra.meta import CassandraMeta
 from dircleaner.store.cassandra.requests import InStatements
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
@@ -36,7 +37,7 @@ __all__ = ["CassandraStore"]
 QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
 
 
-class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
+class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
@@ -114,8 +115,6 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
         ks = _q(cfg.keyspace)
         objects = f"{ks}.{_q(cfg.tables.objects)}"
         folders = f"{ks}.{_q(cfg.tables.folders)}"
-        filters = f"{ks}.{_q(cfg.tables.filters)}"
-        state = f"{ks}.{_q(cfg.tables.state)}"
         key = ", ".join(_q(c) for c in self._key_columns)
         name = _q(cfg.columns.name)
         token = f"token({key})"
@@ -154,39 +153,11 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
             table: p(f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?")
             for table, ref in (("objects", objects), ("folders", folders))
         }
-        self._put_cell = p(
-            f"INSERT INTO {filters} (generation, shard, seq, data) VALUES (?, ?, ?, ?)"
-        )
-        self._get_cells = p(f"SELECT seq, data FROM {filters} WHERE generation = ? AND shard = ?")
-        self._get_meta_cells = p(
-            f"SELECT seq, data FROM {filters} WHERE generation = ? AND shard = ? AND seq < 0"
-        )
-        self._list_parts = p(f"SELECT DISTINCT generation, shard FROM {filters}")
-        self._delete_part = p(f"DELETE FROM {filters} WHERE generation = ? AND shard = ?")
-        self._put_state = p(f'INSERT INTO {state} ("key", "value") VALUES (?, ?)')
-        self._lease_take = p(
-            f'INSERT INTO {state} ("key", "value") VALUES (?, ?) IF NOT EXISTS USING TTL ?'
-        )
-        self._lease_replace = p(
-            f'UPDATE {state} USING TTL ? SET "value" = ? WHERE "key" = ? IF "value" = ?'
-        )
-        self._lease_drop = p(f'DELETE FROM {state} WHERE "key" = ? IF "value" = ?')
-        ledger = f"{ks}.{_q(cfg.tables.ledger)}"
-        self._ledger_put = p(
-            f"INSERT INTO {ledger} (bucket, parent, generation, charge, cost)"
-            " VALUES (?, ?, ?, ?, ?) USING TTL ?"
-        )
-        self._ledger_read = InStatements(
-            p,
-            f"SELECT parent, generation, charge, cost FROM {ledger}"
-            " WHERE bucket = ? AND parent IN (",
-            ")",
-        )
         self._grace = p(
             "SELECT gc_grace_seconds FROM system_schema.tables"
             " WHERE keyspace_name = ? AND table_name = ?"
         )
-        self._get_state = p(f'SELECT "value" FROM {state} WHERE "key" = ?')
+        self._prepare_meta()
         self._size_estimates = p(
             "SELECT range_start, range_end, partitions_count, mean_partition_size"
             " FROM system.size_estimates WHERE keyspace_name = ? AND table_name = ?"

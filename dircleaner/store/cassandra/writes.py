@@ -1,41 +1,33 @@
-"""The store's writes: deletes at a timestamp, the partition rewrite, the bookkeeping tables.
+"""The store's writes: deletes at a timestamp, the partition rewrite, the index writes.
 
 Deletes carry the run's timestamp T (``USING TIMESTAMP``), so a row written after T survives
-them. Besides the folders index this module writes the filters table (filter cells), the state
-table (the run lease, small state) and the tombstone ledger, reads the budget's inputs
-(``gc_grace_seconds``, ``tombstone_warn_threshold``), and holds the writes an S3 front-end or
-the generator makes.
+them. Besides the folders index this module reads the budget's inputs (``gc_grace_seconds``,
+``tombstone_warn_threshold``) and holds the writes an S3 front-end or the generator makes. The
+job's own tables (filter cells, lease, state, ledger) are in ``meta.py``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from cassandra import ConsistencyLevel
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from dircleaner.errors import RewriteUnsupported, SchemaError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey
-from dircleaner.store.base import TombstoneCharge
-from dircleaner.store.cassandra.mapping import _q, padded_in
+from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
-from dircleaner.store.cassandra.session import _ttl, map_error
+from dircleaner.store.cassandra.session import map_error
 
 log = logging.getLogger(__name__)
 
-MAX_FILTER_CELL_BYTES = 1 << 20
-#: filter cells are up to 1 MiB each: page them a few at a time, not fetch_size at a time
-FILTER_FETCH_SIZE = 4
 #: generator batches: one partition per UNLOGGED batch, kept under batch_size_warn_threshold
 BATCH_MAX_ROWS = 64
 BATCH_MAX_BYTES = 4000
 #: partition deletes per request: one ``DELETE … WHERE parent IN (…)`` of partitions of one
 #: bucket and ring range (not a batch: Cassandra's batch warnings do not apply)
 PARTITION_DELETES_PER_REQUEST = 32
-#: partitions per read of the tombstone ledger (one request per chunk, not per partition)
-LEDGER_READ_KEYS = 64
 
 
 #: the settings that make Cassandra warn about tombstones in one partition, as
@@ -63,7 +55,7 @@ def lowest_warn_threshold(settings: Mapping[str, object]) -> tuple[int, str] | N
 
 
 class CassandraWrites(CassandraRequests):
-    """The writes of the ``Store`` protocol and the tables the job keeps its own state in."""
+    """The writes of the ``Store`` protocol on the index tables."""
 
     _delete_folder_row: PreparedStatement
     _delete_folder_range: PreparedStatement
@@ -71,19 +63,6 @@ class CassandraWrites(CassandraRequests):
     _partition_delete: InStatements
     _delete_object_row: PreparedStatement
     _insert: dict[str, PreparedStatement]
-    _put_cell: PreparedStatement
-    _get_cells: PreparedStatement
-    _get_meta_cells: PreparedStatement
-    _list_parts: PreparedStatement
-    _delete_part: PreparedStatement
-    _put_state: PreparedStatement
-    _get_state: PreparedStatement
-    _lease_take: PreparedStatement
-    _lease_replace: PreparedStatement
-    _lease_drop: PreparedStatement
-    _ledger_put: PreparedStatement
-    #: the ledger's IN reads of many partitions' charges
-    _ledger_read: InStatements
     _grace: PreparedStatement
     #: the partition rewrite's read and write, prepared from the table metadata on first use
     _rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None
@@ -200,99 +179,6 @@ class CassandraWrites(CassandraRequests):
         self._rewrite_statements = (read, write, len(names))
         return self._rewrite_statements
 
-    # -- filters table ----------------------------------------------------------------------------
-    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
-        if len(data) > MAX_FILTER_CELL_BYTES:
-            raise ValueError(f"filter cell of {len(data)} bytes exceeds 1 MiB")
-        self._execute(self._put_cell, (generation, shard, seq, data), "meta")
-
-    def get_filter_cells(
-        self, generation: str, shard: int, *, meta_only: bool = False
-    ) -> dict[int, bytes]:
-        stmt = self._get_meta_cells if meta_only else self._get_cells
-        cells: dict[int, bytes] = {}
-        for page in self._pages(stmt, (generation, shard), "meta", FILTER_FETCH_SIZE):
-            cells.update((int(seq), bytes(data)) for seq, data in page)
-        return cells
-
-    def list_filter_parts(self) -> list[tuple[str, int]]:
-        parts = {
-            (str(gen), int(shard))
-            for page in self._pages(self._list_parts, (), "meta", self.config.fetch_size)
-            for gen, shard in page
-        }
-        return sorted(parts)
-
-    def delete_filter_generation(self, generation: str) -> None:
-        shards = [shard for gen, shard in self.list_filter_parts() if gen == generation]
-        for shard in shards:
-            self._execute(self._delete_part, (generation, shard), "meta")
-
-    # -- the run lease ----------------------------------------------------------------------------
-    # A row of the state table, taken with a lightweight transaction and kept alive by a TTL.
-
-    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
-        row = self._lease(self._lease_take, (f"lease|{name}", owner, _ttl(ttl_s)))
-        if row[0]:
-            return None
-        return str(row[2]) if len(row) > 2 and row[2] is not None else "unknown"
-
-    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
-        # A compare-and-set on the holder's id (renewing: on our own).
-        row = self._lease(self._lease_replace, (_ttl(ttl_s), owner, f"lease|{name}", holder))
-        return bool(row[0])
-
-    def release_lease(self, name: str, owner: str) -> None:
-        self._lease(self._lease_drop, (f"lease|{name}", owner))
-
-    def lease_holder(self, name: str) -> str | None:
-        bound = self._get_state.bind((f"lease|{name}",))
-        bound.consistency_level = ConsistencyLevel.SERIAL  # a Paxos read: no stale answer
-        rows = self._execute(bound, None, "lease").current_rows
-        return None if not rows else cast(str | None, rows[0][0])
-
-    def _lease(self, stmt: PreparedStatement, params: Params) -> tuple[Any, ...]:
-        rows = self._execute(stmt, params, "lease").current_rows
-        return tuple(rows[0])
-
-    # -- the tombstone ledger ---------------------------------------------------------------------
-    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
-        ttl = _ttl(ttl_s)
-        params = [(*charge, ttl) for charge in charges]
-        self._raise_first(self._run_many(self._ledger_put, params, "meta", retry=True))
-
-    def tombstones_charged(
-        self, partitions: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], int]:
-        """The ledger's live charges of ``partitions``, LEDGER_READ_KEYS partitions per read.
-
-        One read per chunk of one bucket's partitions, ``concurrency`` in flight::
-
-            SELECT parent, generation, charge, cost FROM ledger WHERE bucket = ? AND parent IN (…)
-
-        (a short chunk padded to a power of two by repeating its last key, as the re-check
-        pads). Each charge is counted once by its key, so a repeated partition cannot count
-        twice; a chunk's answer is read to its last page.
-        """
-        parents_of: dict[str, list[str]] = {}
-        for bucket, parent in dict.fromkeys(partitions):
-            parents_of.setdefault(bucket, []).append(parent)
-        items: list[tuple[Any, Params]] = []
-        for bucket, parents in parents_of.items():
-            for start in range(0, len(parents), LEDGER_READ_KEYS):
-                padded = padded_in(parents[start : start + LEDGER_READ_KEYS], LEDGER_READ_KEYS)
-                items.append((self._ledger_read(len(padded)), (bucket, *padded)))
-        results = self._run_statements(items, "meta", retry=True)
-        self._raise_first(results)
-        charges: dict[tuple[str, str, str, str], int] = {}
-        for (_stmt, params), result in zip(items, results, strict=True):
-            for parent, generation, charge, cost in result:  # every page
-                charges[(str(params[0]), parent, generation, charge)] = int(cost)
-        out: dict[tuple[str, str], int] = {}
-        for (bucket, parent, _generation, _charge), cost in charges.items():
-            out[(bucket, parent)] = out.get((bucket, parent), 0) + cost
-        return {key: total for key, total in out.items() if total}
-
     def folders_grace_seconds(self) -> tuple[float, str]:
         cfg = self.config
         rows = self._execute(self._grace, (cfg.keyspace, cfg.tables.folders), "meta").current_rows
@@ -315,14 +201,6 @@ class CassandraWrites(CassandraRequests):
             return None
         found = lowest_warn_threshold({str(name): value for name, value in rows})
         return None if found is None else (found[0], f"{found[1]} in system_views.settings")
-
-    # -- small state ------------------------------------------------------------------------------
-    def put_state(self, key: str, value: str) -> None:
-        self._execute(self._put_state, (key, value), "meta")
-
-    def get_state(self, key: str) -> str | None:
-        rows = self._execute(self._get_state, (key,), "meta").current_rows
-        return None if not rows else cast(str | None, rows[0][0])
 
     # -- the S3 front-end's writes ----------------------------------------------------------------
     def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
