@@ -48,7 +48,7 @@ from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.run import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
-from dircleaner.pipeline.build import DEFAULT_FPR, ancestor_keys
+from dircleaner.pipeline.build import DEFAULT_FPR, packed_ancestors
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
@@ -462,8 +462,10 @@ def score_deletes(audit: Path, truth: set[str], bucket: str, deferred: int) -> d
 def _sample_insert_keys(store: Store, limit: int) -> list[bytes]:
     """The ancestor keys the build inserts, in scan order, the first ``limit`` of them."""
     out: list[bytes] = []
-    for _, keys in ancestor_keys(store.scan_object_partitions(Shard())):
-        out.extend(keys)
+    for batch in store.scan_object_keys(Shard()):
+        buf, starts, ends = packed_ancestors(batch)
+        raw = buf.tobytes()
+        out.extend(raw[lo:hi] for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True))
         if len(out) >= limit:
             break
     return out[:limit]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeAlias
 
@@ -45,7 +45,7 @@ from dircleaner.filter.stored import (
     save_filter_part,
 )
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.model import PartitionKey, Shard
+from dircleaner.model import Shard
 from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.scanrate import merge as merge_scans
@@ -54,10 +54,6 @@ from dircleaner.store.packed import ObjectKeys
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
 
-#: recent-ancestor cache size (entries, ~100 bytes each): ancestors repeat heavily, but keys
-#: arrive in token order, so siblings are far apart; at 30M directories 2**20 entries cut the
-#: keys hashed from 57M to 38M for 28.5M distinct directories
-ANCESTOR_CACHE = 1 << 20
 #: the floor on filter capacity, so a tiny store still gets a sensible filter
 MIN_CAPACITY = 1000
 #: headroom over the previous run's exact count (the index grows between nights)
@@ -172,7 +168,7 @@ _SLASH = ord("/")
 Packed: TypeAlias = tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 
 
-def packed_ancestors(batch: ObjectKeys | Sequence[PartitionKey]) -> Packed:
+def packed_ancestors(keys: ObjectKeys) -> Packed:
     """The filter keys of every ancestor (inclusive) of a batch's partition keys, packed.
 
     Returns ``(buf, starts, ends)``: key ``i`` is ``buf[starts[i]:ends[i]]``. Each partition's
@@ -184,7 +180,6 @@ def packed_ancestors(batch: ObjectKeys | Sequence[PartitionKey]) -> Packed:
     inserted). A directory not ending in ``/`` (none should) still goes in whole. The root
     (``bucket + "\\0"``) has no filter key.
     """
-    keys = batch if isinstance(batch, ObjectKeys) else ObjectKeys.of_partitions(batch)
     buf, offsets = keys.buf, keys.offsets
     if not len(keys):
         empty = np.zeros(0, dtype=np.int64)
@@ -201,51 +196,6 @@ def packed_ancestors(batch: ObjectKeys | Sequence[PartitionKey]) -> Packed:
     starts = np.concatenate([key_starts[owner], key_starts[whole]])
     ends = np.concatenate([slashes + 1, key_ends[whole]])
     return buf, starts, ends
-
-
-def ancestor_keys(
-    batches: Iterable[list[PartitionKey]], progress: Progress = no_progress
-) -> Iterable[tuple[int, list[bytes]]]:
-    """Per batch of partition keys: (partitions, filter keys of ancestors not seen recently).
-
-    A partition key is distinct from every other one, so it is hashed without entering or even
-    consulting the cache (the few that were also inserted as an ancestor cost a second hash, far
-    less than a cache lookup for every partition); its ancestors are shared with other keys and
-    are cached. If an ancestor is in the recent cache, all of its own ancestors went into the
-    filter with it, so the walk stops there.
-    """
-    # Per bucket: directories recently inserted (keyed without the bucket, so a cache hit costs
-    # no string building). Keys come in token order, so the bucket rarely changes between keys.
-    recent: dict[str, set[str]] = {}
-    done = 0
-    last_bucket: str | None = None
-    seen: set[str] = set()
-    add = seen.add
-    prefix = ""
-    for batch in batches:
-        keys: list[bytes] = []
-        append = keys.append
-        for _token, bucket, directory in batch:
-            if bucket != last_bucket:
-                seen = recent.setdefault(bucket, set())
-                add = seen.add
-                prefix = bucket + "\0"
-                last_bucket = bucket
-            if not directory:
-                continue  # the root is never a filter key, nor has ancestors
-            append((prefix + directory).encode("utf-8"))
-            # The parent: up to the second-to-last "/" (rfind's end of -1 skips the final one).
-            directory = directory[: directory.rfind("/", 0, -1) + 1]
-            while directory and directory not in seen:
-                add(directory)
-                append((prefix + directory).encode("utf-8"))
-                directory = directory[: directory.rfind("/", 0, -1) + 1]
-        if sum(map(len, recent.values())) > ANCESTOR_CACHE:
-            recent.clear()
-            last_bucket = None
-        done += len(batch)
-        progress("build", done, None)
-        yield len(batch), keys
 
 
 def _joined_generation(generation: str, now: int) -> tuple[int, int]:
