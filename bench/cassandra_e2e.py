@@ -48,36 +48,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from cassandra import ConsistencyLevel
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+from cassandra.concurrent import execute_concurrent
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import SimpleStatement, tuple_factory
 
-from cassandra import ConsistencyLevel  # noqa: E402
-from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile  # noqa: E402
-from cassandra.concurrent import execute_concurrent  # noqa: E402
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy  # noqa: E402
-from cassandra.query import SimpleStatement, tuple_factory  # noqa: E402
-
-from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job  # noqa: E402
-from dircleaner.model import FolderRow, Shard  # noqa: E402
-from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
-from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig, size_filter  # noqa: E402
-from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
-from dircleaner.progress import Progress  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Store  # noqa: E402
-from dircleaner.store.cassandra.mapping import stored_parent  # noqa: E402
-from dircleaner.store.cassandra.store import CassandraStore  # noqa: E402
-from dircleaner.synth import SynthSpec, generate  # noqa: E402
-from dircleaner.synth.groundtruth import (  # noqa: E402
+from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job
+from dircleaner.model import FolderRow, Shard
+from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
+from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig, size_filter
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.progress import Progress
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.store.cassandra.mapping import stored_parent
+from dircleaner.store.cassandra.store import CassandraStore
+from dircleaner.synth import SynthSpec, generate
+from dircleaner.synth.groundtruth import (
     audited_dirs,
     percentile,
     read_truth,
     score,
     tombstones_by_partition,
 )
-from dircleaner.workers.local import map_shards  # noqa: E402
+from dircleaner.workers.local import map_shards
 
+REPO = Path(__file__).resolve().parent.parent
 STATE_KEY = "bench:dataset"
 #: bump when the dataset a given (dirs, seed, ...) produces changes
 DATASET_FORMAT = 1

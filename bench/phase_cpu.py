@@ -36,21 +36,19 @@ import json
 import math
 import pstats
 import resource
-import sys
 import time
 from collections.abc import Callable, Iterator, Sized
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.e2e import (
+from e2e import (
     DEFAULT_CACHE,
     _parallel_scan,
     copy_dataset,
     ensure_dataset,
     store_url,
 )
+
 from dircleaner.filter.bloom import finish_loading_kernels, start_loading_kernels
 from dircleaner.filter.engines import new_filter
 from dircleaner.gcpause import cyclic_gc_paused

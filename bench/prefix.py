@@ -34,19 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-for entry in (str(REPO), str(BENCH)):
-    if entry not in sys.path:
-        sys.path.insert(0, entry)
+from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url
 
-from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
-
-from dircleaner.model import Shard  # noqa: E402
-from dircleaner.paths import DEFAULT_BUCKET, dir_of_row  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Store  # noqa: E402
-from dircleaner.synth import SynthSpec  # noqa: E402
+from dircleaner.model import Shard
+from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.synth import SynthSpec
 
 PREFIX = "massdel/y2025/"
 _CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner'; main()"

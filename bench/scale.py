@@ -31,6 +31,7 @@ first). Only the record is carried over: the timed run's caches start cold eithe
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -40,10 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.e2e import (  # noqa: E402
+from e2e import (
     DEFAULT_CACHE,
     copy_dataset,
     count_folder_rows,
@@ -51,18 +49,32 @@ from bench.e2e import (  # noqa: E402
     ensure_dataset,
     store_url,
 )
-from dircleaner.filter.bloom import load_kernels  # noqa: E402
-from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean  # noqa: E402
-from dircleaner.job.sliceorder import slice_seconds_key  # noqa: E402
-from dircleaner.model import Shard  # noqa: E402
-from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of  # noqa: E402
-from dircleaner.pipeline.delete import ThrottleConfig  # noqa: E402
-from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Store  # noqa: E402
-from dircleaner.synth import SynthSpec  # noqa: E402
-from dircleaner.workers.base import LocalWorkers, Workers  # noqa: E402
-from tests.daskcluster import LoopbackCluster  # noqa: E402
+
+from dircleaner.filter.bloom import load_kernels
+from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean
+from dircleaner.job.sliceorder import slice_seconds_key
+from dircleaner.model import Shard
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.synth import SynthSpec
+from dircleaner.workers.base import LocalWorkers, Workers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _loopback_cluster(logs: Path, n: int) -> Any:
+    """The tests' loopback cluster (``tests/daskcluster.py``: the real ``dask scheduler`` and
+    ``dask worker`` commands with the README's worker settings), loaded from its file: a bench
+    runs as a script, where the installed package and this directory are importable, not the
+    tests."""
+    spec = importlib.util.spec_from_file_location("daskcluster", ROOT / "tests" / "daskcluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.LoopbackCluster(logs, workers=n)
 
 
 @contextmanager
@@ -74,7 +86,7 @@ def mechanism(mode: str, n: int, logs: Path) -> Iterator[Workers]:
     from dircleaner.workers.daskcluster import DaskWorkers
 
     if mode == "dask":
-        cluster = LoopbackCluster(logs, workers=n)
+        cluster = _loopback_cluster(logs, n)
         try:
             pool = DaskWorkers(cluster.address)
             try:

@@ -35,20 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from dircleaner.job.run import SweepConfig, run_sweep  # noqa: E402
-from dircleaner.model import Shard  # noqa: E402
-from dircleaner.paths import DEFAULT_BUCKET  # noqa: E402
-from dircleaner.pipeline.build import BuildConfig, build_filter  # noqa: E402
-from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
-from dircleaner.scanrate import ScanRate, ScanStats  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Store  # noqa: E402
-from dircleaner.synth import SynthSpec, generate  # noqa: E402
-from dircleaner.workers.base import LocalWorkers  # noqa: E402
+from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.model import Shard
+from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.scanrate import ScanRate, ScanStats
+from dircleaner.store import open_store
+from dircleaner.store.base import Store
+from dircleaner.synth import SynthSpec, generate
+from dircleaner.workers.base import LocalWorkers
 
 STATE_KEY = "bench:scan_rate:dataset"
 #: the write load: rows per request batch, requests in flight

@@ -17,19 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url
 
-from bench.e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url  # noqa: E402
-from dircleaner.filter.bloom import load_kernels  # noqa: E402
-from dircleaner.job.run import CleanConfig, SweepConfig, run_clean  # noqa: E402
-from dircleaner.job.sliceorder import recorded_seconds, slice_seconds_key  # noqa: E402
-from dircleaner.model import Shard  # noqa: E402
-from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of  # noqa: E402
-from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
-from dircleaner.store import open_store  # noqa: E402
-from dircleaner.synth import SynthSpec  # noqa: E402
-from dircleaner.workers.base import CLEAN, LocalWorkers  # noqa: E402
+from dircleaner.filter.bloom import load_kernels
+from dircleaner.job.run import CleanConfig, SweepConfig, run_clean
+from dircleaner.job.sliceorder import recorded_seconds, slice_seconds_key
+from dircleaner.model import Shard
+from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.store import open_store
+from dircleaner.synth import SynthSpec
+from dircleaner.workers.base import CLEAN, LocalWorkers
 
 
 def main() -> None:
