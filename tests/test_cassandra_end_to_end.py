@@ -1,6 +1,6 @@
 """End to end on a real Cassandra node: ground truth, tombstones as Cassandra counts them, the race.
 
-The SQLite versions are test_cli_end_to_end.py, test_race.py and test_cli_errors.py.
+The SQLite versions are test_cli_end_to_end.py, test_clean_race.py and test_cli_errors.py.
 
 DDL is slow, so the module uses two keyspaces, created once by ``dircleaner init-schema`` (which is
 idempotent; they are kept between sessions). Each test works in a bucket of its own, named with a
