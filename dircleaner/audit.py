@@ -386,11 +386,6 @@ def _check_restorable(
         )
 
 
-def read_audit_entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
-    """Every ``(bucket, parent, name)`` of an audit log, validated before anything is written."""
-    return [(e["bucket"], e["parent"], e["name"]) for e in iter_audit_entries(lines)]
-
-
 def restore(store: Store, rows: list[tuple[str, str, str]], timestamp_us: int) -> RestoreResult:
     """Write the folder rows back (at ``timestamp_us``, newer than the deletes)."""
     unique = sorted(set(rows))

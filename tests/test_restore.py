@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,8 +16,8 @@ from dircleaner.audit import (
     BadAuditLog,
     RestoreRefused,
     RestoreResult,
+    iter_audit_entries,
     plan_restore,
-    read_audit_entries,
     restore,
 )
 from dircleaner.errors import UsageError
@@ -55,12 +55,17 @@ def folder_rows(store: Store) -> set[FolderRow]:
     return set(store.iter_folder_rows())
 
 
-# -- read_audit_entries ----------------------------------------------------------------------------
+# -- reading the log -------------------------------------------------------------------------------
+
+
+def entries(lines: Iterable[str]) -> list[tuple[str, str, str]]:
+    """Each entry's ``(bucket, parent, name)``, in the order the restore's plan reads them."""
+    return [(e["bucket"], e["parent"], e["name"]) for e in iter_audit_entries(lines)]
 
 
 def test_reads_every_entry_in_order() -> None:
     lines = [entry("", "x"), entry("x/", "y"), entry("ñ/", 'q"\\\n', bucket="bü")]
-    assert read_audit_entries(lines) == [
+    assert entries(lines) == [
         (BUCKET, "", "x"),
         (BUCKET, "x/", "y"),
         ("bü", "ñ/", 'q"\\\n'),
@@ -70,13 +75,13 @@ def test_reads_every_entry_in_order() -> None:
 def test_blank_lines_are_skipped_but_counted() -> None:
     lines = [entry("", "x"), "\n", "   \n", "{broken\n"]
     with pytest.raises(BadAuditLog) as caught:
-        read_audit_entries(lines)
+        entries(lines)
     assert str(caught.value) == "audit log line 4: not a dircleaner audit entry"
-    assert read_audit_entries([entry("", "x"), "\n", ""]) == [(BUCKET, "", "x")]
+    assert entries([entry("", "x"), "\n", ""]) == [(BUCKET, "", "x")]
 
 
 def test_an_empty_log_has_no_entries() -> None:
-    assert read_audit_entries([]) == []
+    assert entries([]) == []
 
 
 @pytest.mark.parametrize(
@@ -95,7 +100,7 @@ def test_an_empty_log_has_no_entries() -> None:
 )
 def test_a_line_that_is_not_an_entry_names_its_line_number(bad: str) -> None:
     with pytest.raises(BadAuditLog) as caught:
-        read_audit_entries([entry("", "a"), entry("", "b"), bad, entry("", "c")])
+        entries([entry("", "a"), entry("", "b"), bad, entry("", "c")])
     assert str(caught.value) == "audit log line 3: not a dircleaner audit entry"
 
 
@@ -112,7 +117,7 @@ def test_a_line_that_is_not_an_entry_names_its_line_number(bad: str) -> None:
 )
 def test_an_inconsistent_entry_names_its_line_number(bad: str) -> None:
     with pytest.raises(BadAuditLog) as caught:
-        read_audit_entries([entry("", "a"), bad])
+        entries([entry("", "a"), bad])
     assert str(caught.value) == "audit log line 2: inconsistent entry"
 
 
@@ -122,7 +127,7 @@ def test_dir_is_optional_but_checked_when_present() -> None:
         json.dumps({"bucket": "b", "parent": "a/", "name": "d", "dir": None}),
         json.dumps({"bucket": "b", "parent": "", "name": "", "dir": "/"}),
     ]
-    assert read_audit_entries(lines) == [("b", "a/", "c"), ("b", "a/", "d"), ("b", "", "")]
+    assert entries(lines) == [("b", "a/", "c"), ("b", "a/", "d"), ("b", "", "")]
 
 
 def test_bad_audit_log_is_a_usage_error() -> None:
@@ -135,7 +140,7 @@ def test_a_bad_line_anywhere_means_nothing_is_written(store: Store) -> None:
     # the good lines before it from being written.
     lines = [entry("", "x"), entry("x/", "y"), '{"bucket": "bkt"}\n']
     with pytest.raises(BadAuditLog, match="line 3"):
-        restore(store, read_audit_entries(lines), 10)
+        restore(store, plan_restore(lines, AuditSelection()).rows, 10)
     assert folder_rows(store) == set()
 
 
@@ -219,14 +224,14 @@ def test_clean_then_restore_round_trips_through_the_audit_log(store: Store) -> N
     )
     assert folder_rows(store) == {frow("", "a"), frow("a/", "m")}
     log.seek(0)
-    result = restore(store, read_audit_entries(log), 3_000)
+    result = restore(store, plan_restore(log, AuditSelection()).rows, 3_000)
     assert result == RestoreResult(5)
     assert folder_rows(store) == before
 
 
 def test_a_final_line_torn_by_a_kill_is_skipped() -> None:
     torn = entry("", "c")[:20]  # no newline: the write was cut off
-    assert read_audit_entries([entry("", "a"), entry("", "b"), torn]) == [
+    assert entries([entry("", "a"), entry("", "b"), torn]) == [
         (BUCKET, "", "a"),
         (BUCKET, "", "b"),
     ]
@@ -235,7 +240,7 @@ def test_a_final_line_torn_by_a_kill_is_skipped() -> None:
 def test_an_unterminated_bad_line_followed_by_more_is_still_an_error() -> None:
     torn = entry("", "c")[:20]
     with pytest.raises(BadAuditLog, match="line 2: not a dircleaner audit entry"):
-        read_audit_entries([entry("", "a"), torn, entry("", "d")])
+        entries([entry("", "a"), torn, entry("", "d")])
 
 
 def test_a_record_torn_by_a_killed_worker_and_continued_by_another_is_skipped() -> None:
@@ -243,7 +248,7 @@ def test_a_record_torn_by_a_killed_worker_and_continued_by_another_is_skipped() 
     # its fragment on the same line.
     torn = entry("", "c")[:30]
     lines = [entry("", "a"), torn + entry("", "d"), entry("", "e")]
-    assert read_audit_entries(lines) == [(BUCKET, "", "a"), (BUCKET, "", "d"), (BUCKET, "", "e")]
+    assert entries(lines) == [(BUCKET, "", "a"), (BUCKET, "", "d"), (BUCKET, "", "e")]
 
 
 @pytest.mark.parametrize(
@@ -256,19 +261,19 @@ def test_a_record_torn_by_a_killed_worker_and_continued_by_another_is_skipped() 
 )
 def test_a_bad_line_that_is_not_a_torn_record_is_still_an_error(bad: str) -> None:
     with pytest.raises(BadAuditLog, match="line 2"):
-        read_audit_entries([entry("", "a"), bad, entry("", "e")])
+        entries([entry("", "a"), bad, entry("", "e")])
 
 
 def test_a_name_that_looks_like_a_record_start_is_no_split_point() -> None:
     tricky = entry("", 'x{"bucket": "y')
-    assert read_audit_entries([tricky]) == [(BUCKET, "", 'x{"bucket": "y')]
+    assert entries([tricky]) == [(BUCKET, "", 'x{"bucket": "y')]
 
 
 def test_restore_replays_a_log_whose_last_write_was_torn(store: Store, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     log.write_text(entry("", "x") + entry("x/", "y") + entry("", "z")[:15], encoding="utf-8")
     with log.open(encoding="utf-8") as stream:
-        rows = read_audit_entries(stream)
+        rows = plan_restore(stream, AuditSelection()).rows
     restore(store, rows, 10)
     assert {(r.parent, r.name) for r in folder_rows(store)} == {("", "x"), ("x/", "y")}
 
@@ -283,7 +288,7 @@ def test_range_entries_are_replayed_like_any_other() -> None:
         entry("m/", "c2", via="range", range=["c0", "c2"]),
         entry("d/", "b", via="range", range=["c", "a"]),  # a descending table's bounds
     ]
-    assert read_audit_entries(lines) == [
+    assert entries(lines) == [
         (BUCKET, "m/", "c0"),
         (BUCKET, "m/", "c1"),
         (BUCKET, "m/", "c2"),
@@ -301,7 +306,7 @@ def test_a_range_entry_must_name_a_directory_within_its_range(bounds: object) ->
     if bounds is not None:
         fields["range"] = bounds
     with pytest.raises(BadAuditLog, match="line 2: a range entry outside its range"):
-        read_audit_entries([entry("m/", "a"), entry("m/", "c", **fields)])
+        entries([entry("m/", "a"), entry("m/", "c", **fields)])
 
 
 def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
@@ -317,7 +322,7 @@ def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
     execute_plan(store, plan, 2_000, ThrottleConfig(rate=0.0), audit, sleep=lambda _s: None)
     assert {r.name for r in folder_rows(store)} == {"c0", "c5"}
     log.seek(0)
-    assert restore(store, read_audit_entries(log), 3_000) == RestoreResult(4)
+    assert restore(store, plan_restore(log, AuditSelection()).rows, 3_000) == RestoreResult(4)
     assert folder_rows(store) == before
 
 
