@@ -22,6 +22,7 @@ from dircleaner.paths import directories_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.prefix import FolderIndexLooksCyclic, normalise_prefix
 from dircleaner.store import Store, open_store
+from dircleaner.store.base import DirectoryReads
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries, expected_dirs, invoke, said, write_lines
 
@@ -168,18 +169,21 @@ def test_a_whole_top_level_directory_goes_its_root_row_only(
 
 
 def test_an_object_put_during_the_walk_keeps_its_directory(
-    backend: Backend, tmp_path: Path
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put = [f"{PREFIX}m{m:02d}/d{d:02d}/x" for m in range(1, 4) for d in range(1, 4)]
     load(backend, tmp_path, put, put)
     late = f"{PREFIX}m01/late.txt"
-    waves: list[Sequence[str]] = []
+    read_directories = backend.store.read_directories
 
-    def put_after_the_deepest_wave(wave: Sequence[str]) -> None:
-        waves.append(wave)
-        if any(d.startswith(f"{PREFIX}m01/d") for d in wave):
+    def read_then_put(keys: Sequence[tuple[str, str]]) -> DirectoryReads:
+        read = read_directories(keys)
+        if any(d.startswith(f"{PREFIX}m01/d") for _, d in keys):
             # m01/ was probed (empty) a wave ago: the walk will call it empty.
             backend.store.put_objects(backend.bucket, [late], now_us())
+        return read
+
+    monkeypatch.setattr(backend.store, "read_directories", read_then_put)
 
     audit = tmp_path / "audit.jsonl"
     config = PrefixCleanConfig(
@@ -189,7 +193,7 @@ def test_an_object_put_during_the_walk_keeps_its_directory(
         throttle=ThrottleConfig(rate=0),
         audit_log=audit,
     )
-    report = run_prefix_clean(backend.store, config, after_wave=put_after_the_deepest_wave)
+    report = run_prefix_clean(backend.store, config)
     deleted = {e["dir"] for e in audit_entries(audit)}
     # The race happened: the clean deleted m01/ (and its ancestors) as it saw them empty...
     assert {f"{PREFIX}m01/", PREFIX} <= deleted

@@ -32,7 +32,7 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.plan import PlanSummary
-from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, WaveHook, walk_prefix
+from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, walk_prefix
 from dircleaner.pipeline.slice import plan_and_delete
 from dircleaner.progress import Progress, no_progress
 from dircleaner.scanrate import ScanRate
@@ -84,26 +84,23 @@ def run_prefix_clean(
     store: Store,
     config: PrefixCleanConfig,
     progress: Progress = no_progress,
-    after_wave: WaveHook | None = None,
 ) -> PrefixCleanReport:
     """Walk PREFIX, then plan and delete its empty directories as the nightly clean does.
 
     Nothing is deleted unless the walk finished within ``max_deletes`` directories and
-    ``max_depth`` levels. ``after_wave`` is called after each wave of the walk (tests race it).
-    A real clean holds the store's lease (``LeaseHeld`` when another run does); a dry run
-    needs none.
+    ``max_depth`` levels. A real clean holds the store's lease (``LeaseHeld`` when another run
+    does); a dry run needs none.
     """
     if config.dry_run:
-        return _walk_and_clean(store, config, progress, after_wave, None)
+        return _walk_and_clean(store, config, progress, None)
     with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-        return _walk_and_clean(store, config, progress, after_wave, lease.owner)
+        return _walk_and_clean(store, config, progress, lease.owner)
 
 
 def _walk_and_clean(
     store: Store,
     config: PrefixCleanConfig,
     progress: Progress,
-    after_wave: WaveHook | None,
     lease_owner: str | None,
 ) -> PrefixCleanReport:
     walk = walk_prefix(
@@ -113,7 +110,6 @@ def _walk_and_clean(
         max_directories=config.max_deletes,
         max_depth=config.max_depth,
         progress=progress,
-        after_wave=after_wave,
         scan=config.scan.over(store.scan_defaults),
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)

@@ -27,7 +27,7 @@ the folder row of every ancestor after the walk began, and the deletes are stamp
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from dircleaner.errors import GuardRefused, UsageError
@@ -43,9 +43,6 @@ from dircleaner.timeutil import now_us
 MAX_DEPTH = 512
 #: directories read and probed per wave (bounds the requests and results held at once)
 WAVE_DIRS = 10_000
-
-#: called after each wave with the directories it read (tests use it to race the walk)
-WaveHook = Callable[[Sequence[str]], None]
 
 
 class PrefixNotFound(UsageError):
@@ -111,7 +108,6 @@ def walk_prefix(
     max_directories: int = 1_000_000,
     max_depth: int = MAX_DEPTH,
     progress: Progress = no_progress,
-    after_wave: WaveHook | None = None,
     scan: ScanRate | None = None,
 ) -> PrefixWalk:
     """Walk the folder index under ``prefix`` (a normalised directory) and decide emptiness.
@@ -173,8 +169,6 @@ def walk_prefix(
                     )
             walked += len(wave)
             progress("walk", walked, None)
-            if after_wave is not None:
-                after_wave(wave)
         order.extend(level)
         level = below
         depth += 1
