@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.bloom import CHUNK, HASH_NAME, BloomFilter, optimal_params
 from dircleaner.filter.engines import ENGINES, PyBloomLiveFilter, new_filter
+from dircleaner.filter.sizing import distinct_keys
 
 SALT = 0x5EED
 
@@ -188,13 +189,13 @@ def test_false_positive_rate_near_target(p: float, negatives: int) -> None:
     assert filt.estimated_fpr() == pytest.approx(p, rel=0.2)
 
 
-def test_estimated_count_close_to_n() -> None:
+def test_distinct_keys_estimated_from_the_fill_close_to_n() -> None:
     n = 200_000
     filt = BloomFilter.for_capacity(n, 0.01, SALT)
-    assert filt.estimated_count() == 0.0
+    assert distinct_keys(filt.m, filt.k, filt.fill_ratio()) == 0.0
     assert filt.fill_ratio() == 0.0
     filt.add_many(dir_keys(n))
-    assert filt.estimated_count() == pytest.approx(n, rel=0.02)
+    assert distinct_keys(filt.m, filt.k, filt.fill_ratio()) == pytest.approx(n, rel=0.02)
     assert filt.fill_ratio() == pytest.approx(0.5, abs=0.03)  # optimal k half-fills the filter
 
 
@@ -202,7 +203,7 @@ def test_full_filter_estimates() -> None:
     filt = BloomFilter(64, 2, SALT, np.full(1, 2**64 - 1, dtype=np.uint64))
     assert filt.fill_ratio() == 1.0
     assert filt.estimated_fpr() == 1.0
-    assert filt.estimated_count() == math.inf
+    assert distinct_keys(filt.m, filt.k, filt.fill_ratio()) is None
 
 
 # -- union -------------------------------------------------------------------------------------
@@ -298,7 +299,7 @@ def test_pybloom_live_engine_agrees_with_mmh3() -> None:
     disagree = np.flatnonzero(ref_found != our_found)
     assert len(disagree) < 0.05 * len(negatives)  # they differ only on rare false positives
     assert float(ref.contains_many(negatives).mean()) == pytest.approx(0.01, rel=0.3)
-    assert ref.estimated_count() == pytest.approx(n, rel=0.05)
+    assert distinct_keys(ref.m, ref.k, ref.fill_ratio()) == pytest.approx(n, rel=0.05)
 
 
 def test_pybloom_live_single_keys_and_text() -> None:

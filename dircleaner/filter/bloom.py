@@ -166,13 +166,6 @@ def _check_params(m: int, k: int, salt: int) -> None:
     _check_salt(salt)
 
 
-def _estimated_count(m: int, k: int, set_bits: int) -> float:
-    """Swamidass–Baldi estimate of distinct items from the number of set bits."""
-    if set_bits >= m:
-        return math.inf
-    return -m / k * math.log1p(-set_bits / m)
-
-
 def count_set_bits(data: npt.NDArray[np.uint8]) -> int:
     """Count set bits of a byte array (in bounded-size chunks where numpy lacks a popcount)."""
     if hasattr(np, "bitwise_count"):
@@ -439,10 +432,6 @@ class BloomFilter(FilterEngine):
     def estimated_fpr(self) -> float:
         """False-positive rate implied by the current fill: fill_ratio ** k."""
         return self.fill_ratio() ** self.k
-
-    def estimated_count(self) -> float:
-        """Estimated number of distinct keys inserted: -m/k · ln(1 - X/m)."""
-        return _estimated_count(self.m, self.k, count_set_bits(self._bytes))
 
     def bits_bytes(self) -> bytes:
         """The bit array as little-endian uint64 words."""

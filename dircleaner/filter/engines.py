@@ -25,7 +25,6 @@ from dircleaner.filter.bloom import (
     FilterEngine,
     Key,
     _check_salt,
-    _estimated_count,
     _require_same,
     slices,
 )
@@ -203,10 +202,6 @@ class PyBloomLiveFilter(FilterEngine):
     def estimated_fpr(self) -> float:
         """False-positive rate implied by the current fill: fill_ratio ** k."""
         return self.fill_ratio() ** self.k
-
-    def estimated_count(self) -> float:
-        """Estimated number of distinct keys inserted: -m/k · ln(1 - X/m)."""
-        return _estimated_count(self.m, self.k, int(self._bf.bitarray.count(1)))
 
     def bits_bytes(self) -> bytes:
         """pybloom-live's bitarray as bytes (little-endian bit order, zero padding)."""
