@@ -55,7 +55,7 @@ class PrefixCleanConfig:
     #: rewrite a live partition over its budget when it has at most this many rows to copy
     max_rewrite_rows: int = 100_000
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    #: the folders table's grace period, if not the store's own (tests)
+    #: the folders table's grace period, if not the store's own (--grace-period)
     grace_period_s: float | None = None
     max_deletes: int = DEFAULT_MAX_DELETES
     max_depth: int = MAX_DEPTH
