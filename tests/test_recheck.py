@@ -1,0 +1,67 @@
+"""The re-check asks the objects table again about every candidate directory, and about the
+own directory of a partition found empty whose row is not a candidate here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.pipeline import recheck
+from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.store import open_store
+from dircleaner.store.base import Store, murmur_token
+
+B = "b"
+
+
+def key(parent: str) -> PartitionKey:
+    return PartitionKey(murmur_token(B, parent), B, parent)
+
+
+def facts(parent: str, names: list[str], *, dir_absent: bool = False) -> PartitionFacts:
+    k = key(parent)
+    rows = tuple(FolderRow(k.token, B, parent, name) for name in names)
+    return PartitionFacts(k, len(rows), rows, dir_absent=dir_absent)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with open_store(f"sqlite:///{tmp_path / 'meta.db'}", create=True) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("batch", [1, 2, 100_000])
+def test_candidates_that_gained_an_object_are_found(
+    store: Store, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    monkeypatch.setattr(recheck, "RECHECK_BATCH", batch)
+    swept = [facts("", ["a", "b"]), facts("a/", ["c", "d", "e"])]
+    store.put_objects(B, ["a/d/new", "b/x/deep"], 10)  # put since the build
+    found = find_nonempty(store, swept)
+    # b/ holds no object itself (b/x/ does): the re-check reads each directory's own partition.
+    assert found.nonempty == {(B, "a/d/")}
+    assert (found.candidates, found.parents, found.checked) == (5, 0, 5)
+
+
+def test_an_empty_partitions_own_directory_is_checked_when_no_candidate_row_covers_it(
+    store: Store,
+) -> None:
+    # q/r/'s row sits in q/'s partition, which another slice sweeps: only this one checks it.
+    swept = [facts("q/r/", ["s"], dir_absent=True), facts("a/", ["c"], dir_absent=True)]
+    store.put_objects(B, ["q/r/late"], 10)
+    found = find_nonempty(store, [facts("", ["a"]), *swept])
+    assert found.nonempty == {(B, "q/r/")}
+    # a/ is a candidate row of the root's partition, so it is not counted twice.
+    assert (found.candidates, found.parents) == (3, 1)
+
+
+def test_nothing_to_check_reads_nothing(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unexpected(_keys: object) -> set[tuple[str, str]]:
+        raise AssertionError("read the store for no candidate")
+
+    monkeypatch.setattr(store, "nonempty_object_partitions", unexpected)
+    found = find_nonempty(store, [])
+    assert (found.nonempty, found.checked) == (set(), 0)
