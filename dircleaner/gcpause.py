@@ -13,8 +13,8 @@ def cyclic_gc_paused() -> Iterator[None]:
 
     Scan rows, candidate rows and plan actions are tuples and strings that never form cycles:
     reference counting frees them as usual, while every collection the allocations trigger walks
-    whatever is alive (the sweep's candidates, the build's ancestor cache) and finds nothing. A
-    full build at 30M directories spent a fifth of its ancestor walk in such collections. Forked
+    whatever is alive (the sweep's candidates, the plan's actions) and finds nothing. A full
+    build at 30M directories once spent a fifth of its ancestor walk in such collections. Forked
     workers inherit the paused state.
     """
     enabled = gc.isenabled()
