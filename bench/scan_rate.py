@@ -46,7 +46,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter  # noqa: E402
 from dircleaner.pipeline.guards import GuardConfig  # noqa: E402
 from dircleaner.scanrate import ScanRate, ScanStats  # noqa: E402
 from dircleaner.store import open_store  # noqa: E402
-from dircleaner.store.base import Store  # noqa: E402
+from dircleaner.store.base import Store, index_writer  # noqa: E402
 from dircleaner.synth import SynthSpec, generate  # noqa: E402
 from dircleaner.workers.base import LocalWorkers  # noqa: E402
 
@@ -140,7 +140,7 @@ def write_load(url: str, seconds: float) -> None:
         n = 0
         while time.monotonic() < deadline:
             rows = [("load", f"p{(n + i) % 5000}/", f"r{n + i}") for i in range(LOAD_BATCH * 8)]
-            store.write_folder_rows(rows, int(time.time() * 1e6))
+            index_writer(store).write_folder_rows(rows, int(time.time() * 1e6))
             n += len(rows)
 
 

@@ -114,7 +114,7 @@ def _walk_and_clean(
         max_depth=config.max_depth,
         progress=progress,
         after_wave=after_wave,
-        scan=config.scan.over(store.scan_defaults),
+        scan=config.scan.over(store.traits.scan_defaults),
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
     # T: after the walk began, an entry (re)written survives whatever happens here.
