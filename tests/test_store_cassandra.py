@@ -24,6 +24,7 @@ from cassandra.metadata import Murmur3Token
 
 import dircleaner.store.cassandra.reads as cassandra_reads
 import dircleaner.store.cassandra.requests as cassandra_requests
+import dircleaner.store.cassandra.scans as cassandra_scans
 from dircleaner.errors import SchemaError, TransientStoreError, UsageError
 from dircleaner.model import ActionKind, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import split_key
@@ -342,7 +343,7 @@ class TestCassandraNode:
     ) -> None:
         rows = [("b", f"p{i}/", f"n{j}") for i in range(200) for j in range(5)]
         store.write_folder_rows(rows, self.t0)
-        monkeypatch.setattr(cassandra_reads, "COUNT_LIMIT", 100)
+        monkeypatch.setattr(cassandra_scans, "COUNT_LIMIT", 100)
         estimate = store.estimate_directory_count()
         assert not estimate.exact
         assert "extrapolated" in estimate.method
