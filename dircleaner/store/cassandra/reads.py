@@ -4,7 +4,6 @@ tombstone count (tests)."""
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
@@ -16,8 +15,6 @@ from dircleaner.store.base import PARTITION_PAGE_ROWS
 from dircleaner.store.cassandra.mapping import model_parent, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
 from dircleaner.store.cassandra.session import map_error
-
-log = logging.getLogger(__name__)
 
 #: verify re-check: IN reads bound and run at a time (bounds the bound statements held at once)
 VERIFY_WAVE_READS = 1000
