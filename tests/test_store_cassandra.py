@@ -255,6 +255,25 @@ class TestCassandraNode:
         assert store.tombstones_in_partition("b", r) == 2
         assert len(folder_rows(store)) == 10
 
+    def test_the_deletes_are_requests_a_caller_may_send_itself(self, store: CassandraStore) -> None:
+        # What a caller that sends the deletes its own way (a window) builds on: every
+        # partition is in exactly one IN request, and sending them one by one deletes them.
+        parents = [f"w{self.t0}-{i}/" for i in range(70)]
+        store.write_folder_rows([("b", p, "d") for p in parents], self.t0)
+        keys = [PartitionKey(row.token, row.bucket, row.parent) for row in folder_rows(store)]
+        keys.append(keys[0])  # a partition asked twice is deleted by the one request
+        items, members = store.deletes.partition_deletes(keys, self.t0)
+        assert sorted(i for taken in members for i in taken) == list(range(len(keys)))
+        assert 1 < len(items) < len(keys)  # grouped into IN requests
+        assert all(store.deletes.send([item]) == [None] for item in items)
+        assert folder_rows(store) == []
+        later = self.t0 + 1  # past the partition deletes
+        store.write_folder_rows([("b", parents[0], "d"), ("b", parents[0], "e")], later)
+        (row, other) = folder_rows(store)
+        (request,) = store.deletes.row_deletes([row], later)
+        assert store.deletes.send([request]) == [None]
+        assert folder_rows(store) == [other]
+
     def test_filter_cell_over_one_mebibyte_is_refused(self, store: CassandraStore) -> None:
         with pytest.raises(ValueError, match="1 MiB"):
             store.put_filter_cell("g", 0, 0, b"x" * ((1 << 20) + 1))

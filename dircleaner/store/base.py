@@ -123,7 +123,14 @@ class StoreTraits:
 
 
 class Store(abc.ABC):
-    """A metastore holding ``objects`` and ``folders`` index tables and our filters table."""
+    """A metastore holding ``objects`` and ``folders`` index tables and our filters table.
+
+    A backend writes the abstract primitives: the two index scans, one folders partition in
+    pages, the objects probe of a batch of partitions, the four deletes at a timestamp (rows,
+    ranges, partitions, the partition rewrite) and the job's own tables. Every other method
+    derives from them; a backend overrides one only to do it faster (an ``IN`` read, a
+    ``COUNT``), and declares what it can do in ``traits``.
+    """
 
     #: what this store can do (``StoreTraits``); a backend sets its own, per instance if need be
     traits: StoreTraits = StoreTraits()

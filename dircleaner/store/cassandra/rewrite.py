@@ -76,16 +76,13 @@ class PartitionRewrite:
                 " run with --max-rewrite-rows 0"
             )
         names = [_q(c.name) for c in regular]
-        key = ", ".join(_q(c) for c in self.requests.key_columns)
-        key_eq = " AND ".join(f"{_q(c)} = ?" for c in self.requests.key_columns)
-        name = _q(cfg.columns.name)
-        ref = f"{_q(cfg.keyspace)}.{_q(cfg.tables.folders)}"
-        selected = ", ".join([name, *names, *(f"TTL({n})" for n in names)])
-        read = self.requests.prepare(f"SELECT {selected} FROM {ref} WHERE {key_eq}")
-        columns = ", ".join([key, name, *names])
+        cql = self.requests.cql
+        selected = ", ".join([cql.name, *names, *(f"TTL({n})" for n in names)])
+        read = self.requests.prepare(f"SELECT {selected} FROM {cql.folders} WHERE {cql.key_eq}")
+        columns = ", ".join([cql.key, cql.name, *names])
         marks = ", ".join("?" for _ in range(len(self.requests.key_columns) + 1 + len(names)))
         write = self.requests.prepare(
-            f"INSERT INTO {ref} ({columns}) VALUES ({marks}) USING TIMESTAMP ?"
+            f"INSERT INTO {cql.folders} ({columns}) VALUES ({marks}) USING TIMESTAMP ?"
         )
         self._statements = (read, write, len(names))
         return self._statements
