@@ -42,7 +42,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.scanrate import ScanRate, ScanStats
 from dircleaner.store import open_store
-from dircleaner.store.base import Store
+from dircleaner.store.base import Store, index_writer
 from dircleaner.synth import SynthSpec, generate
 from dircleaner.workers.base import LocalWorkers
 
@@ -136,7 +136,7 @@ def write_load(url: str, seconds: float) -> None:
         n = 0
         while time.monotonic() < deadline:
             rows = [("load", f"p{(n + i) % 5000}/", f"r{n + i}") for i in range(LOAD_BATCH * 8)]
-            store.write_folder_rows(rows, int(time.time() * 1e6))
+            index_writer(store).write_folder_rows(rows, int(time.time() * 1e6))
             n += len(rows)
 
 

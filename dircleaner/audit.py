@@ -21,7 +21,7 @@ from typing import IO, Any
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.paths import dir_of_row
-from dircleaner.store.base import Store
+from dircleaner.store.base import Store, index_writer
 from dircleaner.timeutil import format_utc, parse_utc_time
 
 RESTORE_BATCH = 1000
@@ -389,6 +389,7 @@ def _check_restorable(
 def restore(store: Store, rows: list[tuple[str, str, str]], timestamp_us: int) -> RestoreResult:
     """Write the folder rows back (at ``timestamp_us``, newer than the deletes)."""
     unique = sorted(set(rows))
+    writer = index_writer(store)
     for start in range(0, len(unique), RESTORE_BATCH):
-        store.write_folder_rows(unique[start : start + RESTORE_BATCH], timestamp_us)
+        writer.write_folder_rows(unique[start : start + RESTORE_BATCH], timestamp_us)
     return RestoreResult(len(unique))

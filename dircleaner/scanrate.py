@@ -44,7 +44,7 @@ B = TypeVar("B", bound=Sequence[object])
 class ScanRate:
     """How fast the scans may read, for the whole job or for one slice's share of it.
 
-    A field left None takes the store's setting (``Store.scan_defaults``: the Cassandra config
+    A field left None takes the store's setting (``StoreTraits.scan_defaults``: the Cassandra config
     file's ``scan_rate`` and ``scan_slow_page_s``), else the default.
     """
 

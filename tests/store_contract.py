@@ -25,7 +25,9 @@ from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.store.base import (
     HEADER_SEQ,
     MARKER_SEQ,
+    IndexWriter,
     Store,
+    StoreTraits,
     TombstoneCharge,
     TombstoneCounter,
     missing_bucket,
@@ -135,6 +137,8 @@ class StoreContract:
         assert store.get_state("nothing") is None
         assert not store.objects_partition_nonempty(self.BUCKET, "a/")
         assert store.scope_id() == store.scope_id() != ""
+        assert store.scope_id().startswith(f"{store.traits.scheme}:")
+        assert isinstance(store.traits, StoreTraits) and isinstance(store, IndexWriter)
 
     # -- puts and the folder index -----------------------------------------------------------------
     def test_put_creates_object_row_and_every_ancestor(self, store: Store) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from dircleaner.pipeline.budget import resolve_budget
 from dircleaner.store import open_store
-from dircleaner.store.cassandra.writes import lowest_warn_threshold
+from dircleaner.store.cassandra.deletes import lowest_warn_threshold
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from dircleaner.store.cassandra.config import (
     CassandraConfig,
     CassandraUrl,
     Columns,
+    PhaseConsistency,
     Tables,
     load_cassandra_config,
     parse_cassandra_url,
@@ -37,7 +38,7 @@ from dircleaner.store.cassandra.mapping import (
 )
 from dircleaner.store.cassandra.schema import schema_cql
 from dircleaner.store.cassandra.session import map_error
-from dircleaner.store.cassandra.store import CassandraStore
+from dircleaner.store.cassandra.store import CassandraStore, cassandra_traits
 from tests.helpers import write_toml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -233,6 +234,22 @@ def test_defaults_without_a_file() -> None:
     assert cfg.root_parent == "/" and cfg.columns.bucket == "bucket"
     assert cfg.consistency.write == "LOCAL_QUORUM"
     assert not cfg.tls.enabled
+
+
+def test_traits_follow_the_config() -> None:
+    default = cassandra_traits(CassandraConfig())
+    assert default.scheme == "cassandra" and default.deletes_per_request > 1
+    # the default build reads at LOCAL_ONE, the sweep at a quorum
+    assert not default.build_sees_every_write and default.sweep_sees_every_write
+    assert not default.cheap_exact_count and default.spread_deletes
+    cfg = CassandraConfig(
+        consistency=PhaseConsistency(build="QUORUM", sweep="ONE"),
+        scan_rate=500.0,
+        scan_slow_page_s=2.0,
+    )
+    traits = cassandra_traits(cfg)
+    assert traits.build_sees_every_write and not traits.sweep_sees_every_write
+    assert (traits.scan_defaults.rows_per_s, traits.scan_defaults.slow_page_s) == (500.0, 2.0)
 
 
 def test_example_file_loads() -> None:

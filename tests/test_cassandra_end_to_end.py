@@ -110,12 +110,15 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
     cfg = store.config
     cutoff = now_us()
     where = " AND ".join(f'"{c}" = ?' for c in (cfg.columns.bucket, cfg.columns.parent) if c)
-    delete_objects = store._session.prepare(
+    delete_objects = store.requests.session.prepare(
         f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.objects}" USING TIMESTAMP ? WHERE {where}'
     )
     objects = [k for batch in store.scan_object_partitions(Shard(), bucket) for k in batch]
-    params = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in objects]
-    assert all(r is None for r in store._outcomes(store._run_many(delete_objects, params, "write")))
+    params = [(cutoff, *store.requests.key_values(k.bucket, k.parent)) for k in objects]
+    assert all(
+        r is None
+        for r in store.requests.outcomes(store.requests.run_many(delete_objects, params, "write"))
+    )
     folders = {
         (r.bucket, r.parent): PartitionKey(r.token, r.bucket, r.parent)
         for r in store.iter_folder_rows(bucket)
@@ -124,7 +127,7 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
     for info in list_generations(store):
         if info.header is not None and info.header.scope.endswith(f"|bucket={bucket}"):
             store.delete_filter_generation(info.generation)
-    store._session.execute(
+    store.requests.session.execute(
         f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.state}" WHERE "key" = %s',
         (swept_count_key(scope_of(store, bucket)),),
     )
@@ -428,7 +431,8 @@ def test_puts_during_a_clean_keep_their_directories(
 ) -> None:
     if not verify:
         # --no-verify needs a build at a quorum (on one node, LOCAL_ONE reads the same rows).
-        monkeypatch.setattr(store, "build_sees_every_write", True)
+        traits = dataclasses.replace(store.traits, build_sees_every_write=True)
+        monkeypatch.setattr(store, "traits", traits)
     seed_empty_dirs(store, bucket, N)
     build_filter(store, BuildConfig(fpr=0.001, bucket=bucket))
     writer = Writer(ks_url, bucket)
@@ -624,7 +628,7 @@ def grace_url(cassandra_url: str) -> str:
     url = _init_keyspace(cassandra_url, "grace")
     with CassandraStore.open(url) as opened:
         cfg = opened.config
-        opened._session.execute(
+        opened.requests.session.execute(
             f'ALTER TABLE "{cfg.keyspace}"."{cfg.tables.folders}" WITH gc_grace_seconds = 60'
         )
     return url

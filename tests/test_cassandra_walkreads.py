@@ -10,7 +10,7 @@ import pytest
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
 from dircleaner.store.base import DirectoryReads
-from dircleaner.store.cassandra.walkreads import CassandraWalkReads, _mapped, _Read
+from dircleaner.store.cassandra.walkreads import WalkReads, _mapped, _Read
 
 
 def read(probe: bool) -> _Read:
@@ -31,7 +31,7 @@ def test_a_partition_not_asked_for_is_a_mapping_error(probe: bool, what: str) ->
         _mapped(read(probe), "x/")
 
 
-class Canned(CassandraWalkReads):
+class Canned(WalkReads):
     def __init__(self, found: dict[tuple[str, str], list[FolderRow]]) -> None:
         self.found = found
         self.asked: list[Any] = []

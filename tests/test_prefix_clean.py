@@ -6,6 +6,7 @@ module's keyspace, forgotten afterwards), through the CLI where the CLI is the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -367,13 +368,14 @@ def test_a_clean_killed_mid_delete_is_finished_by_running_it_again(
     # Batches of ``concurrency`` actions on both backends, so the third one comes mid-delete
     # (Cassandra hands concurrency × its partition deletes per request at once); the second
     # run below deletes in the store's own batches.
-    store.deletes_per_request = 1
+    traits = store.traits
+    store.traits = dataclasses.replace(traits, deletes_per_request=1)
     try:
         with pytest.raises(Killed):
             run_prefix_clean(store, config)
     finally:
         del store.delete_folder_rows
-        del store.deletes_per_request
+        store.traits = traits
     halfway = listed(backend)
     assert uninterrupted < halfway < every  # some deletes landed, not all
     report = run_prefix_clean(store, config)

@@ -29,8 +29,8 @@ def fresh_store(cassandra_url: str, suffix: str, columns: str) -> Iterator[Cassa
     with CassandraStore.open(url, create=True) as setup:
         cfg = setup.config
         table = f'"{cfg.keyspace}"."{cfg.tables.folders}"'
-        setup._session.execute(f"DROP TABLE IF EXISTS {table}")
-        setup._session.execute(
+        setup.requests.session.execute(f"DROP TABLE IF EXISTS {table}")
+        setup.requests.session.execute(
             f"CREATE TABLE {table} (bucket text, parent text, name text, {columns},"
             " PRIMARY KEY ((bucket, parent), name))"
         )
@@ -56,7 +56,7 @@ def test_every_regular_column_is_copied_and_nulls_stay_unset(
     store = with_columns
     cfg = store.config
     table = f'"{cfg.keyspace}"."{cfg.tables.folders}"'
-    session = store._session
+    session = store.requests.session
     t = now_us() - 60_000_000
     when = datetime.datetime(2026, 4, 11, 3, 0, tzinfo=datetime.UTC)
     insert = session.prepare(

@@ -14,14 +14,13 @@ import pytest
 from dircleaner.errors import UsageError
 from dircleaner.pipeline.guards import check_scan_consistency
 from dircleaner.store import open_store
-from dircleaner.store.base import Store
+from dircleaner.store.base import Store, StoreTraits
 from tests.helpers import invoke, write_toml
 
 
 class _Scans:
     def __init__(self, build: bool, sweep: bool) -> None:
-        self.build_sees_every_write = build
-        self.sweep_sees_every_write = sweep
+        self.traits = StoreTraits(build_sees_every_write=build, sweep_sees_every_write=sweep)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +57,7 @@ def test_cassandra_defaults_build_at_local_one_and_refuse_no_verify(
 
     url = _init_keyspace(cassandra_url, "scancons")
     with open_store(url) as store:
-        assert not store.build_sees_every_write and store.sweep_sees_every_write
+        assert not store.traits.build_sees_every_write and store.traits.sweep_sees_every_write
     for command in ("clean", "run"):
         result = invoke(url, command, "--no-verify", "--bucket", "nothing-here")
         assert result.exit_code == 2, result.output

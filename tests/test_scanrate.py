@@ -6,7 +6,7 @@ On a fake clock (sleeping advances it), so the figures are exact and nothing is 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from cassandra import OperationTimedOut, ReadFailure
@@ -183,12 +183,12 @@ class _Statement:
 
 
 def cassandra_pages(session: _FlakySession, t: ScanThrottle) -> Iterator[list[tuple[Any, ...]]]:
+    from dircleaner.store.cassandra.config import CassandraConfig
     from dircleaner.store.cassandra.requests import CassandraRequests
 
-    requests = CassandraRequests()
-    requests._session = session  # type: ignore[assignment,unused-ignore]
-    requests.retry_policy = RetryPolicy(attempts=4, base_s=0.0, cap_s=0.0)
-    return requests._pages(_Statement(), (), "sweep", 100, throttle=t)
+    no_wait = RetryPolicy(attempts=4, base_s=0.0, cap_s=0.0)
+    requests = CassandraRequests(CassandraConfig(), None, cast(Any, session), no_wait)
+    return requests.pages(_Statement(), (), "sweep", 100, throttle=t)
 
 
 def test_cassandra_scan_pages_back_off_on_timeouts_and_read_failures() -> None:

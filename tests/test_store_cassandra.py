@@ -24,6 +24,7 @@ from cassandra.metadata import Murmur3Token
 
 import dircleaner.store.cassandra.reads as cassandra_reads
 import dircleaner.store.cassandra.requests as cassandra_requests
+import dircleaner.store.cassandra.scans as cassandra_scans
 from dircleaner.errors import SchemaError, TransientStoreError, UsageError
 from dircleaner.model import ActionKind, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import split_key
@@ -96,7 +97,7 @@ def empty_store(store: CassandraStore) -> int:
     test's writes after it, gives each test an empty store in a few tens of ms.
     """
     cfg = store.config
-    session = store._session
+    session = store.requests.session
     cutoff = now_us() + TEST_SPAN_US
     key_cols = [c for c in (cfg.columns.bucket, cfg.columns.parent) if c]
     where = " AND ".join(f'"{c}" = ?' for c in key_cols)
@@ -104,8 +105,11 @@ def empty_store(store: CassandraStore) -> int:
         f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.objects}" USING TIMESTAMP ? WHERE {where}'
     )
     object_keys = [k for batch in store.scan_object_partitions(Shard()) for k in batch]
-    args = [(cutoff, *store._key_values(k.bucket, k.parent)) for k in object_keys]
-    assert all(r is None for r in store._outcomes(store._run_many(delete_objects, args, "write")))
+    args = [(cutoff, *store.requests.key_values(k.bucket, k.parent)) for k in object_keys]
+    assert all(
+        r is None
+        for r in store.requests.outcomes(store.requests.run_many(delete_objects, args, "write"))
+    )
     folder_keys = {
         (r.bucket, r.parent): PartitionKey(r.token, r.bucket, r.parent)
         for batch in store.scan_folder_rows(Shard())
@@ -174,9 +178,11 @@ class TestCassandraCustomMapping(StoreContract):
     def test_the_mapping_is_what_cassandra_holds(self, store: CassandraStore) -> None:
         store.put_objects("only", ["a/b/c", "top"], self.t0)
         cfg = store.config
-        rows = store._session.execute(f'SELECT dir, entry FROM "{cfg.keyspace}".s3_dirs')
+        rows = store.requests.session.execute(f'SELECT dir, entry FROM "{cfg.keyspace}".s3_dirs')
         assert sorted(tuple(r) for r in rows) == [("/", "a"), ("/a/", "b")]
-        parents = store._session.execute(f'SELECT DISTINCT dir FROM "{cfg.keyspace}".s3_objs')
+        parents = store.requests.session.execute(
+            f'SELECT DISTINCT dir FROM "{cfg.keyspace}".s3_objs'
+        )
         assert sorted(r[0] for r in parents) == ["/", "/a/b/"]
         assert store.scope_id() == f"cassandra:{cfg.keyspace}.s3_objs,s3_dirs"
 
@@ -203,8 +209,8 @@ class TestCassandraNode:
         return cassandra_store
 
     def test_negotiates_protocol_v5_and_token_ring(self, store: CassandraStore) -> None:
-        assert store._cluster.protocol_version >= 5
-        assert store._cluster.metadata.token_map is not None
+        assert store.requests.cluster.protocol_version >= 5
+        assert store.requests.cluster.metadata.token_map is not None
 
     def test_row_tombstones_are_reported_by_the_traced_read(self, store: CassandraStore) -> None:
         p = f"p{self.t0}/"
@@ -248,6 +254,25 @@ class TestCassandraNode:
         # markers, however many rows it shadows.
         assert store.tombstones_in_partition("b", r) == 2
         assert len(folder_rows(store)) == 10
+
+    def test_the_deletes_are_requests_a_caller_may_send_itself(self, store: CassandraStore) -> None:
+        # What a caller that sends the deletes its own way (a window) builds on: every
+        # partition is in exactly one IN request, and sending them one by one deletes them.
+        parents = [f"w{self.t0}-{i}/" for i in range(70)]
+        store.write_folder_rows([("b", p, "d") for p in parents], self.t0)
+        keys = [PartitionKey(row.token, row.bucket, row.parent) for row in folder_rows(store)]
+        keys.append(keys[0])  # a partition asked twice is deleted by the one request
+        items, members = store.deletes.partition_deletes(keys, self.t0)
+        assert sorted(i for taken in members for i in taken) == list(range(len(keys)))
+        assert 1 < len(items) < len(keys)  # grouped into IN requests
+        assert all(store.deletes.send([item]) == [None] for item in items)
+        assert folder_rows(store) == []
+        later = self.t0 + 1  # past the partition deletes
+        store.write_folder_rows([("b", parents[0], "d"), ("b", parents[0], "e")], later)
+        (row, other) = folder_rows(store)
+        (request,) = store.deletes.row_deletes([row], later)
+        assert store.deletes.send([request]) == [None]
+        assert folder_rows(store) == [other]
 
     def test_filter_cell_over_one_mebibyte_is_refused(self, store: CassandraStore) -> None:
         with pytest.raises(ValueError, match="1 MiB"):
@@ -337,7 +362,7 @@ class TestCassandraNode:
     ) -> None:
         rows = [("b", f"p{i}/", f"n{j}") for i in range(200) for j in range(5)]
         store.write_folder_rows(rows, self.t0)
-        monkeypatch.setattr(cassandra_reads, "COUNT_LIMIT", 100)
+        monkeypatch.setattr(cassandra_scans, "COUNT_LIMIT", 100)
         estimate = store.estimate_directory_count()
         assert not estimate.exact
         assert "extrapolated" in estimate.method
@@ -348,7 +373,7 @@ class TestCassandraNode:
     ) -> None:
         store.write_folder_rows([("b", f"p{i}/", "n" * 20) for i in range(300)], self.t0)
         # 100k partitions of 2 KB each, names of 20 bytes: ≈ 2e8 / 26 rows.
-        monkeypatch.setattr(store, "_size_estimate", lambda: (100_000, 200_000_000, 16, 1))
+        monkeypatch.setattr(store.scans, "size_estimate", lambda: (100_000, 200_000_000, 16, 1))
         estimate = store.estimate_directory_count()
         assert not estimate.exact
         assert estimate.count == -(-200_000_000 // 26)
@@ -356,7 +381,7 @@ class TestCassandraNode:
 
     def test_size_estimates_are_read_from_every_node(self, store: CassandraStore) -> None:
         # On a fresh table the recorder has nothing yet (or only zeros): None means "count".
-        result = store._size_estimate()
+        result = store.scans.size_estimate()
         assert result is None or result[0] > 0
 
     def test_open_without_create_checks_the_schema(self, cassandra_url: str) -> None:
@@ -401,7 +426,7 @@ class TestCassandraNode:
     def test_consistency_profiles_follow_the_config(
         self, cassandra_url: str, custom_store: CassandraStore
     ) -> None:
-        profiles = custom_store._cluster.profile_manager.profiles
+        profiles = custom_store.requests.cluster.profile_manager.profiles
         assert profiles["build"].consistency_level == ConsistencyLevel.ONE
         assert profiles["sweep"].consistency_level == ConsistencyLevel.LOCAL_ONE
         assert profiles["delete"].consistency_level == ConsistencyLevel.LOCAL_QUORUM
@@ -457,12 +482,12 @@ def recheck_case(store: CassandraStore, buckets: list[str], t0: int, dirs: int) 
 
 def key_values(store: CassandraStore, bucket: str, parent: str) -> tuple[str, ...]:
     """The bound values of a partition key: ``(bucket, stored parent)`` or ``(stored parent,)``."""
-    return tuple(str(v) for v in store._key_values(bucket, parent))
+    return tuple(str(v) for v in store.requests.key_values(bucket, parent))
 
 
 def ring_range(store: CassandraStore, token: int) -> int:
     """Index of the token range (previous ring token, ring token] holding ``token``."""
-    token_map = store._cluster.metadata.token_map
+    token_map = store.requests.cluster.metadata.token_map
     ring = sorted(int(t.value) for t in token_map.ring)
     return bisect.bisect_left(ring, token) % len(ring)
 
@@ -488,11 +513,11 @@ class TestCassandraRecheck:
     @pytest.fixture(autouse=True)
     def restore_config(self, case: RecheckCase, monkeypatch: pytest.MonkeyPatch) -> None:
         # Tests change verify_batch on the shared store; monkeypatch puts the config back.
-        monkeypatch.setattr(case.store, "config", case.store.config)
+        monkeypatch.setattr(case.store.requests, "config", case.store.config)
 
     @staticmethod
     def with_batch(store: CassandraStore, batch: int) -> None:
-        store.config = dataclasses.replace(store.config, verify_batch=batch)
+        store.requests.config = dataclasses.replace(store.config, verify_batch=batch)
 
     @pytest.mark.parametrize("batch", [1, 7, 100, 5000])
     def test_same_answers_as_the_single_key_probe(self, case: RecheckCase, batch: int) -> None:
@@ -515,8 +540,8 @@ class TestCassandraRecheck:
         self.with_batch(store, 16)
         unique = list(dict.fromkeys(case.asked))
         ranges = {ring_range(store, partition_token(key_values(store, *k))) for k in unique}
-        assert len(ranges) == len(store._cluster.metadata.token_map.ring)  # every range
-        reads = [store._bind_in_probe(*chunk) for chunk in store._verify_chunks(unique)]
+        assert len(ranges) == len(store.requests.cluster.metadata.token_map.ring)  # every range
+        reads = [store.reads.bind_in_probe(*chunk) for chunk in store.reads.verify_chunks(unique)]
         covered: set[tuple[str, ...]] = set()
         for bound in reads:
             values = [bytes(v).decode("utf-8") for v in bound.values]
@@ -529,7 +554,7 @@ class TestCassandraRecheck:
             }
             assert bound.fetch_size is None
             covered.update(keys)
-        stored = {store._key_values(*k) for k in unique}
+        stored = {store.requests.key_values(*k) for k in unique}
         assert covered == stored
         # Neighbouring reads go to different ranges (interleaved), as far as there are several.
         first = [ring_range(store, b.routing_token) for b in reads[:8]]
@@ -543,7 +568,7 @@ class TestCassandraRecheck:
             assert partition_token(key_values(store, key.bucket, key.parent)) == key.token
         # ... and what the driver routes a bound single-key read by.
         for key in scanned[:50]:
-            bound = store._object_probe.bind(store._key_values(key.bucket, key.parent))
+            bound = store.reads.object_probe.bind(store.requests.key_values(key.bucket, key.parent))
             assert Murmur3Token.hash_fn(bound.routing_key) == key.token
 
     def test_a_key_repeated_in_in_is_read_once(self, case: RecheckCase) -> None:
@@ -555,10 +580,10 @@ class TestCassandraRecheck:
         )
         stored = [stored_parent(store.config, p) for p in (parent, other[1])]
         values = (stored[0], stored[1], stored[1], stored[1])
-        bound = store._in_probe(4).bind(
+        bound = store.reads.in_probe(4).bind(
             (bucket, *values) if store.config.columns.bucket else values
         )
-        result = store._session.execute(bound, execution_profile="trace", trace=True)
+        result = store.requests.session.execute(bound, execution_profile="trace", trace=True)
         assert len(result.current_rows) == 1
         events = result.get_query_trace(max_wait_sec=10.0).events
         reads = [e for e in events if "Executing single-partition query" in str(e.description)]
@@ -642,8 +667,8 @@ def desc_store(cassandra_url: str) -> Iterator[CassandraStore]:
     cfg = load_cassandra_config(parse_cassandra_url(url), None)
     with CassandraStore.open(cassandra_url) as admin:
         create_keyspace, _objects, folders, *_ = schema_cql(cfg)
-        admin._session.execute(create_keyspace)
-        admin._session.execute(f'{folders} WITH CLUSTERING ORDER BY ("name" DESC)')
+        admin.requests.session.execute(create_keyspace)
+        admin.requests.session.execute(f'{folders} WITH CLUSTERING ORDER BY ("name" DESC)')
     store = CassandraStore.open(url, create=True)
     try:
         yield store
@@ -661,7 +686,7 @@ def test_a_descending_folders_table_sweeps_plans_and_range_deletes_the_same_rows
     t0 = empty_store(store)
     store.write_folder_rows([("b", "w/", f"d{i:02d}") for i in range(20)], t0)
     store.write_folder_rows([("b", "", "w")], t0)
-    table = store._cluster.metadata.keyspaces[store.config.keyspace].tables["folders"]
+    table = store.requests.cluster.metadata.keyspaces[store.config.keyspace].tables["folders"]
     assert table.clustering_key[0].name == "name"
     assert "DESC" in table.export_as_string()
     rows = [r for r in folder_rows(store) if r.parent == "w/"]

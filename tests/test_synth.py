@@ -340,7 +340,11 @@ def _delegating(inner: SqliteStore) -> Store:
 
         return method
 
-    namespace: dict[str, Any] = {name: forward(name) for name in Store.__abstractmethods__}
+    writes = ("write_object_rows", "write_folder_rows", "delete_object_rows")  # IndexWriter
+    namespace: dict[str, Any] = {
+        name: forward(name) for name in (*Store.__abstractmethods__, *writes)
+    }
+    namespace["traits"] = inner.traits
     namespace["open"] = classmethod(lambda cls, *a, **k: inner)
     cls = type("DelegatingStore", (Store,), namespace)
     store: Store = cls()

@@ -110,7 +110,7 @@ def _walk_and_clean(
         max_directories=config.max_deletes,
         max_depth=config.max_depth,
         progress=progress,
-        scan=config.scan.over(store.scan_defaults),
+        scan=config.scan.over(store.traits.scan_defaults),
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
     # T: after the walk began, an entry (re)written survives whatever happens here.

@@ -213,7 +213,7 @@ def run_sweep(
     shards = pool.slices(config.shard, CLEAN)
     running = min(len(shards), pool.parallelism)
     # The cap is the total, shared by the slices that scan at once.
-    share = config.scan.over(store.scan_defaults).share(running)
+    share = config.scan.over(store.traits.scan_defaults).share(running)
 
     def sweep_part(
         part_store: Store, shard: Shard, report: Progress
@@ -234,7 +234,7 @@ def run_sweep(
         partitions=sum(p.partitions for p in parts),
         seconds=time.monotonic() - started,  # a process sweeps several slices in turn
     )
-    if config.shard.count == 1 and not store.read_only:
+    if config.shard.count == 1 and not store.traits.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
@@ -249,7 +249,9 @@ def expected_sweep(store: Store, config: SweepConfig) -> int | None:
     previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
     if previous is not None:
         return int(previous)
-    return store.estimate_directory_count(config.bucket).count if store.cheap_exact_count else None
+    if not store.traits.cheap_exact_count:
+        return None
+    return store.estimate_directory_count(config.bucket).count
 
 
 def run_clean(
@@ -324,7 +326,7 @@ def _run_clean(
         sweep_config.bucket,
         config.verify,
         orders,
-        sweep_config.scan.over(store.scan_defaults).share(running),
+        sweep_config.scan.over(store.traits.scan_defaults).share(running),
     )
     decision = CleanDecision(
         loaded.header,
@@ -348,12 +350,12 @@ def _run_clean(
         decision.slice_done,
     )
     phases = clock.phases(tallies, cleaned, config.verify)
-    if len(slices) > 1 and not store.read_only:
+    if len(slices) > 1 and not store.traits.read_only:
         ran = {i: t.totals.seconds + t.verify_s for i, t in zip(todo, tallies, strict=True)}
         record_seconds(store, order_key, known, ran)
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     whole = not previous.done and sweep_config.shard.count == 1
-    if whole and not store.read_only:  # a dry run of a read-only store writes nothing
+    if whole and not store.traits.read_only:  # a dry run of a read-only store writes nothing
         # The exact count sizes the next build on stores that cannot count cheaply.
         store.put_state(swept_count_key(scope), str(totals.swept_rows))
     deleted = merge_delete_stats([c.deleted for c in cleaned])

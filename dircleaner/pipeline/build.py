@@ -149,7 +149,7 @@ def size_filter(store: Store, config: BuildConfig) -> DirCountEstimate:
     """How many directories to size the filter for, and how we know."""
     if config.expected_dirs is not None:
         return DirCountEstimate(config.expected_dirs, "--expected-dirs", exact=True)
-    if store.cheap_exact_count:
+    if store.traits.cheap_exact_count:
         counted = store.estimate_directory_count(config.bucket)
         if config.shard.count > 1:
             return counted
@@ -403,7 +403,7 @@ def _build_filter(
     scope = scope_of(store, config.bucket)
     shards = list(resume.missing) if resume else build_shards(config, pool)
     # The cap is the total, shared by the slices that scan at once.
-    share = config.scan.over(store.scan_defaults).share(min(len(shards), pool.parallelism))
+    share = config.scan.over(store.traits.scan_defaults).share(min(len(shards), pool.parallelism))
 
     def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
         filt = new_filter(params.engine, params.capacity, params.fpr, params.salt)
@@ -456,7 +456,7 @@ def _build_filter(
         params, built, reused, time.monotonic() - started, keep=not config.persist
     )
     result = replace(merged, scan=scan)
-    if config.persist and not store.read_only:
+    if config.persist and not store.traits.read_only:
         if whole:
             store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
         if len(built) + len(reused) == result.header.shard_count:

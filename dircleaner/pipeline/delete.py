@@ -160,7 +160,8 @@ def execute_plan(
     removed_before = store.rows_removed
     # ``concurrency`` requests' worth at once: a store that groups partition deletes into one
     # request (Cassandra) needs that many actions to keep ``concurrency`` requests busy.
-    for chunk in _chunks(plan.actions, throttle.concurrency * max(1, store.deletes_per_request)):
+    per_request = max(1, store.traits.deletes_per_request)
+    for chunk in _chunks(plan.actions, throttle.concurrency * per_request):
         rate.acquire(len(chunk))
         keep_going()
         if charge is not None:

@@ -38,14 +38,14 @@ def check_scan_consistency(store: Store, verify: bool) -> None:
     and a sweep that lists every folder row: a row it missed is never re-checked, and the
     partition delete of a subtree the build saw as empty would take it.
     """
-    if store.build_sees_every_write:
+    if store.traits.build_sees_every_write:
         return
     if not verify:
         raise UsageError(
             "--no-verify needs the build to read at a quorum: set [cassandra.consistency]"
             ' build = "LOCAL_QUORUM" (below it only the re-check finds the objects it missed)'
         )
-    if not store.sweep_sees_every_write:
+    if not store.traits.sweep_sees_every_write:
         raise UsageError(
             "[cassandra.consistency] build and sweep both read below a quorum: a directory"
             " whose objects and folder row both sit on a lagging replica would be deleted;"

@@ -142,8 +142,8 @@ def plan_and_delete(
         facts,
         orders.max_row_tombstones,
         used,
-        spread=store.spread_deletes,
-        ranges=store.sweep_sees_every_write,
+        spread=store.traits.spread_deletes,
+        ranges=store.traits.sweep_sees_every_write,
         max_rewrite_rows=orders.max_rewrite_rows,
     )
     del facts  # the plan holds what is still needed

@@ -3,8 +3,9 @@
 Everything else (filter storage, sizing, the job itself) is built on these, as fsspec builds
 ``walk`` on ``ls``. Where there is a batch and a single-item form, the batch is the primitive
 and the single item derives from it; backends override the derived helpers only where they can
-do them faster. Optional capabilities are small protocols of their own (``TombstoneCounter``,
-``BulkLoader``), checked with ``isinstance``.
+do them faster. What a store can do and how the job drives it is one frozen ``StoreTraits``
+(``store.traits``); optional capabilities are small protocols of their own (``IndexWriter``,
+``TombstoneCounter``, ``BulkLoader``), checked with ``isinstance``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 import time
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -90,10 +91,12 @@ def murmur_token(bucket: str, parent: str) -> int:
     return int(mmh3.hash64((bucket + "\0" + parent).encode("utf-8"), 0, signed=True)[0])
 
 
-class Store(abc.ABC):
-    """A metastore holding ``objects`` and ``folders`` index tables and our filters table."""
+@dataclass(frozen=True, slots=True)
+class StoreTraits:
+    """What a store can do and how the job should drive it: one value per store, set when it is
+    built (the Cassandra store's depend on its config)."""
 
-    #: URL scheme this backend is registered under.
+    #: URL scheme this backend is registered under
     scheme: str = ""
     #: whether estimate_directory_count is an exact count cheap enough to run every build
     cheap_exact_count: bool = False
@@ -108,28 +111,43 @@ class Store(abc.ABC):
     #: (a Cassandra build read below a quorum), only the verify re-check keeps a directory whose
     #: objects it missed, so a clean needs the re-check and a sweep that sees every write
     build_sees_every_write: bool = True
+    #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
+    #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
+    deletes_per_request: int = 1
+    #: how fast the scans read when the job does not say (a Cassandra config file's
+    #: ``scan_rate`` and ``scan_slow_page_s``)
+    scan_defaults: ScanRate = field(default_factory=ScanRate)
+    #: opened read-only (an embedded store on a read-only mount): it can be inspected and
+    #: swept, and every write fails
+    read_only: bool = False
+
+
+class Store(abc.ABC):
+    """A metastore holding ``objects`` and ``folders`` index tables and our filters table.
+
+    A backend writes the abstract primitives: the two index scans, one folders partition in
+    pages, the objects probe of a batch of partitions, the four deletes at a timestamp (rows,
+    ranges, partitions, the partition rewrite) and the job's own tables. Every other method
+    derives from them; a backend overrides one only to do it faster (an ``IN`` read, a
+    ``COUNT``), and declares what it can do in ``traits``.
+    """
+
+    #: what this store can do (``StoreTraits``); a backend sets its own, per instance if need be
+    traits: StoreTraits = StoreTraits()
+    #: the index tables' names, objects then folders, as ``scope_id`` names them
+    index_tables: tuple[str, str] = ("objects", "folders")
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
     #: folder rows this connection's deletes actually removed, where the store can tell (the
     #: embedded store); None where a delete is a blind tombstone (Cassandra)
     rows_removed: int | None = None
-    #: opened read-only (an embedded store on a read-only mount): it can be inspected and
-    #: swept, and every write fails
-    read_only: bool = False
-    #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
-    #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
-    deletes_per_request: int = 1
-    #: how fast the scans read when the job does not say (a Cassandra config file's
-    #: ``scan_rate`` and ``scan_slow_page_s``)
-    scan_defaults: ScanRate = ScanRate()
 
     #: what opening this store created, one name each for a person ("SQLite metastore
     #: /srv/meta.db", "table ks.folders"): empty unless opened with ``create``
     created: tuple[str, ...] = ()
 
     @classmethod
-    @abc.abstractmethod
     def open(
         cls,
         url: str,
@@ -141,8 +159,10 @@ class Store(abc.ABC):
         """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked.
 
         ``force`` lets ``create`` add our tables to an SQLite file that holds tables of its own
-        (StoreNotOurs otherwise); a keyspace's other tables never stop it.
+        (StoreNotOurs otherwise); a keyspace's other tables never stop it. Every backend
+        registered under a scheme overrides it.
         """
+        raise NotImplementedError(f"{cls.__name__} cannot be opened by URL")
 
     @classmethod
     def shown(cls, url: str) -> str:
@@ -158,18 +178,20 @@ class Store(abc.ABC):
         with cls.open(url, config_path=config_path, create=True, force=force) as store:
             return list(store.created)
 
-    @abc.abstractmethod
     def scope_id(self) -> str:
-        """A stable name of the tables this store reads (filters from other scopes are refused)."""
+        """A stable name of the tables this store reads (filters from other scopes are refused):
+        its scheme and its ``index_tables``."""
+        objects, folders = self.index_tables
+        return f"{self.traits.scheme}:{objects},{folders}"
 
     def location_id(self) -> str:
         """Where the tables live (a database file, a cluster): with ``scope_id``, it tells apart
         two stores whose tables are named alike (the audit log records both)."""
         return self.url
 
-    @abc.abstractmethod
     def close(self) -> None:
-        """Release connections."""
+        """Release connections (none here)."""
+        return None
 
     def __enter__(self) -> Store:
         return self
@@ -216,9 +238,14 @@ class Store(abc.ABC):
         for batch in self.scan_folder_rows(shard, bucket, throttle):
             yield FolderKeys.of_rows(batch)
 
-    @abc.abstractmethod
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
-        """An upper bound on the number of directories, for sizing the filter."""
+        """An upper bound on the number of directories, for sizing the filter.
+
+        Counted here by a scan of the folder index (exact, and as slow as a sweep); backends
+        override it with a cheaper count or an estimate.
+        """
+        rows = sum(len(batch) for batch in self.scan_folder_rows(Shard(), bucket))
+        return DirCountEstimate(rows, "exact count of folder rows by scan", exact=True)
 
     # -- one folders partition (the prefix walk) ------------------------------------------------
     @abc.abstractmethod
@@ -392,39 +419,24 @@ class Store(abc.ABC):
     def get_state(self, key: str) -> str | None:
         """A value remembered by put_state, or None."""
 
-    # -- the S3 front-end's writes (generator and tests) ---------------------------------------
-    @abc.abstractmethod
-    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Upsert ``(bucket, parent, name)`` object rows at ``timestamp_us``."""
-
-    @abc.abstractmethod
-    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
-
-    @abc.abstractmethod
-    def delete_object_rows(
-        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
-    ) -> int | None:
-        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched).
-
-        Returns how many rows existed and were removed, or None where the store cannot tell
-        (Cassandra deletes blindly)."""
-
+    # -- the S3 front-end's writes (generator and tests), where the store takes them -------
     def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:
         """An S3 put: upsert each object row and a folder row for every ancestor directory."""
         objects = [(bucket, *split_key(key)) for key in keys]
         folders = {
             (bucket, *folder_row_of(directory)) for key in keys for directory in directories_of(key)
         }
+        writer = index_writer(self)
         # Folder rows first: a reader that sees the object also sees its directories.
-        self.write_folder_rows(sorted(folders), timestamp_us)
-        self.write_object_rows(objects, timestamp_us)
+        writer.write_folder_rows(sorted(folders), timestamp_us)
+        writer.write_object_rows(objects, timestamp_us)
 
     def delete_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> int | None:
         """An S3 delete: remove only the object rows (lazy; directories are left behind).
 
         Returns how many of the keys existed, or None where the store cannot tell."""
-        return self.delete_object_rows([(bucket, *split_key(key)) for key in keys], timestamp_us)
+        rows = [(bucket, *split_key(key)) for key in keys]
+        return index_writer(self).delete_object_rows(rows, timestamp_us)
 
     # -- buckets ----------------------------------------------------------------------------
     def bucket_exists(self, bucket: str) -> bool:
@@ -471,10 +483,37 @@ class TombstoneCounter(Protocol):
 
 
 @runtime_checkable
+class IndexWriter(Protocol):
+    """Optional capability: the index writes an S3 front-end makes (the generator, ``put`` and
+    ``delete``, restore and tests write through it; the job itself never does)."""
+
+    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        """Upsert ``(bucket, parent, name)`` object rows at ``timestamp_us``."""
+
+    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
+
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
+        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched).
+
+        Returns how many rows existed and were removed, or None where the store cannot tell
+        (Cassandra deletes blindly)."""
+
+
+def index_writer(store: Store) -> IndexWriter:
+    """``store`` as an ``IndexWriter``; TypeError if it takes no index writes."""
+    if not isinstance(store, IndexWriter):
+        raise TypeError(f"{type(store).__name__} takes no index writes")
+    return store
+
+
+@runtime_checkable
 class BulkLoader(Protocol):
     """Optional capability: pre-tokenised index rows in bulk (the generator's fast path).
 
-    A store without it is loaded through ``write_folder_rows`` / ``write_object_rows``.
+    A store without it is loaded through ``IndexWriter``.
     """
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:

@@ -24,7 +24,7 @@ from typing import IO
 from dircleaner.errors import UsageError
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import Shard
-from dircleaner.store.base import BulkLoader, Store
+from dircleaner.store.base import BulkLoader, Store, index_writer
 from dircleaner.synth.layouts import (
     DEEP_CHAIN_EMPTIES,
     TMP_DIRS,
@@ -307,6 +307,7 @@ def _load(
 ) -> None:
     """Insert every spilled row, one token bucket at a time, slice by slice (near token order)."""
     loader = store if isinstance(store, BulkLoader) else None
+    writer = index_writer(store)
     # The protocol job's rows reach the store through put_objects, not through the spill.
     outputs = [out for out in outputs if out.protocol_keys is None]
     with ExitStack() as stack:
@@ -331,9 +332,9 @@ def _load(
                     if loader is not None:
                         loader.bulk_insert(table, part)
                     elif table == "folders":
-                        store.write_folder_rows([r[1:4] for r in part], timestamp_us)
+                        writer.write_folder_rows([r[1:4] for r in part], timestamp_us)
                     else:
-                        store.write_object_rows([r[1:4] for r in part], timestamp_us)
+                        writer.write_object_rows([r[1:4] for r in part], timestamp_us)
 
 
 def _batches(pieces: Iterable[list[Row]], size: int) -> Iterator[list[Row]]:

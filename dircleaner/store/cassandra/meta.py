@@ -25,16 +25,17 @@ FILTER_FETCH_SIZE = 4
 LEDGER_READ_KEYS = 64
 
 
-class CassandraMeta(CassandraRequests):
+class CassandraMeta:
     """The filters, state and ledger tables, each statement prepared here."""
 
-    def _prepare_meta(self) -> None:
-        cfg = self.config
+    def __init__(self, requests: CassandraRequests) -> None:
+        self.requests = requests
+        cfg = requests.config
         ks = _q(cfg.keyspace)
         filters = f"{ks}.{_q(cfg.tables.filters)}"
         state = f"{ks}.{_q(cfg.tables.state)}"
         ledger = f"{ks}.{_q(cfg.tables.ledger)}"
-        p = self._prepare
+        p = self.requests.prepare
         self._put_cell = p(
             f"INSERT INTO {filters} (generation, shard, seq, data) VALUES (?, ?, ?, ?)"
         )
@@ -68,21 +69,23 @@ class CassandraMeta(CassandraRequests):
     def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
         if len(data) > MAX_FILTER_CELL_BYTES:
             raise ValueError(f"filter cell of {len(data)} bytes exceeds 1 MiB")
-        self._execute(self._put_cell, (generation, shard, seq, data), "meta")
+        self.requests.execute(self._put_cell, (generation, shard, seq, data), "meta")
 
     def get_filter_cells(
         self, generation: str, shard: int, *, meta_only: bool = False
     ) -> dict[int, bytes]:
         stmt = self._get_meta_cells if meta_only else self._get_cells
         cells: dict[int, bytes] = {}
-        for page in self._pages(stmt, (generation, shard), "meta", FILTER_FETCH_SIZE):
+        for page in self.requests.pages(stmt, (generation, shard), "meta", FILTER_FETCH_SIZE):
             cells.update((int(seq), bytes(data)) for seq, data in page)
         return cells
 
     def list_filter_parts(self) -> list[tuple[str, int]]:
         parts = {
             (str(gen), int(shard))
-            for page in self._pages(self._list_parts, (), "meta", self.config.fetch_size)
+            for page in self.requests.pages(
+                self._list_parts, (), "meta", self.requests.config.fetch_size
+            )
             for gen, shard in page
         }
         return sorted(parts)
@@ -90,7 +93,7 @@ class CassandraMeta(CassandraRequests):
     def delete_filter_generation(self, generation: str) -> None:
         shards = [shard for gen, shard in self.list_filter_parts() if gen == generation]
         for shard in shards:
-            self._execute(self._delete_part, (generation, shard), "meta")
+            self.requests.execute(self._delete_part, (generation, shard), "meta")
 
     # -- the run lease ----------------------------------------------------------------------------
     # A row of the state table, taken with a lightweight transaction and kept alive by a TTL.
@@ -112,18 +115,20 @@ class CassandraMeta(CassandraRequests):
     def lease_holder(self, name: str) -> str | None:
         bound = self._get_state.bind((f"lease|{name}",))
         bound.consistency_level = ConsistencyLevel.SERIAL  # a Paxos read: no stale answer
-        rows = self._execute(bound, None, "lease").current_rows
+        rows = self.requests.execute(bound, None, "lease").current_rows
         return None if not rows else cast(str | None, rows[0][0])
 
     def _lease(self, stmt: PreparedStatement, params: Params) -> tuple[Any, ...]:
-        rows = self._execute(stmt, params, "lease").current_rows
+        rows = self.requests.execute(stmt, params, "lease").current_rows
         return tuple(rows[0])
 
     # -- the tombstone ledger ---------------------------------------------------------------------
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         ttl = _ttl(ttl_s)
         params = [(*charge, ttl) for charge in charges]
-        self._raise_first(self._run_many(self._ledger_put, params, "meta", retry=True))
+        self.requests.raise_first(
+            self.requests.run_many(self._ledger_put, params, "meta", retry=True)
+        )
 
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
@@ -146,8 +151,8 @@ class CassandraMeta(CassandraRequests):
             for start in range(0, len(parents), LEDGER_READ_KEYS):
                 padded = padded_in(parents[start : start + LEDGER_READ_KEYS], LEDGER_READ_KEYS)
                 items.append((self._ledger_read(len(padded)), (bucket, *padded)))
-        results = self._run_statements(items, "meta", retry=True)
-        self._raise_first(results)
+        results = self.requests.run_statements(items, "meta", retry=True)
+        self.requests.raise_first(results)
         charges: dict[tuple[str, str, str, str], int] = {}
         for (_stmt, params), result in zip(items, results, strict=True):
             for parent, generation, charge, cost in result:  # every page
@@ -159,8 +164,8 @@ class CassandraMeta(CassandraRequests):
 
     # -- small state ------------------------------------------------------------------------------
     def put_state(self, key: str, value: str) -> None:
-        self._execute(self._put_state, (key, value), "meta")
+        self.requests.execute(self._put_state, (key, value), "meta")
 
     def get_state(self, key: str) -> str | None:
-        rows = self._execute(self._get_state, (key,), "meta").current_rows
+        rows = self.requests.execute(self._get_state, (key,), "meta").current_rows
         return None if not rows else cast(str | None, rows[0][0])

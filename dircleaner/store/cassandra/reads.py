@@ -1,252 +1,70 @@
-"""The store's reads: scans, size estimates, one folders partition, the emptiness re-check.
-
-Scans split the ring along the cluster's own token ranges (``cluster.metadata.token_map``), cut
-each range into ``splits_per_range`` splits and clip them to the requested ``Shard``. Up to
-``concurrency`` splits are read at once, each paged with an explicit ``fetch_size`` and routed to a
-replica of its range (see ``RangeAwarePolicy``), while pages are yielded strictly in token order.
-"""
+"""The reads of single folders partitions and the emptiness re-check: a partition in pages, a
+row's point read, the objects probe, the re-check's batched ``IN`` reads, a traced read's
+tombstone count (tests)."""
 
 from __future__ import annotations
 
-import logging
-import math
-import random
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-from cassandra.query import PreparedStatement
-
 from dircleaner.errors import SchemaError
-from dircleaner.model import FolderRow, PartitionKey, Shard
+from dircleaner.model import FolderRow
 from dircleaner.paths import folder_row_of
-from dircleaner.scanrate import ScanThrottle
-from dircleaner.store.base import PARTITION_PAGE_ROWS, DirCountEstimate
+from dircleaner.store.base import PARTITION_PAGE_ROWS
 from dircleaner.store.cassandra.mapping import model_parent, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
-from dircleaner.store.cassandra.ring import cql_token_bounds
-from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line, map_error
+from dircleaner.store.cassandra.session import map_error
 
-log = logging.getLogger(__name__)
-
-#: below this many estimated rows the folder index is counted instead
-SMALL_TABLE_ROWS = 1_000_000
-#: a count stops and extrapolates past this many rows
-COUNT_LIMIT = 1_000_000
-#: a lower bound of the serialized size of a folders row beyond its name: flags, clustering
-#: header, name length, row size, previous row size, timestamp delta (1 byte each at least)
-ROW_OVERHEAD_BYTES = 6
 #: verify re-check: IN reads bound and run at a time (bounds the bound statements held at once)
 VERIFY_WAVE_READS = 1000
 
 _TRACE_COUNTS = re.compile(r"Read (\d+) live (?:rows )?and (\d+) tombstone cells")
 
 
-class CassandraReads(CassandraRequests):
-    """The reads of the ``Store`` protocol, and the re-check's batched IN reads."""
+class PartitionReads:
+    """Reads of one folders partition, and the objects probes of the re-check."""
 
-    _scan_objects: PreparedStatement
-    _scan_folders: PreparedStatement
-    _object_probe: PreparedStatement
-    _folder_partition: PreparedStatement
-    _folder_partition_rows: PreparedStatement
-    _folder_row: PreparedStatement
-    _size_estimates: PreparedStatement
-    #: the verify re-check's IN reads (``… PER PARTITION LIMIT 1``)
-    _in_probe: InStatements
-
-    # -- scans ------------------------------------------------------------------------------------
-    def scan_object_partitions(
-        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
-    ) -> Iterator[list[PartitionKey]]:
-        if not self._scans_bucket(bucket):
-            return
-        for page in self._range_scan(self._scan_objects, shard, "build", throttle):
-            batch = self._object_keys(page)
-            if bucket is not None:
-                batch = [key for key in batch if key.bucket == bucket]
-            if batch:
-                yield batch
-
-    def scan_folder_rows(
-        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
-    ) -> Iterator[list[FolderRow]]:
-        if not self._scans_bucket(bucket):
-            return
-        for page in self._range_scan(self._scan_folders, shard, "sweep", throttle):
-            batch = self._folder_rows(page)
-            if bucket is not None:
-                batch = [row for row in batch if row.bucket == bucket]
-            if batch:
-                yield batch
-
-    def _object_keys(self, page: Sequence[tuple[Any, ...]]) -> list[PartitionKey]:
-        """A scanned page of (token, bucket, stored parent) as partition keys.
-
-        Per row, so the mapping is inlined where it is the common one (a bucket column, no
-        parent_prefix): the same answer as ``_bucket_of``, without two calls per row.
-        """
-        root = self.config.root_parent
-        if self.config.columns.bucket is None or self.config.parent_prefix:
-            return [PartitionKey(int(row[0]), *self._bucket_of(row)) for row in page]
-        n = len(root)
-        return [
-            PartitionKey(t, b, "" if p == root else p[n:] if p.startswith(root) else p)
-            for t, b, p in page
-        ]
-
-    def _folder_rows(self, page: Sequence[tuple[Any, ...]]) -> list[FolderRow]:
-        """A scanned page of (token, bucket, stored parent, name) as folder rows (as above)."""
-        root = self.config.root_parent
-        if self.config.columns.bucket is None or self.config.parent_prefix:
-            return [FolderRow(int(row[0]), *self._bucket_of(row), row[-1]) for row in page]
-        n = len(root)
-        return [
-            FolderRow(t, b, "" if p == root else p[n:] if p.startswith(root) else p, name)
-            for t, b, p, name in page
-        ]
-
-    def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
-        """Directories in the folder index, from ``system.size_estimates`` or counted.
-
-        ``system.size_estimates`` is node-local: each node lists its primary token ranges
-        with ``partitions_count`` and ``mean_partition_size`` (bytes) of the folders table,
-        refreshed every few minutes from SSTables only (memtables are not counted). We read it
-        from every live node and sum over distinct ranges. It counts partitions (parent
-        directories), not rows (directories), so::
-
-            rows ≈ Σ partitions_count × mean_partition_size / row_bytes
-            row_bytes = mean UTF-8 length of sampled names + ROW_OVERHEAD_BYTES
-
-        ROW_OVERHEAD_BYTES is a lower bound of a row's serialized overhead and the partition's
-        own header is not subtracted, so this errs high, the safe side for sizing a filter. It
-        covers every bucket (the estimates cannot tell them apart).
-
-        When the estimate is missing, zero or under SMALL_TABLE_ROWS (a fresh or small table,
-        where the estimate is least reliable), the rows are counted by a token-range scan
-        instead (``exact=True``). That count is bounded: splits are visited in a spread-out
-        order and once COUNT_LIMIT rows are counted the rest is extrapolated by the share of
-        the ring covered (Murmur3 spreads partitions evenly), with ``exact=False``, so that a
-        caller holding the previous run's exact count prefers it. ``method`` says which.
-        """
-        estimated = self._size_estimate()
-        if estimated is not None:
-            partitions, data_bytes, ranges, hosts = estimated
-            row_bytes = self._sampled_row_bytes()
-            rows = math.ceil(data_bytes / row_bytes)
-            if rows >= SMALL_TABLE_ROWS:
-                return DirCountEstimate(
-                    rows,
-                    f"system.size_estimates over {ranges} ranges from {hosts} nodes:"
-                    f" {partitions} partitions, {data_bytes} bytes / ~{row_bytes:.1f} bytes per"
-                    " row (all buckets; SSTables only, errs high)",
-                )
-        why = "no size estimates yet" if estimated is None else "small table"
-        return self._count_folder_rows(bucket, why)
-
-    def _count_folder_rows(self, bucket: str | None, why: str) -> DirCountEstimate:
-        """Count folder rows split by split, extrapolating past COUNT_LIMIT rows."""
-        if not self._scans_bucket(bucket):
-            return DirCountEstimate(0, f"no rows can match bucket {bucket!r}", exact=True)
-        splits = [
-            (lo, hi, bounds)
-            for lo, hi in self._splits(Shard())
-            if (bounds := cql_token_bounds(lo, hi)) is not None
-        ]
-        # A fixed shuffle: the first splits counted are spread over the whole ring.
-        random.Random(0).shuffle(splits)
-
-        by_bucket = bucket is not None and self.config.columns.bucket is not None
-
-        def job(bounds: tuple[int, int], width: int) -> Callable[[], Iterator[tuple[int, int]]]:
-            def count() -> Iterator[tuple[int, int]]:
-                rows = 0
-                for page in self._pages(
-                    self._scan_folders, bounds, "sweep", self.config.fetch_size, bounds[1]
-                ):
-                    # Row layout: token, [bucket,] parent, name.
-                    rows += sum(row[1] == bucket for row in page) if by_bucket else len(page)
-                yield rows, width
-
-            return count
-
-        counted = covered = done = 0
-        for rows, width in self._ordered([job(b, hi - lo + 1) for lo, hi, b in splits]):
-            counted, covered, done = counted + rows, covered + width, done + 1
-            if counted >= COUNT_LIMIT and done < len(splits):
-                share = covered / 2**64
-                return DirCountEstimate(
-                    math.ceil(counted / share),
-                    f"{counted} folder rows counted in {done} of {len(splits)} token splits"
-                    f" ({share:.1%} of the ring), extrapolated ({why})",
-                )
-        return DirCountEstimate(
-            counted, f"exact count of folder rows by token-range scan ({why})", exact=True
+    def __init__(self, requests: CassandraRequests) -> None:
+        self.requests = requests
+        c = requests.cql
+        p = requests.prepare
+        self.object_probe = p(f"SELECT {c.name} FROM {c.objects} WHERE {c.key_eq} LIMIT 1")
+        self.folder_partition_stmt = p(f"SELECT {c.name} FROM {c.folders} WHERE {c.key_eq}")
+        self.folder_partition_rows_stmt = p(
+            f"SELECT {c.token}, {c.name} FROM {c.folders} WHERE {c.key_eq}"
         )
-
-    def _size_estimate(self) -> tuple[int, int, int, int] | None:
-        """(partitions, bytes, ranges, nodes) summed over the live nodes' primary ranges."""
-        cfg = self.config
-        per_range: dict[tuple[str, str], tuple[int, int]] = {}
-        hosts = 0
-        for host in self._cluster.metadata.all_hosts():
-            if not host.is_up:
-                continue
-            try:
-                result = self._session.execute(
-                    self._size_estimates.bind((cfg.keyspace, cfg.tables.folders)),
-                    execution_profile="trace",
-                    host=host,
-                )
-            except TRANSIENT_ERRORS as exc:
-                log.debug("no size estimates from %s: %s", host, _one_line(exc))
-                continue
-            hosts += 1
-            for start, end, count, mean_size in result:
-                count, mean_size = int(count or 0), int(mean_size or 0)
-                old = per_range.get((start, end), (0, 0))
-                per_range[(start, end)] = max(old, (count, count * mean_size))
-        partitions = sum(count for count, _ in per_range.values())
-        if partitions <= 0:
-            return None
-        data_bytes = sum(size for _, size in per_range.values())
-        return partitions, data_bytes, len(per_range), hosts
-
-    def _sampled_row_bytes(self, samples: int = 8, rows_per_sample: int = 500) -> float:
-        """Mean name length of a few hundred folder rows from splits spread over the ring."""
-        splits = self._splits(Shard())
-        step = max(1, len(splits) // samples)
-        total = count = 0
-        for lo, hi in splits[::step][:samples]:
-            bounds = cql_token_bounds(lo, hi)
-            if bounds is None:
-                continue
-            result = self._execute(self._scan_folders, bounds, "sweep", fetch_size=rows_per_sample)
-            for row in result.current_rows:
-                total += len(str(row[-1]).encode("utf-8"))
-                count += 1
-        mean_name = total / count if count else 0.0
-        return mean_name + ROW_OVERHEAD_BYTES
+        self.folder_row_stmt = p(f"SELECT {c.name} FROM {c.folders} WHERE {c.row_eq}")
+        #: the re-check's IN reads (``… PER PARTITION LIMIT 1``), one statement per size
+        self.in_probe = InStatements(
+            p, f"SELECT {c.key} FROM {c.objects} WHERE {c.parent_in}", ") PER PARTITION LIMIT 1"
+        )
 
     # -- one folders partition ----------------------------------------------------------------
     def folder_partition_pages(
         self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
     ) -> Iterator[list[FolderRow]]:
         """Paged by the driver (``fetch_size``), at the sweep consistency, routed to a replica."""
-        values = self._key_values(bucket, parent)
+        values = self.requests.key_values(bucket, parent)
         token = partition_token(cast(tuple[str, ...], values))
-        for page in self._pages(self._folder_partition_rows, values, "sweep", page_rows, token):
+        for page in self.requests.pages(
+            self.folder_partition_rows_stmt, values, "sweep", page_rows, token
+        ):
             yield [FolderRow(int(row[0]), bucket, parent, row[1]) for row in page]
 
     def has_folder_row(self, bucket: str, directory: str) -> bool:
         parent, name = folder_row_of(directory)
-        result = self._execute(self._folder_row, (*self._key_values(bucket, parent), name), "sweep")
+        result = self.requests.execute(
+            self.folder_row_stmt, (*self.requests.key_values(bucket, parent), name), "sweep"
+        )
         return bool(result.current_rows)
 
     # -- emptiness re-check --------------------------------------------------------------------
     def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
         """One ``LIMIT 1`` read (the benchmarks' naive check is one of these per directory)."""
-        result = self._execute(self._object_probe, self._key_values(bucket, parent), "verify")
+        result = self.requests.execute(
+            self.object_probe, self.requests.key_values(bucket, parent), "verify"
+        )
         return bool(result.current_rows)
 
     def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -289,13 +107,13 @@ class CassandraReads(CassandraRequests):
         if not unique:
             return set()
         asked = set(unique)
-        cfg = self.config
-        chunks = self._verify_chunks(unique)
+        cfg = self.requests.config
+        chunks = self.verify_chunks(unique)
         out: set[tuple[str, str]] = set()
         for start in range(0, len(chunks), VERIFY_WAVE_READS):
-            results = self._run_statements(
+            results = self.requests.run_statements(
                 [
-                    (self._bind_in_probe(*chunk), ())
+                    (self.bind_in_probe(*chunk), ())
                     for chunk in chunks[start : start + VERIFY_WAVE_READS]
                 ],
                 "verify",
@@ -319,14 +137,14 @@ class CassandraReads(CassandraRequests):
                     out.add(key)
         return out
 
-    def _verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
+    def verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
         """``keys`` (distinct) as the re-check's and the walk's IN chunks (``verify_batch``)."""
-        return self._range_chunks(keys, self.config.verify_batch)
+        return self.requests.range_chunks(keys, self.requests.config.verify_batch)
 
-    def _bind_in_probe(self, bucket: str, chunk: Sequence[ChunkKey]) -> Any:
+    def bind_in_probe(self, bucket: str, chunk: Sequence[ChunkKey]) -> Any:
         """The IN read of one chunk of (token, stored parent), routed to its first token."""
-        values, size = self._in_keys(bucket, chunk, self.config.verify_batch)
-        bound = self._in_probe(size).bind(values)
+        values, size = self.requests.in_keys(bucket, chunk, self.requests.config.verify_batch)
+        bound = self.in_probe(size).bind(values)
         bound.routing_token = chunk[0][0]
         bound.fetch_size = None  # at most one row per key: one unpaged response
         return bound
@@ -340,9 +158,9 @@ class CassandraReads(CassandraRequests):
         deletion counts 0: Cassandra reports (and counts against tombstone_warn_threshold) only
         the row tombstones and range markers it iterates over, not the partition-level deletion.
         """
-        bound = self._folder_partition.bind(self._key_values(bucket, parent))
+        bound = self.folder_partition_stmt.bind(self.requests.key_values(bucket, parent))
         bound.fetch_size = 100_000
-        result = self._session.execute(bound, execution_profile="trace", trace=True)
+        result = self.requests.session.execute(bound, execution_profile="trace", trace=True)
         trace = result.get_query_trace(max_wait_sec=10.0)
         counts = [
             int(match.group(2))

@@ -1,9 +1,9 @@
 """Requests against the node, shared by the store's reads and writes.
 
-One request with bounded retries of transient failures (``_execute``), every page of a query
-(``_pages``), jobs run ``concurrency`` at a time with their items yielded in job order
-(``_ordered``), token-range splits of a shard (``_splits``, ``_range_scan``), many statements at
-once, optionally with retries (``_run_many``), and the mapping of a model ``(bucket, parent)`` to
+One request with bounded retries of transient failures (``execute``), every page of a query
+(``pages``), jobs run ``concurrency`` at a time with their items yielded in job order
+(``ordered``), token-range splits of a shard (``splits``, ``range_scan``), many statements at
+once, optionally with retries (``run_many``), and the mapping of a model ``(bucket, parent)`` to
 the bound key values and back. Retries follow ``REQUEST_RETRY``, the one policy of
 ``dircleaner.retry``.
 """
@@ -16,6 +16,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from cassandra import ReadFailure
@@ -29,6 +30,7 @@ from dircleaner.retry import RetryPolicy
 from dircleaner.scanrate import ScanThrottle
 from dircleaner.store.cassandra.config import CassandraConfig
 from dircleaner.store.cassandra.mapping import (
+    _q,
     model_parent,
     padded_in,
     partition_tokens,
@@ -97,26 +99,78 @@ class InStatements:
             return stmt
 
 
-class CassandraRequests:
-    """Paging, ordered concurrency, retries and the key mapping; the base of reads and writes."""
+@dataclass(frozen=True, slots=True)
+class CqlParts:
+    """The mapped names as CQL fragments, each identifier double-quoted: what every statement
+    of the store is put together from."""
 
-    config: CassandraConfig
-    _cluster: Any
-    _session: Session
-    #: the partition key's mapped columns: ([bucket,] parent)
-    _key_columns: tuple[str, ...]
+    #: ``ks.objects`` and ``ks.folders``
+    objects: str
+    folders: str
+    #: the partition key's columns, ``bucket, parent`` (or ``parent``), and the row's name
+    key: str
+    name: str
+    #: ``token(bucket, parent)``
+    token: str
+    #: ``bucket = ? AND parent = ?``, and with ``AND name = ?``
+    key_eq: str
+    row_eq: str
+    #: ``[bucket = ? AND] parent IN (`` (an ``InStatements`` head ends with it)
+    parent_in: str
+
+    @classmethod
+    def of(cls, cfg: CassandraConfig, key_columns: Sequence[str]) -> CqlParts:
+        ks = _q(cfg.keyspace)
+        key = ", ".join(_q(c) for c in key_columns)
+        key_eq = " AND ".join(f"{_q(c)} = ?" for c in key_columns)
+        bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
+        return cls(
+            objects=f"{ks}.{_q(cfg.tables.objects)}",
+            folders=f"{ks}.{_q(cfg.tables.folders)}",
+            key=key,
+            name=_q(cfg.columns.name),
+            token=f"token({key})",
+            key_eq=key_eq,
+            row_eq=f"{key_eq} AND {_q(cfg.columns.name)} = ?",
+            parent_in=f"{bucket_eq}{_q(cfg.columns.parent)} IN (",
+        )
+
+
+class CassandraRequests:
+    """Paging, ordered concurrency, retries and the key mapping: what every part of the store
+    sends its requests through."""
+
     #: how transient failures of a request are retried
     retry_policy: RetryPolicy = REQUEST_RETRY
 
-    def _prepare(self, cql: str) -> PreparedStatement:
-        stmt = self._session.prepare(cql)
+    def __init__(
+        self,
+        cfg: CassandraConfig,
+        cluster: Any,
+        session: Session,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.config = cfg
+        self.cluster = cluster
+        self.session = session
+        #: the partition key's mapped columns: ([bucket,] parent)
+        self.key_columns: tuple[str, ...] = (
+            *((cfg.columns.bucket,) if cfg.columns.bucket else ()),
+            cfg.columns.parent,
+        )
+        if retry_policy is not None:
+            self.retry_policy = retry_policy
+        self.cql = CqlParts.of(cfg, self.key_columns)
+
+    def prepare(self, cql: str) -> PreparedStatement:
+        stmt = self.session.prepare(cql)
         # Every write we make carries an explicit timestamp or is an overwrite: replaying
         # it is harmless, so the driver may retry it on another host.
         stmt.is_idempotent = True
         return stmt
 
     # -- the parent and bucket mapping -----------------------------------------------------------
-    def _key_values(self, bucket: str, parent: str) -> Params:
+    def key_values(self, bucket: str, parent: str) -> Params:
         """Bind values of a partition key ``(bucket, parent)`` in the mapped columns' order."""
         stored = stored_parent(self.config, parent)
         if self.config.columns.bucket is None:
@@ -128,13 +182,13 @@ class CassandraRequests:
             return (stored,)
         return (bucket, stored)
 
-    def _bucket_of(self, row: Sequence[Any]) -> tuple[str, str]:
+    def bucket_of(self, row: Sequence[Any]) -> tuple[str, str]:
         """(bucket, model parent) from a row whose columns after the token are the key."""
         if self.config.columns.bucket is None:
             return self.config.bucket_name, model_parent(self.config, row[1])
         return row[1], model_parent(self.config, row[2])
 
-    def _range_chunks(
+    def range_chunks(
         self, keys: Sequence[tuple[str, str]], batch: int
     ) -> list[tuple[str, list[ChunkKey]]]:
         """``keys`` (distinct) as (bucket, [(token, stored parent, parent)]) chunks for IN
@@ -144,7 +198,7 @@ class CassandraRequests:
         different replicas. Each chunk's first token routes it (``routing_token``) to a replica
         of its range, which then reads or writes every partition of it locally.
         """
-        token_map = self._cluster.metadata.token_map
+        token_map = self.cluster.metadata.token_map
         ring = sorted(int(t.value) for t in token_map.ring) if token_map is not None else []
         # (bucket, ring range) → its keys. Range i is (ring[i-1], ring[i]]; tokens past the last
         # ring token wrap around to range 0.
@@ -163,7 +217,7 @@ class CassandraRequests:
         chunks.sort(key=lambda chunk: chunk[:2])
         return [(bucket, members) for _, _, bucket, members in chunks]
 
-    def _in_keys(
+    def in_keys(
         self, bucket: str, chunk: Sequence[ChunkKey], batch: int
     ) -> tuple[tuple[str, ...], int]:
         """The bound partition keys of one chunk's ``IN`` request, ``([bucket,] parents…)``, the
@@ -172,7 +226,7 @@ class CassandraRequests:
         keys = (bucket, *parents) if self.config.columns.bucket else tuple(parents)
         return keys, len(parents)
 
-    def _scans_bucket(self, bucket: str | None) -> bool:
+    def scans_bucket(self, bucket: str | None) -> bool:
         """False when a bucket filter cannot match anything in this metastore."""
         return (
             bucket is None
@@ -181,7 +235,7 @@ class CassandraRequests:
         )
 
     # -- paging and ordered concurrency ---------------------------------------------------------
-    def _execute(
+    def execute(
         self,
         stmt: Any,
         params: Params | None,
@@ -211,7 +265,7 @@ class CassandraRequests:
             bound.routing_token = routing_token
         try:
             return self.retry_policy.call(
-                lambda: self._session.execute(
+                lambda: self.session.execute(
                     bound, execution_profile=profile, paging_state=paging_state
                 ),
                 retry_if=lambda exc: isinstance(exc, retried),
@@ -220,7 +274,7 @@ class CassandraRequests:
         except TRANSIENT_ERRORS as exc:
             raise map_error(exc) from exc
 
-    def _pages(
+    def pages(
         self,
         stmt: Any,
         params: Params,
@@ -236,7 +290,7 @@ class CassandraRequests:
         while True:
             reserved = throttle.reserve(fetch_size) if throttle is not None else 0
             began = throttle.now() if throttle is not None else 0.0
-            result = self._execute(
+            result = self.execute(
                 stmt,
                 params,
                 profile,
@@ -254,7 +308,7 @@ class CassandraRequests:
             if not paging_state:
                 return
 
-    def _ordered(self, jobs: Sequence[Callable[[], Iterator[T]]]) -> Iterator[T]:
+    def ordered(self, jobs: Sequence[Callable[[], Iterator[T]]]) -> Iterator[T]:
         """Run jobs ``concurrency`` at a time; yield their items in job order.
 
         Each job gets a small bounded queue, so a split that runs ahead holds at most
@@ -307,13 +361,13 @@ class CassandraRequests:
             stop.set()
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _splits(self, shard: Shard) -> list[tuple[int, int]]:
-        token_map = self._cluster.metadata.token_map
+    def splits(self, shard: Shard) -> list[tuple[int, int]]:
+        token_map = self.cluster.metadata.token_map
         ring = [int(t.value) for t in token_map.ring] if token_map is not None else []
         lo, hi = shard.token_range()
         return ring_splits(ring, self.config.splits_per_range, lo, hi)
 
-    def _range_scan(
+    def range_scan(
         self, stmt: Any, shard: Shard, profile: str, throttle: ScanThrottle | None = None
     ) -> Iterator[list[tuple[Any, ...]]]:
         fetch = self.config.fetch_size
@@ -322,31 +376,31 @@ class CassandraRequests:
             fetch = min(fetch, max(MIN_CAPPED_PAGE_ROWS, int(share)))
 
         def job(a: int, b: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
-            return lambda: self._pages(stmt, (a, b), profile, fetch, b, throttle=throttle)
+            return lambda: self.pages(stmt, (a, b), profile, fetch, b, throttle=throttle)
 
         jobs = [
             job(*bounds)
-            for lo, hi in self._splits(shard)
+            for lo, hi in self.splits(shard)
             if (bounds := cql_token_bounds(lo, hi)) is not None
         ]
-        return self._ordered(jobs)
+        return self.ordered(jobs)
 
-    def _run_many(
+    def run_many(
         self, stmt: Any, params: Sequence[Params], profile: str, *, retry: bool = False
     ) -> list[Any]:
         """Run one statement per params, ``concurrency`` in flight; a result or the exception.
 
         With ``retry``, transient failures are retried by ``retry_policy`` before being returned.
         """
-        return self._run_statements([(stmt, p) for p in params], profile, retry=retry)
+        return self.run_statements([(stmt, p) for p in params], profile, retry=retry)
 
-    def _run_statements(
+    def run_statements(
         self, items: Sequence[tuple[Any, Params]], profile: str, *, retry: bool = False
     ) -> list[Any]:
         def run(batch: Sequence[tuple[Any, Params]]) -> list[tuple[bool, Any]]:
             return list(
                 execute_concurrent(
-                    self._session,
+                    self.session,
                     batch,
                     concurrency=self.config.concurrency,
                     raise_on_first_error=False,
@@ -361,11 +415,11 @@ class CassandraRequests:
         return [value for _ok, value in outcomes]
 
     @staticmethod
-    def _outcomes(results: Sequence[Any]) -> list[BaseException | None]:
+    def outcomes(results: Sequence[Any]) -> list[BaseException | None]:
         return [map_error(r) if isinstance(r, BaseException) else None for r in results]
 
     @staticmethod
-    def _raise_first(results: Sequence[Any]) -> None:
+    def raise_first(results: Sequence[Any]) -> None:
         for result in results:
             if isinstance(result, BaseException):
                 raise map_error(result) from result

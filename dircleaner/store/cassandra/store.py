@@ -1,35 +1,49 @@
-"""The Cassandra metastore: connect, check the mapping, prepare the statements.
+"""The Cassandra metastore: connect, check the mapping, compose the parts.
 
 Every data value goes through a prepared statement. The only identifiers in CQL come from the
 mapping (``CassandraConfig``), are validated as plain identifiers and are always double-quoted.
 
-The store is its reads (``reads.py``: scans, estimates, the re-check) and its writes
-(``writes.py``: deletes at T, the rewrite, filters, lease, ledger, state), both built on the
-requests layer (``requests.py``: retries, paging, ordered concurrency, the key mapping).
+The store is a handful of objects, each preparing its own statements, all sending their requests
+through one ``CassandraRequests`` (retries, paging, ordered concurrency, the key mapping):
+``IndexScans`` (the scans and the directory count), ``PartitionReads`` (one partition, the
+re-check), ``WalkReads`` (the prefix walk's overlapped reads), ``FolderDeletes`` (deletes at T),
+``PartitionRewrite``, ``IndexWrites`` (the S3 front-end's writes) and ``CassandraMeta`` (filter
+cells, lease, state, ledger). Each ``Store`` method hands over to one of them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
 
-from dircleaner.scanrate import ScanRate
-from dircleaner.store.base import Store
+from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
+from dircleaner.scanrate import ScanRate, ScanThrottle
+from dircleaner.store.base import (
+    PARTITION_PAGE_ROWS,
+    DirCountEstimate,
+    DirectoryReads,
+    Store,
+    StoreTraits,
+    TombstoneCharge,
+)
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
     load_cassandra_config,
     parse_cassandra_url,
 )
-from dircleaner.store.cassandra.mapping import _q
+from dircleaner.store.cassandra.deletes import PARTITION_DELETES_PER_REQUEST, FolderDeletes
 from dircleaner.store.cassandra.meta import CassandraMeta
-from dircleaner.store.cassandra.requests import InStatements
+from dircleaner.store.cassandra.reads import PartitionReads
+from dircleaner.store.cassandra.requests import CassandraRequests
+from dircleaner.store.cassandra.rewrite import PartitionRewrite
+from dircleaner.store.cassandra.scans import IndexScans
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
-from dircleaner.store.cassandra.walkreads import CassandraWalkReads
-from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST, CassandraWrites
+from dircleaner.store.cassandra.walkreads import WalkReads
+from dircleaner.store.cassandra.writes import IndexWrites
 
 __all__ = ["CassandraStore"]
 
@@ -37,28 +51,39 @@ __all__ = ["CassandraStore"]
 QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
 
 
-class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
-    """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
+def cassandra_traits(cfg: CassandraConfig) -> StoreTraits:
+    """What a store mapped by ``cfg`` can do: only a quorum read is sure to see every write
+    acknowledged at a quorum; below that, a replica missing a row would let a range delete
+    take it unseen."""
+    return StoreTraits(
+        scheme="cassandra",
+        sweep_sees_every_write=cfg.consistency.sweep in QUORUM_READS,
+        build_sees_every_write=cfg.consistency.build in QUORUM_READS,
+        deletes_per_request=PARTITION_DELETES_PER_REQUEST,
+        scan_defaults=ScanRate(cfg.scan_rate, cfg.scan_slow_page_s),
+    )
 
-    scheme = "cassandra"
-    deletes_per_request = PARTITION_DELETES_PER_REQUEST
+
+class CassandraStore(Store):
+    """Metastore in a Cassandra cluster, mapped by a CassandraConfig; an ``IndexWriter`` and a
+    ``TombstoneCounter`` too."""
 
     def __init__(self, cfg: CassandraConfig, cluster: Any, session: Session) -> None:
-        self.config = cfg
-        # Only a quorum read is sure to see every write acknowledged at a quorum; below that, a
-        # replica missing a row would let a range delete take it unseen.
-        self.sweep_sees_every_write = cfg.consistency.sweep in QUORUM_READS
-        self.build_sees_every_write = cfg.consistency.build in QUORUM_READS
-        self.scan_defaults = ScanRate(cfg.scan_rate, cfg.scan_slow_page_s)
-        self._cluster = cluster
-        self._session = session
-        self._key_columns = (
-            *((cfg.columns.bucket,) if cfg.columns.bucket else ()),
-            cfg.columns.parent,
-        )
-        #: the partition rewrite's read and write, prepared from the table metadata on first use
-        self._rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None = None
-        self._prepare_all()
+        self.traits = cassandra_traits(cfg)
+        self.index_tables = (f"{cfg.keyspace}.{cfg.tables.objects}", cfg.tables.folders)
+        self.requests = CassandraRequests(cfg, cluster, session)
+        self.scans = IndexScans(self.requests)
+        self.reads = PartitionReads(self.requests)
+        self.walk = WalkReads(self.requests, self.reads)
+        self.deletes = FolderDeletes(self.requests)
+        self.rewrite = PartitionRewrite(self.requests)
+        self.writes = IndexWrites(self.requests)
+        self.meta = CassandraMeta(self.requests)
+
+    @property
+    def config(self) -> CassandraConfig:
+        """The mapping and settings every part of the store reads (the requests' own)."""
+        return self.requests.config
 
     @classmethod
     def init_schema(
@@ -97,68 +122,130 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
             cluster.shutdown()
             raise
 
-    def scope_id(self) -> str:
-        cfg = self.config
-        return f"cassandra:{cfg.keyspace}.{cfg.tables.objects},{cfg.tables.folders}"
-
     def location_id(self) -> str:
         # The cluster's name, the same through any of its nodes; the contact points otherwise.
-        name = getattr(self._cluster.metadata, "cluster_name", None)
+        name = getattr(self.requests.cluster.metadata, "cluster_name", None)
         return f"cluster {name}" if name else self.config.contact
 
     def close(self) -> None:
-        self._cluster.shutdown()
+        self.requests.cluster.shutdown()
 
-    # -- statements -----------------------------------------------------------------------------
-    def _prepare_all(self) -> None:
-        cfg = self.config
-        ks = _q(cfg.keyspace)
-        objects = f"{ks}.{_q(cfg.tables.objects)}"
-        folders = f"{ks}.{_q(cfg.tables.folders)}"
-        key = ", ".join(_q(c) for c in self._key_columns)
-        name = _q(cfg.columns.name)
-        token = f"token({key})"
-        in_range = f"{token} > ? AND {token} <= ?"
-        key_eq = " AND ".join(f"{_q(c)} = ?" for c in self._key_columns)
-        row_eq = f"{key_eq} AND {name} = ?"
-        # Bounds by value (min, max), which Cassandra applies in the column's own order: the
-        # same slice whether the table clusters ascending or DESC (the bind sorts the bounds).
-        range_eq = f"{key_eq} AND {name} >= ? AND {name} <= ?"
-        marks = ", ".join("?" for _ in (*self._key_columns, name))
-        p = self._prepare
-        self._scan_objects = p(f"SELECT DISTINCT {token}, {key} FROM {objects} WHERE {in_range}")
-        self._scan_folders = p(f"SELECT {token}, {key}, {name} FROM {folders} WHERE {in_range}")
-        self._object_probe = p(f"SELECT {name} FROM {objects} WHERE {key_eq} LIMIT 1")
-        self._folder_partition = p(f"SELECT {name} FROM {folders} WHERE {key_eq}")
-        self._folder_partition_rows = p(f"SELECT {token}, {name} FROM {folders} WHERE {key_eq}")
-        self._folder_row = p(f"SELECT {name} FROM {folders} WHERE {row_eq}")
-        # IN reads: one statement per number of markers, prepared when first needed.
-        bucket_eq = f"{_q(cfg.columns.bucket)} = ? AND " if cfg.columns.bucket else ""
-        parent_in = f"{bucket_eq}{_q(cfg.columns.parent)} IN ("
-        self._in_probe = InStatements(
-            p, f"SELECT {key} FROM {objects} WHERE {parent_in}", ") PER PARTITION LIMIT 1"
-        )
-        # the walk's folders reads: the stored parent and the name, nothing else
-        parent_col = _q(cfg.columns.parent)
-        self._walk_folder_read = InStatements(
-            p, f"SELECT {parent_col}, {name} FROM {folders} WHERE {parent_in}", ")"
-        )
-        self._partition_delete = InStatements(
-            p, f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {parent_in}", ")"
-        )
-        self._delete_folder_row = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {row_eq}")
-        self._delete_folder_range = p(f"DELETE FROM {folders} USING TIMESTAMP ? WHERE {range_eq}")
-        self._delete_object_row = p(f"DELETE FROM {objects} USING TIMESTAMP ? WHERE {row_eq}")
-        self._insert = {
-            table: p(f"INSERT INTO {ref} ({key}, {name}) VALUES ({marks}) USING TIMESTAMP ?")
-            for table, ref in (("objects", objects), ("folders", folders))
-        }
-        self._grace = p(
-            "SELECT gc_grace_seconds FROM system_schema.tables"
-            " WHERE keyspace_name = ? AND table_name = ?"
-        )
-        self._prepare_meta()
-        self._size_estimates = p(
-            "SELECT range_start, range_end, partitions_count, mean_partition_size"
-            " FROM system.size_estimates WHERE keyspace_name = ? AND table_name = ?"
-        )
+    # -- scans ------------------------------------------------------------------------------------
+    def scan_object_partitions(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[list[PartitionKey]]:
+        return self.scans.scan_object_partitions(shard, bucket, throttle)
+
+    def scan_folder_rows(
+        self, shard: Shard, bucket: str | None = None, throttle: ScanThrottle | None = None
+    ) -> Iterator[list[FolderRow]]:
+        return self.scans.scan_folder_rows(shard, bucket, throttle)
+
+    def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
+        return self.scans.estimate_directory_count(bucket)
+
+    # -- one folders partition, the re-check, the walk -------------------------------------------
+    def folder_partition_pages(
+        self, bucket: str, parent: str, page_rows: int = PARTITION_PAGE_ROWS
+    ) -> Iterator[list[FolderRow]]:
+        return self.reads.folder_partition_pages(bucket, parent, page_rows)
+
+    def has_folder_row(self, bucket: str, directory: str) -> bool:
+        return self.reads.has_folder_row(bucket, directory)
+
+    def nonempty_object_partitions(self, keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        return self.reads.nonempty_object_partitions(keys)
+
+    def objects_partition_nonempty(self, bucket: str, parent: str) -> bool:
+        return self.reads.objects_partition_nonempty(bucket, parent)
+
+    def tombstones_in_partition(self, bucket: str, parent: str) -> int:
+        return self.reads.tombstones_in_partition(bucket, parent)
+
+    def read_directories(self, keys: Sequence[tuple[str, str]]) -> DirectoryReads:
+        return self.walk.read_directories(keys)
+
+    def folder_partitions(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> Iterator[tuple[tuple[str, str], list[FolderRow]]]:
+        return self.walk.folder_partitions(keys)
+
+    # -- deletes at a timestamp ---------------------------------------------------------------
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        return self.deletes.delete_folder_rows(rows, timestamp_us)
+
+    def delete_folder_ranges(
+        self, ranges: Sequence[FolderRange], timestamp_us: int
+    ) -> list[BaseException | None]:
+        return self.deletes.delete_folder_ranges(ranges, timestamp_us)
+
+    def delete_folder_partitions(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[BaseException | None]:
+        return self.deletes.delete_folder_partitions(partitions, timestamp_us)
+
+    def rewrite_folder_partition(
+        self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
+    ) -> int:
+        return self.rewrite.rewrite_folder_partition(partition, keep_out, timestamp_us)
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        return self.deletes.folders_grace_seconds()
+
+    def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        return self.deletes.tombstone_warn_threshold()
+
+    # -- the S3 front-end's writes (``IndexWriter``) ---------------------------------------------
+    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self.writes.write_object_rows(rows, timestamp_us)
+
+    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
+        self.writes.write_folder_rows(rows, timestamp_us)
+
+    def delete_object_rows(
+        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
+    ) -> int | None:
+        return self.writes.delete_object_rows(rows, timestamp_us)
+
+    # -- the job's own tables (``meta``) -------------------------------------------------------
+    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
+        self.meta.put_filter_cell(generation, shard, seq, data)
+
+    def get_filter_cells(
+        self, generation: str, shard: int, *, meta_only: bool = False
+    ) -> dict[int, bytes]:
+        return self.meta.get_filter_cells(generation, shard, meta_only=meta_only)
+
+    def list_filter_parts(self) -> list[tuple[str, int]]:
+        return self.meta.list_filter_parts()
+
+    def delete_filter_generation(self, generation: str) -> None:
+        self.meta.delete_filter_generation(generation)
+
+    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
+        return self.meta.try_acquire_lease(name, owner, ttl_s)
+
+    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
+        return self.meta.replace_lease(name, holder, owner, ttl_s)
+
+    def release_lease(self, name: str, owner: str) -> None:
+        self.meta.release_lease(name, owner)
+
+    def lease_holder(self, name: str) -> str | None:
+        return self.meta.lease_holder(name)
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        self.meta.charge_tombstones(charges, ttl_s)
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        return self.meta.tombstones_charged(partitions)
+
+    def put_state(self, key: str, value: str) -> None:
+        self.meta.put_state(key, value)
+
+    def get_state(self, key: str) -> str | None:
+        return self.meta.get_state(key)

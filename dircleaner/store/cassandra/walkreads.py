@@ -29,8 +29,9 @@ from cassandra.query import PreparedStatement
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
 from dircleaner.store.base import DirectoryReads
-from dircleaner.store.cassandra.reads import CassandraReads
-from dircleaner.store.cassandra.requests import InStatements
+from dircleaner.store.cassandra.mapping import _q
+from dircleaner.store.cassandra.reads import PartitionReads
+from dircleaner.store.cassandra.requests import CassandraRequests, InStatements
 from dircleaner.store.cassandra.session import map_error
 
 
@@ -46,11 +47,18 @@ class _Read(NamedTuple):
     token: int
 
 
-class CassandraWalkReads(CassandraReads):
+class WalkReads:
     """``read_directories`` and ``folder_partitions`` as overlapped IN reads."""
 
-    #: the walk's IN reads of folders partitions (the stored parent and the name)
-    _walk_folder_read: InStatements
+    def __init__(self, requests: CassandraRequests, reads: PartitionReads) -> None:
+        #: the re-check's reads, whose chunks and IN probes the walk shares
+        self.requests, self.reads = requests, reads
+        c = requests.cql
+        parent = _q(requests.config.columns.parent)
+        #: the walk's IN reads of folders partitions (the stored parent and the name)
+        self.folder_read = InStatements(
+            requests.prepare, f"SELECT {parent}, {c.name} FROM {c.folders} WHERE {c.parent_in}", ")"
+        )
 
     def read_directories(self, keys: Sequence[tuple[str, str]]) -> DirectoryReads:
         return self._walk_reads(keys, probe=True)
@@ -67,28 +75,28 @@ class CassandraWalkReads(CassandraReads):
         unique = list(dict.fromkeys(keys))
         if not unique:
             return DirectoryReads(set(), {})
-        cfg = self.config
+        cfg = self.requests.config
         batch = cfg.verify_batch
         sweep_level = ConsistencyLevel.name_to_value[cfg.consistency.sweep]
         reads: list[_Read] = []
         items: list[tuple[Any, tuple[()]]] = []
-        for bucket, chunk in self._verify_chunks(unique):
-            values, size = self._in_keys(bucket, chunk, batch)
+        for bucket, chunk in self.reads.verify_chunks(unique):
+            values, size = self.requests.in_keys(bucket, chunk, batch)
             lookup = {stored: (token, parent) for token, stored, parent in chunk}
             token = chunk[0][0]
             if probe:
-                stmt = self._in_probe(size)
+                stmt = self.reads.in_probe(size)
                 bound = stmt.bind(values)
                 bound.routing_token, bound.fetch_size = token, None
                 reads.append(_Read(True, bucket, lookup, stmt, values, token))
                 items.append((bound, ()))
-            stmt = self._walk_folder_read(size)
+            stmt = self.folder_read(size)
             bound = stmt.bind(values)
             bound.routing_token, bound.fetch_size = token, cfg.fetch_size
             bound.consistency_level = sweep_level
             reads.append(_Read(False, bucket, lookup, stmt, values, token))
             items.append((bound, ()))
-        results = self._run_statements(items, "verify", retry=True)
+        results = self.requests.run_statements(items, "verify", retry=True)
         with_objects: set[tuple[str, str]] = set()
         folder_rows: dict[tuple[str, str], list[FolderRow]] = {}
         for read, result in zip(reads, results, strict=True):
@@ -103,7 +111,7 @@ class CassandraWalkReads(CassandraReads):
                 continue
             if result.has_more_pages:
                 rows = list(rows)
-                for page in self._pages(
+                for page in self.requests.pages(
                     read.stmt,
                     read.values,
                     "sweep",

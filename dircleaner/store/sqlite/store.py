@@ -9,6 +9,7 @@ its schema and opening it are in ``schema.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
@@ -24,6 +25,7 @@ from dircleaner.store.base import (
     PARTITION_PAGE_ROWS,
     DirCountEstimate,
     Store,
+    StoreTraits,
     TombstoneCharge,
     murmur_token,
 )
@@ -62,13 +64,12 @@ LEDGER_CHUNK = 500
 
 
 class SqliteStore(Store):
-    """Metastore in one SQLite file."""
+    """Metastore in one SQLite file; an ``IndexWriter``, ``BulkLoader`` and
+    ``TombstoneCounter`` too."""
 
-    scheme = "sqlite"
-    cheap_exact_count = True
     # One writer and no replicas: spreading buys nothing, and deletes in key order dirty each
     # B-tree page once instead of once per round-robin pass (2.5x faster at 30M directories).
-    spread_deletes = False
+    traits = StoreTraits(scheme="sqlite", cheap_exact_count=True, spread_deletes=False)
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
@@ -92,7 +93,7 @@ class SqliteStore(Store):
         store = cls(path, conn)
         store.created = tuple(created)
         if read_only:
-            store.read_only = True
+            store.traits = dataclasses.replace(store.traits, read_only=True)
         return store
 
     @classmethod
@@ -102,9 +103,6 @@ class SqliteStore(Store):
             return f"sqlite:///{path_from_url(url).resolve()}"
         except (StoreUrlError, OSError):
             return super().shown(url)
-
-    def scope_id(self) -> str:
-        return "sqlite:objects,folders"
 
     def location_id(self) -> str:
         return str(self.path.resolve())

@@ -1,0 +1,93 @@
+"""The store protocol itself: its primitives, its traits, the derived defaults a backend may
+leave alone (each checked on the embedded store, the one backend these tests need)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from dircleaner.store import open_store
+from dircleaner.store.base import IndexWriter, Store, StoreTraits, index_writer
+from dircleaner.store.sqlite import SqliteStore
+
+#: the index primitives every backend writes (the kv and ledger primitives come on top)
+INDEX_PRIMITIVES = {
+    "scan_object_partitions",
+    "scan_folder_rows",
+    "folder_partition_pages",
+    "nonempty_object_partitions",
+    "delete_folder_rows",
+    "delete_folder_ranges",
+    "delete_folder_partitions",
+    "rewrite_folder_partition",
+}
+#: what a backend may override but need not write
+DERIVED = {
+    "open",
+    "close",
+    "scope_id",
+    "estimate_directory_count",
+    "folder_partitions",
+    "read_directories",
+    "has_folder_row",
+    "objects_partition_nonempty",
+    "bucket_exists",
+    "bucket_names",
+}
+
+
+def test_the_index_primitives_are_abstract_and_the_helpers_derived() -> None:
+    abstract = set(Store.__abstractmethods__)
+    assert abstract >= INDEX_PRIMITIVES
+    assert not DERIVED & abstract
+    # The S3 front-end's writes are a protocol of their own, not part of every store.
+    assert not {"write_object_rows", "write_folder_rows", "delete_object_rows"} & set(dir(Store))
+
+
+def test_traits_are_one_frozen_value() -> None:
+    traits = StoreTraits()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        traits.spread_deletes = False  # type: ignore[misc]
+    assert SqliteStore.traits == StoreTraits(
+        scheme="sqlite", cheap_exact_count=True, spread_deletes=False
+    )
+
+
+@pytest.fixture()
+def sqlite_store(tmp_path: Path) -> Any:
+    with open_store(f"sqlite:///{tmp_path / 'meta.db'}", create=True) as store:
+        store.put_objects("b", ["a/b/c", "a/d", "e/f/g/h", "top"], 1_000)
+        yield store
+
+
+def test_the_derived_count_is_the_scan_count(sqlite_store: SqliteStore) -> None:
+    # SQLite overrides the count with one SQL statement; the derived one scans, and both agree.
+    derived = Store.estimate_directory_count(sqlite_store)
+    assert derived.exact and derived.count == 5  # a/ a/b/ e/ e/f/ e/f/g/
+    assert sqlite_store.estimate_directory_count().count == derived.count
+    assert Store.estimate_directory_count(sqlite_store, "nothing").count == 0
+
+
+def test_scope_id_is_derived_from_the_scheme_and_the_tables(sqlite_store: SqliteStore) -> None:
+    assert sqlite_store.scope_id() == "sqlite:objects,folders"
+
+
+def test_a_store_without_index_writes_refuses_puts() -> None:
+    not_a_writer = cast(Store, object())
+    with pytest.raises(TypeError, match="takes no index writes"):
+        index_writer(not_a_writer)
+    with pytest.raises(TypeError, match="takes no index writes"):
+        Store.put_objects(not_a_writer, "b", ["a/b"], 1)
+
+
+def test_both_backends_take_index_writes(sqlite_store: SqliteStore) -> None:
+    assert isinstance(sqlite_store, IndexWriter)
+    from dircleaner.store.cassandra.store import CassandraStore
+
+    assert all(
+        callable(getattr(CassandraStore, name, None))
+        for name in ("write_object_rows", "write_folder_rows", "delete_object_rows")
+    )
