@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
 from dircleaner.filter.generation import parse_generation_id
@@ -147,18 +148,14 @@ def _run_job(
             save_run_state(store, scope, RunState(generation, PHASE_CLEAN))
     elif state is not None:
         previous = state.clean
-    chosen = generation
     loaded = None
     if built is not None and built.in_memory is not None:
         header, filt = built.in_memory
         loaded = LoadedFilter(generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
 
-    def save(clean_progress: CleanProgress) -> None:
-        save_run_state(store, scope, RunState(chosen, PHASE_CLEAN, clean_progress))
-
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
-    checkpoint = CleanCheckpoint(previous, save)
+    checkpoint = CleanCheckpoint(previous, partial(_save_clean, store, scope, generation))
     try:
         cleaned = run_clean(
             store,
@@ -178,6 +175,11 @@ def _run_job(
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
     resumed = generation if built is None or built.reused_shards else None
     return RunReport(built, cleaned, removed, resumed)
+
+
+def _save_clean(store: Store, scope: str, generation: str, progress: CleanProgress) -> None:
+    """Record how far the clean with ``generation`` got (what a resumed run starts from)."""
+    save_run_state(store, scope, RunState(generation, PHASE_CLEAN, progress))
 
 
 def _interrupted_generation(

@@ -85,23 +85,17 @@ def run_sweep(
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
     pool = workers or LocalWorkers(config.workers)
-    shared = SharedFilter(loaded.generation, config.bucket, loaded.filt)
-    bucket = config.bucket
     shards = pool.slices(config.shard, CLEAN)
     running = min(len(shards), pool.parallelism)
-    # The cap is the total, shared by the slices that scan at once.
-    share = config.scan.over(store.scan_defaults).share(running)
-
-    def sweep_part(
-        part_store: Store, shard: Shard, report: Progress
-    ) -> tuple[SweepResult, ScanStats]:
-        throttle = ScanThrottle(share)
-        rows = part_store.scan_folder_keys(shard, bucket, throttle)
-        return sweep(rows, shared.get(part_store), report), throttle.stats()
-
+    task = SweepSlice(
+        SharedFilter(loaded.generation, config.bucket, loaded.filt),
+        config.bucket,
+        # The cap is the total, shared by the slices that scan at once.
+        config.scan.over(store.scan_defaults).share(running),
+    )
     started = time.monotonic()
     expected = expecting(progress, "sweep", expected_sweep(store, config))
-    scanned = pool.map_shards(store, shards, sweep_part, "sweep", expected)
+    scanned = pool.map_shards(store, shards, task.sweep, "sweep", expected)
     parts = [part for part, _ in scanned]
     # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
     # partitions whole and in token order.
@@ -116,6 +110,22 @@ def run_sweep(
         store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
     return SweepReport(loaded, result, scan)
+
+
+@dataclass(frozen=True)
+class SweepSlice:
+    """One slice's sweep, the same for every slice (plain data: a Dask worker receives it)."""
+
+    shared: SharedFilter
+    bucket: str | None
+    #: one slice's share of the scan rate
+    scan: ScanRate
+
+    def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[SweepResult, ScanStats]:
+        """The slice's candidates, and how its scan read."""
+        throttle = ScanThrottle(self.scan)
+        rows = store.scan_folder_keys(shard, self.bucket, throttle)
+        return sweep(rows, self.shared.get(store), report), throttle.stats()
 
 
 def expected_sweep(store: Store, config: SweepConfig) -> int | None:
