@@ -179,13 +179,15 @@ def clean(
 ) -> CleanReport:
     """One clean with the lease held (or a dry run): the steps of the module's docstring."""
     started_us = config.started_us or now_us()
+    # The filter, checked; the slices still to do, the slowest of the last run first.
     if loaded is None:
         loaded = load_filter(store, config.sweep)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.sweep.guards)
     slices = pool.slices(config.sweep.shard, CLEAN)
     schedule = schedule_slices(store, config.sweep, len(slices), checkpoint)
     running = min(len(schedule.todo), pool.parallelism)
-    # T: after the filter's build started, an entry (re)written survives whatever happens here.
+    # The orders: the tombstone budget, each slice's share of the rate, and T (after the
+    # filter's build started, an entry (re)written survives whatever happens here).
     orders = delete_orders(
         store,
         config,
@@ -196,6 +198,7 @@ def clean(
         run_started_us=started_us,
         keep_plan=len(schedule.todo) == 1,
     )
+    # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
     decision = CleanDecision(loaded.header, config, schedule, checkpoint)
     clock = PhaseClock(decision.decide)
     work = clean_work(store, config, loaded, orders, running, clock, decision)
@@ -206,23 +209,10 @@ def clean(
         work,
         expecting(progress, "sweep", first_expected),
     )
-    phases = clock.phases(tallies, cleaned, config.verify)
-    totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
-    deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
-    record_for_next_run(store, config.sweep, schedule, loaded.generation, tallies, totals, deleted)
-    return summary(
-        loaded,
-        orders,
-        schedule,
-        decision.verdict,
-        tallies,
-        cleaned,
-        totals,
-        deleted,
-        phases,
-        running,
-        config.dry_run,
-    )
+    # The slices summed up; what the next run reads; the report.
+    outcome = sum_slices(tallies, cleaned, clock.phases(tallies, cleaned, config.verify), running)
+    record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
+    return summary(loaded, orders, schedule, decision.verdict, outcome, config.dry_run)
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -285,28 +275,30 @@ def record_for_next_run(
     sweep: SweepConfig,
     schedule: SliceSchedule,
     generation: str,
-    tallies: Sequence[ShardSwept],
-    totals: SweepTotals,
-    deleted: DeleteStats | None,
+    outcome: SlicesOutcome,
 ) -> None:
     """What the next run reads: each slice's time, the rows swept, the rows left after the
     deletes (a dry run of a read-only store writes nothing)."""
     if len(schedule.known) > 1 and not store.read_only:
-        timed = zip(schedule.todo, tallies, strict=True)
+        timed = zip(schedule.todo, outcome.tallies, strict=True)
         ran = {i: t.totals.seconds + t.verify_s for i, t in timed}
         record_seconds(store, schedule.seconds_key, schedule.known, ran)
     whole = not schedule.previous.done and sweep.shard.count == 1
     if not whole:
         return
-    scope = scope_of(store, sweep.bucket)
+    scope, swept_rows, deleted = (
+        scope_of(store, sweep.bucket),
+        outcome.totals.swept_rows,
+        outcome.deleted,
+    )
     if not store.read_only:
         # The exact count sizes the next build on stores that cannot count cheaply.
-        store.put_state(swept_count_key(scope), str(totals.swept_rows))
+        store.put_state(swept_count_key(scope), str(swept_rows))
     if deleted is not None:
         # The folder rows left are what the next build's growth is measured from (the
         # empties just removed were never in the filter).
         gone = deleted.directories if deleted.rows_removed is None else deleted.rows_removed
-        record_clean(store, scope, generation, totals.swept_rows - gone)
+        record_clean(store, scope, generation, swept_rows - gone)
 
 
 def summary(
@@ -314,25 +306,20 @@ def summary(
     orders: Orders,
     schedule: SliceSchedule,
     verdict: str | None,
-    tallies: Sequence[ShardSwept],
-    cleaned: Sequence[ShardCleaned],
-    totals: SweepTotals,
-    deleted: DeleteStats | None,
-    phases: dict[str, float],
-    running: int,
+    outcome: SlicesOutcome,
     dry_run: bool,
 ) -> CleanReport:
-    """The clean's report, every slice's tallies summed."""
-    scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
+    """The clean's report."""
+    tallies, cleaned = outcome.tallies, outcome.cleaned
     return CleanReport(
-        sweep=CleanSweep(loaded, totals, scan),
+        sweep=CleanSweep(loaded, outcome.totals, outcome.scan),
         delete_timestamp_us=orders.delete.delete_timestamp_us,
         verified=sum(t.checked for t in tallies),
         dropped_nonempty=sum(len(t.nonempty) for t in tallies),
         plan=sum((c.plan for c in cleaned), PlanSummary()),
         dry_run=dry_run,
-        deleted=deleted,
-        phase_seconds=phases,
+        deleted=outcome.deleted,
+        phase_seconds=outcome.phases,
         deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(schedule.previous.done)),
         budget=orders.budget,
@@ -428,6 +415,31 @@ def deletes_of(
     return replace(merged, seconds=delete_s, final_rate=rate)
 
 
+@dataclass(frozen=True)
+class SlicesOutcome:
+    """Every slice's two phases, summed up."""
+
+    tallies: list[ShardSwept]
+    cleaned: list[ShardCleaned]
+    #: seconds per phase, timed here (``PhaseClock``)
+    phases: dict[str, float]
+    #: the sweep's totals; its time the phase's
+    totals: SweepTotals
+    scan: ScanStats
+    deleted: DeleteStats | None
+
+
+def sum_slices(
+    tallies: list[ShardSwept], cleaned: list[ShardCleaned], phases: dict[str, float], running: int
+) -> SlicesOutcome:
+    """The slices' tallies and deletes as one, with the phases' times (``running``: the slices
+    that ran at once)."""
+    totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
+    scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
+    deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
+    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted)
+
+
 def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:
     """The sweep totals of several slices as one."""
     return SweepTotals(
@@ -470,8 +482,8 @@ class SliceWork:
         nonempty: frozenset[BucketDir],
         report: Progress,
     ) -> ShardCleaned:
-        """Phase 2: plan (the pure planner) and delete the slice's candidates, keeping every
-        non-empty find."""
+        """Phase 2: plan the slice's deletes (the pure planner, within the budgets the ledger
+        leaves), keeping every non-empty find, and delete."""
         facts, own_nonempty = kept
         # A first phase run again (its worker was lost) may have found more than the decision
         # pooled: its own finds stay too.
