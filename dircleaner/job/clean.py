@@ -9,9 +9,10 @@
 3. hand the workers one ``TwoPhaseWork``: per slice, **sweep and re-check** (``SliceWork.sweep``);
    here, once, the **decision** on every slice's tally (``decide_sweep``: the guards, the pooled
    non-empty finds; ``CleanDecision`` checkpoints it); per slice again, **plan and delete**
-   (``SliceWork.clean``: the pure planner, then the deleter);
-4. sum the slices up (``deletes_of``, ``final_rate``, ``add_totals``), record what the next
-   run needs, and report.
+   (``SliceWork.clean``: ``pipeline.slice.plan_slice``, the pure planner on what the ledger
+   leaves, then ``delete_slice``, the deleter);
+4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of`` with ``final_rate``),
+   record what the next run needs (``record_for_next_run``), and report (``summary``).
 
 The decisions are pure functions of plain data (tested without a store in
 ``tests/test_job_clean.py``); the store is read and written only by the steps around them.
