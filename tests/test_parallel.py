@@ -18,6 +18,7 @@ from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.progress import Progress
 from dircleaner.store import Store, open_store
 from dircleaner.timeutil import now_us
+from dircleaner.workers.base import TwoPhaseWork
 from dircleaner.workers.local import map_shards, run_two_phases
 
 
@@ -156,16 +157,8 @@ def test_each_slice_s_second_phase_runs_where_its_first_phase_ran(tmp_path: Path
 
     finished: list[int] = []
     with open_store(url) as store:
-        tallies, results = run_two_phases(
-            store,
-            shards,
-            first,
-            lambda t: 1,
-            second,
-            ("one", "two"),
-            on_second_done=finished.append,
-            processes=2,
-        )
+        work = TwoPhaseWork(first, lambda t: 1, second, ("one", "two"), finished.append)
+        tallies, results = run_two_phases(store, shards, work, processes=2)
     assert [kept for kept, _ in results] == tallies
     assert [ran for _, ran in results] == tallies
     assert len(set(tallies)) == 2 and tallies[0] not in tallies[1:]

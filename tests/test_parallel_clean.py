@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import dircleaner.job.run as job_run
+import dircleaner.job.clean as job_clean
 from dircleaner.errors import TooManyCandidates
 from dircleaner.job.orders import delete_orders
 from dircleaner.job.run import CleanConfig, CleanReport, SweepConfig, run_clean
@@ -102,7 +102,7 @@ def test_the_rate_is_shared_by_the_slices_that_delete_at_once(
         shares.append(throttle.rate)
         return delete_orders(*args, throttle=throttle, **kwargs)
 
-    monkeypatch.setattr(job_run, "delete_orders", recorded)
+    monkeypatch.setattr(job_clean, "delete_orders", recorded)
     # Full rate from the start: with no overload, each slice deletes at its share throughout.
     throttle = ThrottleConfig(rate=rate, start_fraction=1.0)
     report, _, _ = clean_copy(tmp_path, db, generation, 2, throttle=throttle)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-import dircleaner.job.cleanphases as clean_phases
+import dircleaner.job.clean as job_clean
 import dircleaner.pipeline.build as build_module
 from dircleaner.cli.report import run_build_lines, run_summary
 from dircleaner.errors import StoreUnavailable
@@ -40,6 +40,7 @@ from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.slice import plan_and_delete
 from dircleaner.store import Store, open_store
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, TombstoneCounter, murmur_token
 from dircleaner.store.cassandra.config import parse_cassandra_url
@@ -494,7 +495,7 @@ def test_a_clean_that_died_in_some_slices_sweeps_only_those_again(
 
     audit = tmp_path / "audit.jsonl"
     url = build_dataset(tmp_path, "killed")
-    real = clean_phases.plan_and_delete
+    real = plan_and_delete
 
     def dies_in_the_second_half(store: Store, facts: list[Any], *args: Any) -> Any:
         if any(f.key.token >= 0 for f in facts):  # the slices of the non-negative tokens
@@ -502,10 +503,10 @@ def test_a_clean_that_died_in_some_slices_sweeps_only_those_again(
         return real(store, facts, *args)
 
     # Workers are forked after the patch, so they inherit it.
-    monkeypatch.setattr(clean_phases, "plan_and_delete", dies_in_the_second_half)
+    monkeypatch.setattr(job_clean, "plan_and_delete", dies_in_the_second_half)
     with pytest.raises(StoreUnavailable, match="injected"):
         run(url)
-    monkeypatch.setattr(clean_phases, "plan_and_delete", real)
+    monkeypatch.setattr(job_clean, "plan_and_delete", real)
     with open_store(url) as store:
         state = load_run_state(store, scope_of(store, None))
     assert state is not None and state.clean is not None

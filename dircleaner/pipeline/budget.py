@@ -9,6 +9,9 @@ another host, or tomorrow's) reads the ledger before planning and plans only wha
 
 A charge written but never spent (a run killed between the charge and its deletes) only makes
 the budget tighter: never looser.
+
+This module needs only the few store methods of ``TombstoneSettings`` and ``TombstoneLedger``
+(every ``Store`` has them), so the budget is computed and tested without a store.
 """
 
 from __future__ import annotations
@@ -16,13 +19,41 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from dircleaner.model import DeleteAction, PartitionFacts
 from dircleaner.pipeline.plan import dead_partitions
-from dircleaner.store.base import Store, TombstoneCharge
+from dircleaner.store.base import TombstoneCharge
 
 #: Cassandra's default tombstone_warn_threshold, when the node does not say
 DEFAULT_WARN_THRESHOLD = 1000
+
+
+class TombstoneSettings(Protocol):
+    """Where the budget's figures come from (a ``Store``)."""
+
+    def folders_grace_seconds(self) -> tuple[float, str]:
+        """How long a folders tombstone is kept, and where that figure came from."""
+        ...
+
+    def tombstone_warn_threshold(self) -> tuple[int, str] | None:
+        """The lowest tombstone warning the cluster has set, and which setting it is."""
+        ...
+
+
+class TombstoneLedger(Protocol):
+    """The ledger of what runs spent (a ``Store``): read before planning, charged before
+    each batch of deletes."""
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        """The unexpired charges of each ``(bucket, parent)``, summed (absent: none)."""
+        ...
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        """Record charges that expire after ``ttl_s``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +69,7 @@ class TombstoneBudget:
 
 
 def resolve_budget(
-    store: Store, explicit: int | None, grace_override_s: float | None = None
+    store: TombstoneSettings, explicit: int | None, grace_override_s: float | None = None
 ) -> TombstoneBudget:
     """N: ``explicit`` if given, else half the lowest tombstone warning the cluster has set
     (``Store.tombstone_warn_threshold``: Cassandra 5.0's partition_tombstones_warn_threshold
@@ -58,7 +89,9 @@ def resolve_budget(
     return TombstoneBudget(max(0, value // 2), f"half of {value}, {where}", grace_s, grace_source)
 
 
-def charged_so_far(store: Store, facts: Iterable[PartitionFacts]) -> dict[tuple[str, str], int]:
+def charged_so_far(
+    store: TombstoneLedger, facts: Iterable[PartitionFacts]
+) -> dict[tuple[str, str], int]:
     """What the ledger holds for every partition of ``facts`` that may take tombstones (a
     dead partition goes with a partition deletion, which costs none)."""
     facts = list(facts)
@@ -68,7 +101,7 @@ def charged_so_far(store: Store, facts: Iterable[PartitionFacts]) -> dict[tuple[
 
 
 def ledger_charger(
-    store: Store, generation: str, charge_prefix: str, ttl_s: float
+    store: TombstoneLedger, generation: str, charge_prefix: str, ttl_s: float
 ) -> Callable[[Sequence[DeleteAction]], None]:
     """A hook for the deleter: charges a batch of actions' tombstones, per partition, before
     they are issued. Each batch gets its own charge id, so no charge overwrites another."""

@@ -1,12 +1,15 @@
 """The clean of one slice of the ring, in two phases around one decision taken for all slices.
 
-1. **Sweep and re-check**: stream the slice's folder rows against the filter, then ask the
-   objects table whether any candidate directory has gained an object since the build. The
-   candidates stay in the process that found them; only counts and the (few) non-empty
-   directories go to the parent.
-2. **Plan and delete**: once the parent has checked the totals against the guards and pooled
-   every slice's non-empty directories (with their ancestors, which may live in another slice),
-   drop those from the candidates, plan within the per-partition budgets and delete.
+1. **Sweep and re-check** (``sweep_and_recheck``): stream the slice's folder rows against the
+   filter, then ask the objects table whether any candidate directory has gained an object
+   since the build. The candidates stay in the process that found them; only counts and the
+   (few) non-empty directories go to the parent.
+2. **Plan and delete** (``plan_slice``, ``delete_slice``): once the parent has checked the
+   totals against the guards and pooled every slice's non-empty directories (with their
+   ancestors, which may live in another slice), drop those from the candidates, plan within
+   the per-partition budgets and delete.
+
+``job.clean`` runs them.
 
 A slice is a token range of the folders table, so it holds whole partitions: per-partition
 budgets need no coordination between slices.
@@ -130,59 +133,12 @@ def plan_and_delete(
     orders: DeleteOrders,
     progress: Progress,
 ) -> ShardCleaned:
-    """Phase 2: drop what must stay (the directories found non-empty in any slice, and their
-    ancestors), plan within the budgets and (unless a dry run) delete."""
+    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``)."""
     planning = time.monotonic()
-    if nonempty:
-        facts = drop_nonempty(facts, nonempty)
-    # What every run of the grace period already spent (this generation's killed attempts
-    # included), read from the store before planning.
-    used = charged_so_far(store, facts)
-    plan = plan_deletions(
-        facts,
-        orders.max_row_tombstones,
-        used,
-        spread=store.traits.spread_deletes,
-        ranges=store.traits.sweep_sees_every_write,
-        max_rewrite_rows=orders.max_rewrite_rows,
-    )
+    plan = plan_slice(store, facts, nonempty, orders)
     del facts  # the plan holds what is still needed
-    deleted = None
     started = time.monotonic()
-    if not orders.dry_run:
-        progress("clean", 0, len(plan.actions))  # the slice's total, even when it is 0
-    if not orders.dry_run and plan.actions:
-        stream = open_audit_log(orders.audit_log) if orders.audit_log else None
-        try:
-            audit = (
-                AuditLog(
-                    stream,
-                    orders.generation,
-                    orders.delete_timestamp_us,
-                    scope=orders.audit_scope,
-                    run_started_us=orders.run_started_us,
-                    clock=now_us,
-                )
-                if stream
-                else None
-            )
-            deleted = execute_plan(
-                store,
-                plan,
-                orders.delete_timestamp_us,
-                orders.throttle,
-                audit,
-                # In deletes, the unit --rate limits (a range or partition delete takes several
-                # directories).
-                counting_actions(progress, "clean", [len(a.rows) for a in plan.actions]),
-                keep_going=lease_check(store, orders.lease_owner),
-                charge=ledger_charger(
-                    store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s
-                ),
-            )
-        finally:
-            if stream is not None:
-                stream.close()
+    deleted = delete_slice(store, plan, orders, progress)
     return ShardCleaned(
         PlanSummary.of(plan),
         deleted,
@@ -190,6 +146,71 @@ def plan_and_delete(
         plan if orders.keep_plan else None,
         started - planning,
     )
+
+
+def plan_slice(
+    store: Store,
+    facts: list[PartitionFacts],
+    nonempty: frozenset[BucketDir],
+    orders: DeleteOrders,
+) -> DeletionPlan:
+    """Phase 2, the plan: drop what must stay (the directories found non-empty in any slice,
+    and their ancestors) and plan within the budgets (the pure planner, on what the ledger
+    says every run of the grace period already spent)."""
+    if nonempty:
+        facts = drop_nonempty(facts, nonempty)
+    # What every run of the grace period already spent (this generation's killed attempts
+    # included), read from the store before planning.
+    used = charged_so_far(store, facts)
+    return plan_deletions(
+        facts,
+        orders.max_row_tombstones,
+        used,
+        spread=store.traits.spread_deletes,
+        ranges=store.traits.sweep_sees_every_write,
+        max_rewrite_rows=orders.max_rewrite_rows,
+    )
+
+
+def delete_slice(
+    store: Store, plan: DeletionPlan, orders: DeleteOrders, progress: Progress
+) -> DeleteStats | None:
+    """Phase 2, the deletes: the plan at T, audited, charged to the ledger batch by batch,
+    stopping once the store shows another lease holder (None: a dry run, or nothing to do)."""
+    if orders.dry_run:
+        return None
+    progress("clean", 0, len(plan.actions))  # the slice's total, even when it is 0
+    if not plan.actions:
+        return None
+    stream = open_audit_log(orders.audit_log) if orders.audit_log else None
+    try:
+        audit = (
+            AuditLog(
+                stream,
+                orders.generation,
+                orders.delete_timestamp_us,
+                scope=orders.audit_scope,
+                run_started_us=orders.run_started_us,
+                clock=now_us,
+            )
+            if stream
+            else None
+        )
+        return execute_plan(
+            store,
+            plan,
+            orders.delete_timestamp_us,
+            orders.throttle,
+            audit,
+            # In deletes, the unit --rate limits (a range or partition delete takes several
+            # directories).
+            counting_actions(progress, "clean", [len(a.rows) for a in plan.actions]),
+            keep_going=lease_check(store, orders.lease_owner),
+            charge=ledger_charger(store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s),
+        )
+    finally:
+        if stream is not None:
+            stream.close()
 
 
 def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | None:

@@ -34,8 +34,7 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.workers.base import SliceFailed, default_slice_count
-from dircleaner.workers.local import FirstPhase, SecondPhase, ShardTask
+from dircleaner.workers.base import ShardTask, SliceFailed, TwoPhaseWork, default_slice_count
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -146,21 +145,17 @@ class DaskWorkers:
         self,
         store: Store,
         shards: Sequence[Shard],
-        first: FirstPhase[T, L],
-        decide: Callable[[list[T]], M],
-        second: SecondPhase[L, M, R],
-        phases: tuple[str, str],
+        work: TwoPhaseWork[T, L, M, R],
         progress: Progress = no_progress,
-        on_second_done: Callable[[int], None] | None = None,
     ) -> tuple[list[T], list[R]]:
-        url, config_path = store.url, store.config_path
+        url, config_path, phases = store.url, store.config_path, work.phases
         # The first results (tally, kept) stay on the workers; only the tallies come here.
         kept = [
             self.client.submit(
                 _one_phase,
                 url,
                 config_path,
-                first,
+                work.first,
                 shard,
                 self._topic,
                 phases[0],
@@ -175,14 +170,14 @@ class DaskWorkers:
         second_futures: list[Any] = []
         try:
             tallies: list[T] = self._collect(tally_futures, shards, phases[0], progress)
-            message = decide(tallies)
+            message = work.decide(tallies)
             [shared_message] = self.client.scatter([message], broadcast=True, hash=False)
             second_futures = [
                 self.client.submit(
                     _second_phase,
                     url,
                     config_path,
-                    second,
+                    work.second,
                     shard,
                     k,
                     shared_message,
@@ -197,7 +192,7 @@ class DaskWorkers:
                 shards,
                 phases[1],
                 progress,
-                on_second_done or (lambda _index: None),
+                work.on_second_done,
             )
         finally:
             self.client.cancel([*kept, *tally_futures, *second_futures])

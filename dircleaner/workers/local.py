@@ -21,7 +21,7 @@ import pickle
 import signal
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from dircleaner.errors import DircleanerError
 from dircleaner.model import Shard
@@ -29,16 +29,14 @@ from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.workers import interrupt
 
+if TYPE_CHECKING:  # the protocol's module imports this one
+    from dircleaner.workers.base import FirstPhase, SecondPhase, ShardTask, TwoPhaseWork
+
 R = TypeVar("R")
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
-ShardTask = Callable[[Store, Shard, Progress], R]
-#: first phase: (what the parent needs to decide, what the worker keeps for the second phase)
-FirstPhase = Callable[[Store, Shard, Progress], tuple[T, L]]
-#: second phase: the worker's kept state and the parent's decision in, a result out
-SecondPhase = Callable[[Store, Shard, L, M, Progress], R]
 #: how long a finished (or failed, after its decision) run waits for workers to exit
 _SECOND_PHASE_GRACE_S = 300.0
 #: prctl(2) option: the signal a process gets when its parent dies (Linux)
@@ -91,40 +89,35 @@ def map_shards(
 def run_two_phases(
     store: Store,
     shards: Sequence[Shard],
-    first: FirstPhase[T, L],
-    decide: Callable[[list[T]], M],
-    second: SecondPhase[L, M, R],
-    phases: tuple[str, str],
+    work: TwoPhaseWork[T, L, M, R],
     progress: Progress = no_progress,
-    on_second_done: Callable[[int], None] | None = None,
     processes: int | None = None,
 ) -> tuple[list[T], list[R]]:
-    """Two phases per shard with one decision between them, taken by the parent on every
-    shard's first result. A shard's second phase runs in the process that ran its first (which
-    kept its state across the barrier); if ``decide`` raises, no second phase runs anywhere and
-    the error propagates.
+    """``work``'s two phases per shard with its one decision between them, taken by the parent
+    on every shard's first result. A shard's second phase runs in the process that ran its first
+    (which kept its state across the barrier); if ``work.decide`` raises, no second phase runs
+    anywhere and the error propagates.
 
-    ``on_second_done(i)`` is called in the parent as each shard's second phase succeeds. If one
-    fails, its process stops there and the other processes still finish theirs (and are
+    ``work.on_second_done(i)`` is called in the parent as each shard's second phase succeeds.
+    If one fails, its process stops there and the other processes still finish theirs (and are
     reported) before the error propagates.
     """
-    done = on_second_done or (lambda _index: None)
     if not shards:
-        decide([])
+        work.decide([])
         return [], []
     if len(shards) == 1:
-        tally, kept = first(store, shards[0], progress)
-        message = decide([tally])
-        result = second(store, shards[0], kept, message, progress)
-        done(0)
+        tally, kept = work.first(store, shards[0], progress)
+        message = work.decide([tally])
+        result = work.second(store, shards[0], kept, message, progress)
+        work.on_second_done(0)
         return [tally], [result]
-    pool = _Pool(store, shards, first, second, phases, processes)
+    pool = _Pool(store, shards, work.first, work.second, work.phases, processes)
     second_started = False
     try:
         tallies: list[T] = pool.first_phase(progress)
-        message = decide(tallies)
+        message = work.decide(tallies)
         second_started = True
-        results: list[R] = pool.second_phase(message, progress, done)
+        results: list[R] = pool.second_phase(message, progress, work.on_second_done)
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.

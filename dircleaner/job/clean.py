@@ -1,0 +1,576 @@
+"""The clean, in one place: sweep and re-check each slice, decide, plan, delete, summarize.
+
+``clean`` reads top to bottom as the night's clean runs:
+
+1. load and check the filter; cut the ring into slices, the slowest of the last run first, the
+   ones an interrupted attempt finished left out (``slices_to_do``);
+2. split the delete rate between the slices that run at once (``rate_share``) and resolve the
+   delete orders (the tombstone budget, the ledger purge, T: ``job.orders``);
+3. hand the workers one ``TwoPhaseWork``: per slice, **sweep and re-check** (``SliceWork.sweep``);
+   here, once, the **decision** on every slice's tally (``decide_sweep``: the guards, the pooled
+   non-empty finds; ``CleanDecision`` checkpoints it); per slice again, **plan and delete**
+   (``SliceWork.clean``: ``pipeline.slice.plan_slice``, the pure planner on what the ledger
+   leaves, then ``delete_slice``, the deleter);
+4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of`` with ``final_rate``),
+   record what the next run needs (``record_for_next_run``), and report (``summary``).
+
+The decisions are pure functions of plain data (tested without a store in
+``tests/test_job_clean.py``); the store is read and written only by the steps around them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from dircleaner.errors import GuardRefused
+from dircleaner.filter.format import FilterHeader
+from dircleaner.filter.sizing import record_clean
+from dircleaner.gcpause import cyclic_gc_paused
+from dircleaner.job.orders import Orders, delete_orders
+from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
+from dircleaner.job.sharedfilter import SharedFilter
+from dircleaner.job.sliceorder import (
+    longest_first,
+    record_seconds,
+    recorded_seconds,
+    slice_seconds_key,
+)
+from dircleaner.job.sweep import LoadedFilter, SweepConfig, expected_sweep, load_filter
+from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.pipeline.budget import TombstoneBudget
+from dircleaner.pipeline.build import scope_of, swept_count_key
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.guards import (
+    GuardConfig,
+    check_filter,
+    check_scan_consistency,
+    check_sweep,
+)
+from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
+from dircleaner.pipeline.slice import (
+    DeleteOrders,
+    ShardCleaned,
+    ShardSwept,
+    merge_delete_stats,
+    plan_and_delete,
+    sweep_and_recheck,
+)
+from dircleaner.pipeline.sweep import SweepTotals
+from dircleaner.progress import Progress, expecting, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats
+from dircleaner.scanrate import merge as merge_scans
+from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers, TwoPhaseWork, Workers
+
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
+
+#: what a slice's first phase keeps for its second: its candidates and its own non-empty finds
+Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
+
+
+@dataclass(frozen=True)
+class CleanConfig:
+    """How to turn candidates into deletes."""
+
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    min_age_s: float = 600.0
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
+    verify: bool = True
+    dry_run: bool = False
+    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
+    audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
+    grace_period_s: float | None = None
+    #: when the run began (wall clock, µs; the audit log records it); None: when the clean began
+    started_us: int | None = None
+
+
+@dataclass
+class CleanSweep:
+    """The sweep a clean ran (its candidates stayed with the workers that found them)."""
+
+    loaded: LoadedFilter
+    result: SweepTotals
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
+
+
+@dataclass
+class CleanReport:
+    """Everything a clean decided and did."""
+
+    sweep: CleanSweep
+    delete_timestamp_us: int
+    verified: int
+    dropped_nonempty: int
+    plan: PlanSummary
+    dry_run: bool
+    deleted: DeleteStats | None
+    phase_seconds: dict[str, float]
+    #: the whole plan, kept only by an in-process clean (one worker) for callers that inspect it
+    deletion_plan: DeletionPlan | None = None
+    #: slices of the ring an interrupted attempt had finished, not swept again
+    slices_already_clean: tuple[int, ...] = ()
+    #: the per-partition tombstone budget over the grace period, and where it came from
+    budget: TombstoneBudget | None = None
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    would_be_refused: str | None = None
+    #: of ``verified``, the directories that were not candidates: the own directories of
+    #: partitions found empty whose row another slice swept (each slice re-checks them)
+    verified_parents: int = 0
+
+
+@dataclass(frozen=True)
+class CleanCheckpoint:
+    """Where an interrupted clean of this generation got to, and how to record progress."""
+
+    previous: CleanProgress | None
+    save: Callable[[CleanProgress], None]
+
+
+# -- the clean, top to bottom ------------------------------------------------------------------
+
+
+def run_clean(
+    store: Store,
+    config: CleanConfig,
+    progress: Progress = no_progress,
+    checkpoint: CleanCheckpoint | None = None,
+    lease_owner: str | None = None,
+    workers: Workers | None = None,
+    *,
+    loaded: LoadedFilter | None = None,
+) -> CleanReport:
+    """Sweep, guard, re-check, plan and (unless a dry run) delete.
+
+    With ``checkpoint``, the clean skips the slices an interrupted attempt already finished and
+    reports each slice as it finishes. A clean that deletes holds the store's lease: the
+    caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
+    when another run has it). ``loaded``: the filter to use, not read from the store (a dry
+    run's, never stored).
+    """
+    check_scan_consistency(store, config.verify)
+    pool = workers or LocalWorkers(config.sweep.workers)
+    with cyclic_gc_paused():
+        if config.dry_run or lease_owner is not None:
+            return clean(store, config, pool, lease_owner, progress, checkpoint, loaded)
+        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
+            return clean(store, config, pool, lease.owner, progress, checkpoint, loaded)
+
+
+def clean(
+    store: Store,
+    config: CleanConfig,
+    pool: Workers,
+    lease_owner: str | None,
+    progress: Progress = no_progress,
+    checkpoint: CleanCheckpoint | None = None,
+    loaded: LoadedFilter | None = None,
+) -> CleanReport:
+    """One clean with the lease held (or a dry run): the steps of the module's docstring."""
+    started_us = config.started_us or now_us()
+    # The filter, checked; the slices still to do, the slowest of the last run first.
+    if loaded is None:
+        loaded = load_filter(store, config.sweep)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.sweep.guards)
+    slices = pool.slices(config.sweep.shard, CLEAN)
+    schedule = schedule_slices(store, config.sweep, len(slices), checkpoint)
+    running = min(len(schedule.todo), pool.parallelism)
+    # The orders: the tombstone budget, each slice's share of the rate, and T (after the
+    # filter's build started, an entry (re)written survives whatever happens here).
+    orders = delete_orders(
+        store,
+        config,
+        snapshot_us=loaded.header.snapshot_us,
+        generation=loaded.generation,
+        throttle=rate_share(config.throttle, running),
+        lease_owner=lease_owner,
+        run_started_us=started_us,
+        keep_plan=len(schedule.todo) == 1,
+    )
+    # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
+    decision = CleanDecision(loaded.header, config, schedule, checkpoint)
+    clock = PhaseClock(decision.decide)
+    work = clean_work(store, config, loaded, orders, running, clock, decision)
+    first_expected = expected_sweep(store, config.sweep) if not schedule.previous.done else None
+    tallies, cleaned = pool.run_two_phases(
+        store,
+        [slices[i] for i in schedule.todo],
+        work,
+        expecting(progress, "sweep", first_expected),
+    )
+    # The slices summed up; what the next run reads; the report.
+    outcome = sum_slices(tallies, cleaned, clock.phases(tallies, cleaned, config.verify), running)
+    record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
+    return summary(loaded, orders, schedule, decision.verdict, outcome, config.dry_run)
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliceSchedule:
+    """Which slices this clean runs, in what order, and what the last run timed of them."""
+
+    #: what an interrupted attempt finished and found (empty when none, or sliced otherwise)
+    previous: CleanProgress
+    #: the slices still to do, slowest first
+    todo: list[int]
+    #: the state key of the slices' first-phase seconds, and what the last run recorded there
+    seconds_key: str
+    known: list[float | None]
+
+
+def schedule_slices(
+    store: Store, sweep: SweepConfig, slices: int, checkpoint: CleanCheckpoint | None
+) -> SliceSchedule:
+    """Read what the last run timed, and order the slices still to do by it."""
+    # The slices the last run found slowest go first, so that none is left to run alone.
+    key = slice_seconds_key(scope_of(store, sweep.bucket), sweep.shard, slices)
+    known = recorded_seconds(store, key, slices)
+    previous, todo = slices_to_do(checkpoint.previous if checkpoint else None, slices, known)
+    return SliceSchedule(previous, todo, key, known)
+
+
+def clean_work(
+    store: Store,
+    config: CleanConfig,
+    loaded: LoadedFilter,
+    orders: Orders,
+    running: int,
+    clock: PhaseClock,
+    decision: CleanDecision,
+) -> TwoPhaseWork[ShardSwept, Kept, frozenset[BucketDir], ShardCleaned]:
+    """The work handed to the workers: each slice's two phases around the timed decision."""
+    sweep = config.sweep
+    slice_work = SliceWork(
+        SharedFilter(loaded.generation, sweep.bucket, loaded.filt),
+        sweep.bucket,
+        config.verify,
+        orders.delete,
+        # The scan cap is the total too, shared like the delete rate.
+        sweep.scan.over(store.traits.scan_defaults).share(running),
+    )
+    return TwoPhaseWork(
+        slice_work.sweep,
+        clock.decide,
+        slice_work.clean,
+        ("sweep", "clean"),
+        decision.slice_done,
+    )
+
+
+def record_for_next_run(
+    store: Store,
+    sweep: SweepConfig,
+    schedule: SliceSchedule,
+    generation: str,
+    outcome: SlicesOutcome,
+) -> None:
+    """What the next run reads: each slice's time, the rows swept, the rows left after the
+    deletes (a dry run of a read-only store writes nothing)."""
+    if len(schedule.known) > 1 and not store.traits.read_only:
+        timed = zip(schedule.todo, outcome.tallies, strict=True)
+        ran = {i: t.totals.seconds + t.verify_s for i, t in timed}
+        record_seconds(store, schedule.seconds_key, schedule.known, ran)
+    whole = not schedule.previous.done and sweep.shard.count == 1
+    if not whole:
+        return
+    scope, swept_rows, deleted = (
+        scope_of(store, sweep.bucket),
+        outcome.totals.swept_rows,
+        outcome.deleted,
+    )
+    if not store.traits.read_only:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(swept_count_key(scope), str(swept_rows))
+    if deleted is not None:
+        # The folder rows left are what the next build's growth is measured from (the
+        # empties just removed were never in the filter).
+        gone = deleted.directories if deleted.rows_removed is None else deleted.rows_removed
+        record_clean(store, scope, generation, swept_rows - gone)
+
+
+def summary(
+    loaded: LoadedFilter,
+    orders: Orders,
+    schedule: SliceSchedule,
+    verdict: str | None,
+    outcome: SlicesOutcome,
+    dry_run: bool,
+) -> CleanReport:
+    """The clean's report."""
+    tallies, cleaned = outcome.tallies, outcome.cleaned
+    return CleanReport(
+        sweep=CleanSweep(loaded, outcome.totals, outcome.scan),
+        delete_timestamp_us=orders.delete.delete_timestamp_us,
+        verified=sum(t.checked for t in tallies),
+        dropped_nonempty=sum(len(t.nonempty) for t in tallies),
+        plan=sum((c.plan for c in cleaned), PlanSummary()),
+        dry_run=dry_run,
+        deleted=outcome.deleted,
+        phase_seconds=outcome.phases,
+        deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
+        slices_already_clean=tuple(sorted(schedule.previous.done)),
+        budget=orders.budget,
+        would_be_refused=verdict,
+        verified_parents=sum(t.checked_parents for t in tallies),
+    )
+
+
+# -- the pure decisions ------------------------------------------------------------------------
+
+
+def slices_to_do(
+    previous: CleanProgress | None, slices: int, known: Sequence[float | None]
+) -> tuple[CleanProgress, list[int]]:
+    """Where this clean starts (an interrupted attempt's progress, if it cut the ring into as
+    many slices) and the slices it still has to do, those known to be slowest first."""
+    if previous is None or previous.slices != slices:
+        previous = CleanProgress(slices, frozenset(), frozenset())
+    return previous, longest_first([i for i in range(slices) if i not in previous.done], known)
+
+
+def rate_share(throttle: ThrottleConfig, running: int) -> ThrottleConfig:
+    """One slice's throttle when ``running`` slices delete at once: --rate is the total, so
+    each gets its part (a process deletes its slices one after the other, so the slices that
+    run at once, not all slices, share it)."""
+    if running > 1 and throttle.rate:
+        return replace(throttle, rate=throttle.rate / running)
+    return throttle
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the parent decided on every slice's sweep."""
+
+    #: the directories every slice keeps (with their ancestors): every non-empty find
+    nonempty: frozenset[BucketDir]
+    #: the clean's progress once decided (what a resumed run starts from)
+    progress: CleanProgress
+    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+    verdict: str | None
+
+
+def decide_sweep(
+    tallies: Sequence[ShardSwept],
+    header: FilterHeader,
+    guards: GuardConfig,
+    previous: CleanProgress,
+    *,
+    dry_run: bool,
+) -> Decision:
+    """Refuse the whole clean if the sweep fails a guard (GuardRefused; a dry run records why
+    and plans on); else pool every slice's non-empty finds with the interrupted attempt's."""
+    totals = add_totals([t.totals for t in tallies])
+    verdict = None
+    # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run deletes
+    # nothing anyway: it plans on, and reports what a real run would meet.
+    try:
+        check_sweep(header, totals.swept_rows, totals.candidates, guards)
+    except GuardRefused as exc:
+        if not dry_run:
+            raise
+        verdict = str(exc)
+    # A directory with an object keeps its ancestors, whichever slice lists them: every slice
+    # drops every slice's finds (and their ancestors) from its candidates, and so do the slices
+    # an interrupted attempt left for this one.
+    nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
+    return Decision(nonempty, replace(previous, nonempty=nonempty), verdict)
+
+
+def worth_checkpointing(progress: CleanProgress, dry_run: bool) -> bool:
+    """Whether to record ``progress``: never for a dry run; not when there are too many
+    non-empty finds to store (a resumed run then cleans every slice again)."""
+    return not dry_run and len(progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
+
+
+def final_rate(slice_rates: Sequence[float], running: int) -> float:
+    """The deletes' final rate, all slices together, from each throttled slice's final rate:
+    a process deletes several slices one after the other, so only ``running`` of the slices'
+    throttles ran at once (their mean rate, that many times)."""
+    return sum(slice_rates) / len(slice_rates) * min(running, len(slice_rates))
+
+
+def deletes_of(
+    cleaned: Sequence[ShardCleaned], running: int, delete_s: float
+) -> DeleteStats | None:
+    """Every slice's deletes as one (None when none deleted): the phase's time, the rate they
+    reached together."""
+    parts = [c.deleted for c in cleaned if c.deleted is not None]
+    merged = merge_delete_stats(parts)
+    if merged is None:
+        return None
+    rate = final_rate([p.final_rate for p in parts], running)
+    return replace(merged, seconds=delete_s, final_rate=rate)
+
+
+@dataclass(frozen=True)
+class SlicesOutcome:
+    """Every slice's two phases, summed up."""
+
+    tallies: list[ShardSwept]
+    cleaned: list[ShardCleaned]
+    #: seconds per phase, timed here (``PhaseClock``)
+    phases: dict[str, float]
+    #: the sweep's totals; its time the phase's
+    totals: SweepTotals
+    scan: ScanStats
+    deleted: DeleteStats | None
+
+
+def sum_slices(
+    tallies: list[ShardSwept], cleaned: list[ShardCleaned], phases: dict[str, float], running: int
+) -> SlicesOutcome:
+    """The slices' tallies and deletes as one, with the phases' times (``running``: the slices
+    that ran at once)."""
+    totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
+    scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
+    deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
+    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted)
+
+
+def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:
+    """The sweep totals of several slices as one."""
+    return SweepTotals(
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        candidates=sum(p.candidates for p in parts),
+        seconds=max((p.seconds for p in parts), default=0.0),
+    )
+
+
+# -- the two phases and the parent's part between them -------------------------------------------
+
+
+@dataclass(frozen=True)
+class SliceWork:
+    """One slice's two phases, the same for every slice of a clean.
+
+    Plain data (the filter travels by reference), so a Dask worker can receive it.
+    """
+
+    shared: SharedFilter
+    bucket: str | None
+    verify: bool
+    orders: DeleteOrders
+    #: one slice's share of the sweep's scan rate
+    scan: ScanRate = field(default_factory=ScanRate)
+
+    def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
+        """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
+        swept, facts = sweep_and_recheck(
+            store, shard, self.bucket, self.shared.get(store), self.verify, report, self.scan
+        )
+        return swept, (facts, swept.nonempty)
+
+    def clean(
+        self,
+        store: Store,
+        shard: Shard,
+        kept: Kept,
+        nonempty: frozenset[BucketDir],
+        report: Progress,
+    ) -> ShardCleaned:
+        """Phase 2: plan the slice's deletes (the pure planner, within the budgets the ledger
+        leaves), keeping every non-empty find, and delete."""
+        facts, own_nonempty = kept
+        # A first phase run again (its worker was lost) may have found more than the decision
+        # pooled: its own finds stay too.
+        return plan_and_delete(store, facts, nonempty | own_nonempty, self.orders, report)
+
+
+class CleanDecision:
+    """The parent's part between the phases: ``decide_sweep``, and the checkpoint it and each
+    finished slice write (before any delete, then as slices finish)."""
+
+    def __init__(
+        self,
+        header: FilterHeader,
+        config: CleanConfig,
+        schedule: SliceSchedule,
+        checkpoint: CleanCheckpoint | None,
+    ) -> None:
+        self._header = header
+        self._guards = config.sweep.guards
+        self._dry_run = config.dry_run
+        self._previous = schedule.previous
+        self._todo = schedule.todo
+        self._checkpoint = checkpoint
+        #: the clean's progress as it goes (what a resumed run starts from)
+        self.progress = schedule.previous
+        #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
+        self.verdict: str | None = None
+
+    def decide(self, tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        """The decision on every slice's tally, recorded before any delete."""
+        decided = decide_sweep(
+            tallies, self._header, self._guards, self._previous, dry_run=self._dry_run
+        )
+        self.verdict, self.progress = decided.verdict, decided.progress
+        self._save()
+        return decided.nonempty
+
+    def slice_done(self, position: int) -> None:
+        """Record that the ``position``-th slice still to do finished its deletes."""
+        self.progress = replace(self.progress, done=self.progress.done | {self._todo[position]})
+        self._save()
+
+    def _save(self) -> None:
+        if self._checkpoint and worth_checkpointing(self.progress, self._dry_run):
+            self._checkpoint.save(self.progress)
+
+
+class PhaseClock:
+    """The wall time of the clean's phases, taken in this process around the decision (a
+    process runs several slices, so no one slice's time is a phase's).
+
+    Each phase's span is split between its steps (sweep and re-check; plan and deletes) in the
+    proportion of the slices' own times for them.
+    """
+
+    def __init__(self, decide: Callable[[list[ShardSwept]], frozenset[BucketDir]]) -> None:
+        self._decide = decide
+        self._started = time.monotonic()
+        self._decided = (self._started, self._started)
+
+    def decide(self, tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+        """The decision, timed: every first phase ends before it, every second starts after."""
+        reached = time.monotonic()
+        try:
+            return self._decide(tallies)
+        finally:
+            self._decided = (reached, time.monotonic())
+
+    def phases(
+        self, tallies: Sequence[ShardSwept], cleaned: Sequence[ShardCleaned], verify: bool
+    ) -> dict[str, float]:
+        """Seconds per phase: ``sweep``, ``verify`` (if re-checked), ``plan`` and ``delete`` (if
+        deleted)."""
+        first_s = self._decided[0] - self._started
+        second_s = time.monotonic() - self._decided[1]
+        sweep_s = sum(t.totals.seconds for t in tallies)
+        phases = {"sweep": _share(first_s, sweep_s, sum(t.verify_s for t in tallies))}
+        if verify:
+            phases["verify"] = first_s - phases["sweep"]
+        if any(c.deleted is not None for c in cleaned):
+            delete_s = sum(c.delete_s for c in cleaned)
+            phases["delete"] = _share(second_s, delete_s, sum(c.plan_s for c in cleaned))
+            phases["plan"] = second_s - phases["delete"]
+        return phases
+
+
+def _share(span: float, mine: float, other: float) -> float:
+    """``mine``'s part of ``span`` when ``mine`` and ``other`` took it together."""
+    return span * mine / (mine + other) if mine + other > 0 else span

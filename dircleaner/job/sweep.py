@@ -1,0 +1,143 @@
+"""The sweep: the filter a clean or a sweep uses, and the ``sweep`` job (candidates, no delete).
+
+``load_filter`` finds, verifies and merges the generation; ``run_sweep`` streams the folders
+index against it and brings every candidate back (what ``dircleaner sweep`` lists). The clean
+(``job.clean``) sweeps the same way, but keeps each slice's candidates where they were found.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from dircleaner.filter.bloom import start_loading_kernels
+from dircleaner.filter.engines import Filter
+from dircleaner.filter.format import FilterHeader
+from dircleaner.filter.stored import find_generation, latest_complete, load_generation
+from dircleaner.job.sharedfilter import SharedFilter
+from dircleaner.model import Shard
+from dircleaner.pipeline.build import scope_of, swept_count_key
+from dircleaner.pipeline.guards import GuardConfig, check_filter
+from dircleaner.pipeline.sweep import SweepResult, sweep
+from dircleaner.progress import Progress, expecting, no_progress
+from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
+from dircleaner.scanrate import merge as merge_scans
+from dircleaner.store.base import Store
+from dircleaner.timeutil import now_us
+from dircleaner.workers.base import CLEAN, LocalWorkers, Workers
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """Which filter to sweep with, over which slice of the index."""
+
+    bucket: str | None = None
+    shard: Shard = field(default_factory=Shard)
+    #: filter generation to use; the newest complete one for this scope when None
+    generation: str | None = None
+    guards: GuardConfig = field(default_factory=GuardConfig)
+    #: worker processes, each sweeping a sub-slice of the shard
+    workers: int = 1
+    #: how fast the sweep may read the folders index (all workers together)
+    scan: ScanRate = field(default_factory=ScanRate)
+
+
+@dataclass(frozen=True)
+class LoadedFilter:
+    """A verified, merged filter generation."""
+
+    generation: str
+    header: FilterHeader
+    filt: Filter
+    fill_ratio: float
+    estimated_fpr: float
+
+
+@dataclass
+class SweepReport:
+    """The sweep and the filter it used."""
+
+    loaded: LoadedFilter
+    result: SweepResult
+    #: how the scan of the folders index read (rate, page latency, back-offs)
+    scan: ScanStats = field(default_factory=ScanStats)
+
+
+def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
+    """Find, verify and merge the filter generation this sweep should use."""
+    start_loading_kernels()  # while the filter is read: the sweep's tests use them
+    scope = scope_of(store, config.bucket)
+    if config.generation is not None:
+        info = find_generation(store, config.generation)
+    else:
+        info = latest_complete(store, scope, force=config.guards.force)
+    header, filt = load_generation(store, info, scope)
+    return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
+
+
+def run_sweep(
+    store: Store,
+    config: SweepConfig,
+    progress: Progress = no_progress,
+    workers: Workers | None = None,
+) -> SweepReport:
+    """Load the filter, refuse it if unsafe, and stream the folders index against it."""
+    loaded = load_filter(store, config)
+    check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
+    pool = workers or LocalWorkers(config.workers)
+    shards = pool.slices(config.shard, CLEAN)
+    running = min(len(shards), pool.parallelism)
+    task = SweepSlice(
+        SharedFilter(loaded.generation, config.bucket, loaded.filt),
+        config.bucket,
+        # The cap is the total, shared by the slices that scan at once.
+        config.scan.over(store.traits.scan_defaults).share(running),
+    )
+    started = time.monotonic()
+    expected = expecting(progress, "sweep", expected_sweep(store, config))
+    scanned = pool.map_shards(store, shards, task.sweep, "sweep", expected)
+    parts = [part for part, _ in scanned]
+    # Shards are token-ordered slices and a partition never spans two, so concatenation keeps
+    # partitions whole and in token order.
+    result = SweepResult(
+        facts=[fact for part in parts for fact in part.facts],
+        swept_rows=sum(p.swept_rows for p in parts),
+        partitions=sum(p.partitions for p in parts),
+        seconds=time.monotonic() - started,  # a process sweeps several slices in turn
+    )
+    if config.shard.count == 1 and not store.traits.read_only:
+        # The exact count sizes the next build on stores that cannot count cheaply.
+        store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
+    scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
+    return SweepReport(loaded, result, scan)
+
+
+@dataclass(frozen=True)
+class SweepSlice:
+    """One slice's sweep, the same for every slice (plain data: a Dask worker receives it)."""
+
+    shared: SharedFilter
+    bucket: str | None
+    #: one slice's share of the scan rate
+    scan: ScanRate
+
+    def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[SweepResult, ScanStats]:
+        """The slice's candidates, and how its scan read."""
+        throttle = ScanThrottle(self.scan)
+        rows = store.scan_folder_keys(shard, self.bucket, throttle)
+        return sweep(rows, self.shared.get(store), report), throttle.stats()
+
+
+def expected_sweep(store: Store, config: SweepConfig) -> int | None:
+    """The folder rows a sweep of the whole ring expects, for its progress: the last sweep's
+    count, or an exact count where that is cheap (None for a slice of the ring)."""
+    if config.shard.count != 1:
+        return None
+    previous = store.get_state(swept_count_key(scope_of(store, config.bucket)))
+    if previous is not None:
+        return int(previous)
+    return (
+        store.estimate_directory_count(config.bucket).count
+        if store.traits.cheap_exact_count
+        else None
+    )

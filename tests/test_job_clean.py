@@ -1,0 +1,188 @@
+"""The clean's decisions as pure functions (``dircleaner.job.clean``), tested without a store:
+the rate split, the final rate, the guard decision between the phases, which slices to do, and
+what the parent records between them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dircleaner.errors import FilterSuspiciouslyEmpty, TooManyCandidates
+from dircleaner.filter.format import FilterHeader
+from dircleaner.job.clean import (
+    CleanCheckpoint,
+    CleanConfig,
+    CleanDecision,
+    SliceSchedule,
+    add_totals,
+    decide_sweep,
+    deletes_of,
+    final_rate,
+    rate_share,
+    slices_to_do,
+    worth_checkpointing,
+)
+from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
+from dircleaner.job.sweep import SweepConfig
+from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.plan import PlanSummary
+from dircleaner.pipeline.slice import ShardCleaned, ShardSwept
+from dircleaner.pipeline.sweep import SweepTotals
+
+HEADER = FilterHeader(
+    engine="mmh3",
+    hash_name="murmur3_x64_128",
+    salt=1234,
+    m=958_506,
+    k=7,
+    expected_n=100_000,
+    target_p=0.01,
+    snapshot_us=1_767_225_600_000_000,
+    shard_index=0,
+    shard_count=1,
+    items=80_000,
+    scope="sqlite:objects,folders",
+    body_len=119_814,
+    body_crc=0xDEADBEEF,
+)
+FRESH = CleanProgress(4, frozenset(), frozenset())
+
+
+def swept(
+    rows: int, candidates: int, *nonempty: tuple[str, str], seconds: float = 1.0
+) -> ShardSwept:
+    return ShardSwept(
+        SweepTotals(rows, rows // 10, candidates, seconds), 0, 0.0, frozenset(nonempty)
+    )
+
+
+def cleaned(rate: float | None, directories: int = 10) -> ShardCleaned:
+    deleted = None if rate is None else DeleteStats(directories=directories, final_rate=rate)
+    return ShardCleaned(PlanSummary(), deleted, delete_s=1.0)
+
+
+# -- the rate split ------------------------------------------------------------------------------
+
+
+def test_the_rate_is_split_between_the_slices_that_delete_at_once() -> None:
+    throttle = ThrottleConfig(rate=900.0, concurrency=8, start_fraction=0.5)
+    assert rate_share(throttle, 3) == replace(throttle, rate=300.0)
+    assert rate_share(throttle, 1) is throttle
+    assert rate_share(throttle, 0) is throttle  # no slice left to do
+
+
+def test_an_unlimited_rate_stays_unlimited_however_many_slices_run() -> None:
+    unlimited = ThrottleConfig(rate=0.0)
+    assert rate_share(unlimited, 4) is unlimited
+
+
+# -- the final rate --------------------------------------------------------------------------
+
+
+def test_the_final_rate_counts_only_the_slices_that_deleted_at_once() -> None:
+    # Eight slices, two processes: each process's slices ran one after the other, each at
+    # its half of the rate, so together they reached twice one slice's rate, not eight times.
+    assert final_rate([50.0] * 8, 2) == pytest.approx(100.0)
+    # Fewer slices than processes: every slice ran at once.
+    assert final_rate([40.0, 60.0], 4) == pytest.approx(100.0)
+    assert final_rate([70.0], 1) == pytest.approx(70.0)
+    # Unequal slices: their mean rate, as many times as ran at once.
+    assert final_rate([10.0, 20.0, 30.0], 2) == pytest.approx(40.0)
+
+
+def test_the_deletes_of_every_slice_sum_up_with_the_phase_time_and_the_final_rate() -> None:
+    assert deletes_of([cleaned(None), cleaned(None)], 2, 5.0) is None
+    merged = deletes_of([cleaned(50.0, 3), cleaned(None), cleaned(50.0, 4), cleaned(50.0)], 2, 5.0)
+    assert merged is not None
+    assert merged.directories == 17
+    assert merged.seconds == 5.0  # the phase's time, not a slice's
+    assert merged.final_rate == pytest.approx(100.0)  # two at once, not three
+
+
+# -- the guard decision ------------------------------------------------------------------------
+
+
+def test_a_sweep_within_the_guards_pools_every_slice_s_finds_with_the_earlier_attempt_s() -> None:
+    previous = replace(FRESH, done=frozenset({3}), nonempty=frozenset({("b", "old/")}))
+    tallies = [swept(1000, 10, ("b", "x/")), swept(1000, 20), swept(500, 5, ("b", "y/"))]
+    decision = decide_sweep(tallies, HEADER, GuardConfig(), previous, dry_run=False)
+    assert decision.nonempty == {("b", "old/"), ("b", "x/"), ("b", "y/")}
+    assert decision.progress == replace(previous, nonempty=decision.nonempty)
+    assert decision.verdict is None
+
+
+def test_a_sweep_over_the_guard_refuses_the_whole_clean_on_the_totals() -> None:
+    # No single slice is over 10%, their sum is.
+    tallies = [swept(1000, 90), swept(1000, 90), swept(100, 50)]
+    with pytest.raises(TooManyCandidates):
+        decide_sweep(tallies, HEADER, GuardConfig(max_delete_fraction=0.1), FRESH, dry_run=False)
+
+
+def test_a_dry_run_over_the_guard_plans_on_and_says_why_a_real_run_would_refuse() -> None:
+    tallies = [swept(1000, 300, ("b", "x/"))]
+    decision = decide_sweep(tallies, HEADER, GuardConfig(), FRESH, dry_run=True)
+    assert decision.verdict is not None and "--max-delete-fraction" in decision.verdict
+    assert decision.nonempty == {("b", "x/")}
+
+
+def test_an_empty_filter_is_refused_and_force_lets_everything_through() -> None:
+    empty = replace(HEADER, items=0)
+    with pytest.raises(FilterSuspiciouslyEmpty):
+        decide_sweep([swept(100, 100)], empty, GuardConfig(), FRESH, dry_run=False)
+    forced = decide_sweep([swept(100, 100)], empty, GuardConfig(force=True), FRESH, dry_run=False)
+    assert forced.verdict is None
+    # No slice (all done by an interrupted attempt): nothing swept, nothing refused.
+    assert decide_sweep([], HEADER, GuardConfig(), FRESH, dry_run=False).nonempty == frozenset()
+
+
+# -- which slices, and what is recorded --------------------------------------------------------
+
+
+def test_a_fresh_clean_does_every_slice_slowest_first() -> None:
+    previous, todo = slices_to_do(None, 4, [0.5, None, 2.0, 1.0])
+    assert previous == FRESH
+    assert todo == [2, 3, 0, 1]
+
+
+def test_a_resumed_clean_skips_the_finished_slices_unless_the_ring_was_cut_otherwise() -> None:
+    interrupted = CleanProgress(4, frozenset({0, 2}), frozenset({("b", "x/")}))
+    previous, todo = slices_to_do(interrupted, 4, [None] * 4)
+    assert (previous, todo) == (interrupted, [1, 3])
+    previous, todo = slices_to_do(interrupted, 8, [None] * 8)
+    assert previous == CleanProgress(8, frozenset(), frozenset())
+    assert todo == list(range(8))
+
+
+def test_progress_is_checkpointed_unless_a_dry_run_or_too_many_finds_to_store() -> None:
+    assert worth_checkpointing(FRESH, dry_run=False)
+    assert not worth_checkpointing(FRESH, dry_run=True)
+    many = frozenset(("b", f"{i}/") for i in range(MAX_CHECKPOINTED_NONEMPTY + 1))
+    assert not worth_checkpointing(replace(FRESH, nonempty=many), dry_run=False)
+    assert worth_checkpointing(replace(FRESH, nonempty=many - {("b", "0/")}), dry_run=False)
+
+
+def test_the_parent_records_the_decision_before_any_delete_then_each_finished_slice() -> None:
+    saved: list[CleanProgress] = []
+    schedule = SliceSchedule(FRESH, [2, 0, 3, 1], "key", [None] * 4)
+    config = CleanConfig(sweep=SweepConfig(guards=GuardConfig()))
+    parent = CleanDecision(HEADER, config, schedule, CleanCheckpoint(None, saved.append))
+    assert parent.decide([swept(100, 1, ("b", "x/"))]) == {("b", "x/")}
+    assert saved == [replace(FRESH, nonempty=frozenset({("b", "x/")}))]
+    parent.slice_done(0)  # the first slice to do: slice 2
+    parent.slice_done(2)  # slice 3
+    assert saved[-1].done == {2, 3}
+    assert len(saved) == 3
+    dry = CleanDecision(
+        HEADER, replace(config, dry_run=True), schedule, CleanCheckpoint(None, saved.append)
+    )
+    dry.decide([swept(100, 1)])
+    dry.slice_done(0)
+    assert len(saved) == 3  # a dry run leaves nothing to resume
+
+
+def test_the_slices_totals_add_up_and_the_slowest_slice_is_the_time() -> None:
+    total = add_totals([SweepTotals(10, 2, 1, 0.5), SweepTotals(30, 5, 4, 1.5)])
+    assert total == SweepTotals(40, 7, 5, 1.5)
+    assert add_totals([]) == SweepTotals(0, 0, 0, 0.0)
