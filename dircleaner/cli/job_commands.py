@@ -271,9 +271,6 @@ def clean(
         _clean_prefix(ctx, prefix_config, audit_log, min_age, as_json)
         return
     refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
-    progress = TerminalProgress()
-    from dircleaner.job.run import run_clean
-
     sweep = sweep_config(
         bucket=bucket,
         shard=parse_shard(shard),
@@ -297,13 +294,7 @@ def clean(
         audit_log=audit_log,
         lease_ttl=lease_ttl,
     )
-    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, log):
-        report = run_clean(store, config, progress, workers=pool)
-    progress.close()
-    known = store.rows_removed is not None
-    metrics = RunMetrics.of_clean(report, known)
-    lines = clean_lines(report, log, min_age)
-    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
+    _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
 
 
 @click.command()
@@ -378,7 +369,7 @@ def run(
         audit_log=audit_log,
         lease_ttl=lease_ttl,
     )
-    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, log):
+    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
         build_config = BuildConfig(
             fpr=fpr,
             expected_dirs=expected_dirs,
@@ -391,7 +382,7 @@ def run(
     progress.close()
     known = store.rows_removed is not None
     metrics = RunMetrics.of_run(report, known)
-    lines = run_build_lines(report) + clean_lines(report.clean, log, min_age)
+    lines = run_build_lines(report) + clean_lines(report.clean, shown, min_age)
     _end(ctx, run_summary(report, known), lines, metrics, report.clean.would_be_refused, as_json)
 
 
@@ -444,6 +435,28 @@ def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iter
         yield pool
     finally:
         pool.close()
+
+
+def _clean_store(
+    ctx: click.Context,
+    config: CleanConfig,
+    audit_log: str | None,
+    min_age: str,
+    scheduler: str | None,
+    slices: int | None,
+    as_json: bool,
+) -> None:
+    """The store-wide ``clean``: a sweep with the stored filter, then the plan and deletes."""
+    from dircleaner.job.run import run_clean
+
+    progress = TerminalProgress()
+    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
+        report = run_clean(store, config, progress, workers=pool)
+    progress.close()
+    known = store.rows_removed is not None
+    metrics = RunMetrics.of_clean(report, known)
+    lines = clean_lines(report, shown, min_age)
+    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
 
 
 def _clean_prefix(
