@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     # is built, so that `clean --prefix` starts without it.
     from dircleaner.job.run import CleanConfig, SweepConfig
     from dircleaner.store.base import Store
-    from dircleaner.workers.base import Workers
 
 
 def parse_shard(text: str | None) -> Shard:
@@ -36,32 +35,20 @@ def parse_shard(text: str | None) -> Shard:
         raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
 
 
-def open_workers(workers: int, scheduler: str | None, slices: int | None) -> Workers:
-    """The mechanism --workers, --scheduler and --slices ask for: a Dask cluster's tasks, or
-    local processes."""
-    if scheduler is None:
-        if slices is not None:
-            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
-        from dircleaner.workers.base import LocalWorkers
-
-        return LocalWorkers(workers)
-    if workers != 1:
-        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
-    from dircleaner.workers.daskcluster import DaskWorkers
-
-    return DaskWorkers(scheduler, slices)
-
-
 def guard_config(
     *,
     max_delete_fraction: float = GuardConfig.max_delete_fraction,
-    max_filter_age: str = "24h",
+    max_filter_age: str | None = None,
     force: bool = False,
 ) -> GuardConfig:
     """--max-delete-fraction, --max-filter-age, --force (a command without one: its default)."""
     return GuardConfig(
         max_delete_fraction=max_delete_fraction,
-        max_filter_age_s=parse_duration(max_filter_age),
+        max_filter_age_s=(
+            GuardConfig.max_filter_age_s
+            if max_filter_age is None
+            else parse_duration(max_filter_age)
+        ),
         force=force,
     )
 
@@ -75,6 +62,7 @@ def sweep_config(
     workers: int,
     scan_rate: float | None,
 ) -> SweepConfig:
+    """Which filter a sweep uses, over which slice, how fast (a clean's sweep, or sweep's)."""
     from dircleaner.job.run import SweepConfig
 
     return SweepConfig(

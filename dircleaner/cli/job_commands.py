@@ -13,7 +13,6 @@ from dircleaner.cli.configs import (
     audit_log_path,
     clean_config,
     guard_config,
-    open_workers,
     parse_shard,
     prefix_clean_config,
     store_audit_log,
@@ -435,6 +434,22 @@ def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iter
         yield pool
     finally:
         pool.close()
+
+
+def open_workers(workers: int, scheduler: str | None, slices: int | None) -> Workers:
+    """The mechanism --workers, --scheduler and --slices ask for: a Dask cluster's tasks, or
+    local processes."""
+    if scheduler is None:
+        if slices is not None:
+            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+        from dircleaner.workers.base import LocalWorkers
+
+        return LocalWorkers(workers)
+    if workers != 1:
+        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
+    from dircleaner.workers.daskcluster import DaskWorkers
+
+    return DaskWorkers(scheduler, slices)
 
 
 def _clean_store(
