@@ -4,6 +4,7 @@ a --config that must be TOML, and a dry run of the nightly job that writes nothi
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import json
 import logging
@@ -57,6 +58,22 @@ def test_every_command_follows_the_conventions() -> None:
             assert "--json" in opts, f"{name}: prints a summary but has no --json"
         assert {"-v", "-q"} <= opts, name
     assert {"clean", "run", "restore", "import-keys", "delete-keys", "filters rm"} <= seen
+
+
+def test_every_command_names_its_options_in_its_signature() -> None:
+    """A command's function lists, typed, each option it is given: no ``**params`` hides which
+    options a command has from whoever reads it (or from mypy)."""
+    for name, command in commands(cli):
+        if command.callback is None:
+            continue
+        signature = inspect.signature(command.callback)
+        kinds = {param.kind for param in signature.parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name}: takes **keywords"
+        for option in command.params:
+            if option.expose_value:
+                assert option.name in signature.parameters, f"{name}: no {option.name} argument"
+                typed = signature.parameters[option.name].annotation
+                assert typed is not inspect.Parameter.empty, f"{name}: {option.name} untyped"
 
 
 # -- -n -------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
-from dircleaner.cli.options import json_option, metrics_option
+from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.errors import UsageError
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
@@ -38,9 +38,7 @@ from dircleaner.timeutil import format_utc, now_us, parse_utc_time
 
 KEY_BATCH = 5000
 
-bucket_option = click.option(
-    "--bucket", default=DEFAULT_BUCKET, show_default=True, help="Bucket the keys belong to."
-)
+keys_bucket_option = bucket_option("Bucket the keys belong to.", DEFAULT_BUCKET)
 force_option = click.option(
     "--force",
     is_flag=True,
@@ -132,7 +130,7 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
 
 @click.command("import-keys")
 @click.argument("path", type=click.File("rb"))
-@bucket_option
+@keys_bucket_option
 @json_option
 @force_option
 @click.pass_context
@@ -160,7 +158,7 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 
 @click.command("delete-keys")
 @click.argument("path", type=click.File("rb"))
-@bucket_option
+@keys_bucket_option
 @json_option
 @click.pass_context
 def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
@@ -180,7 +178,7 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
 
 
 @click.command("list-dirs")
-@click.option("--bucket", help="Only this bucket, paths without it (default: every bucket).")
+@bucket_option("Only this bucket, paths without it (default: every bucket).")
 @click.option("--sort", "sort_output", is_flag=True, help="Sort (holds every path in memory).")
 @click.pass_context
 def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None:
@@ -217,7 +215,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
     show_default=True,
     help="Share of directories left empty.",
 )
-@bucket_option
+@keys_bucket_option
 @json_option
 @force_option
 @click.pass_context
@@ -273,7 +271,7 @@ def gen(
     " 2026-11-26T09:28:00+02:00 or '2026-11-26 07:28' (UTC).",
 )
 @click.option("--until", help="Only deletes issued before this time (same forms as --since).")
-@click.option("--bucket", help="Only the entries of this bucket (default: every bucket).")
+@bucket_option("Only the entries of this bucket (default: every bucket).")
 @click.option(
     "-n", "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
 )

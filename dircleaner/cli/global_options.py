@@ -9,7 +9,6 @@ same option before it and over its environment variable.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import click
 
@@ -49,38 +48,45 @@ def _app(ctx: click.Context) -> AppContext:
 
 
 def _trailing_options() -> list[click.Option]:
-    common: dict[str, Any] = {"expose_value": False, "is_eager": True}
     return [
         click.Option(
-            ["--store"], callback=_set_store, help="Same as the global --store.", **common
+            ["--store"],
+            callback=_set_store,
+            help="Same as the global --store.",
+            expose_value=False,
+            is_eager=True,
         ),
         click.Option(
             ["--config"],
             type=click.Path(dir_okay=False, exists=True),
             callback=_set_config,
             help="Same as the global --config.",
-            **common,
+            expose_value=False,
+            is_eager=True,
         ),
         click.Option(
             ["--log-level"],
             type=click.Choice(LOG_LEVELS),
             callback=_set_log_level,
             help="Same as the global --log-level.",
-            **common,
+            expose_value=False,
+            is_eager=True,
         ),
         click.Option(
             ["-v", "--verbose"],
             count=True,
             callback=_set_verbose,
             help="Same as the global -v.",
-            **common,
+            expose_value=False,
+            is_eager=True,
         ),
         click.Option(
             ["-q", "--quiet"],
             is_flag=True,
             callback=_set_quiet,
             help="Same as the global -q.",
-            **common,
+            expose_value=False,
+            is_eager=True,
         ),
     ]
 

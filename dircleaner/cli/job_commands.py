@@ -9,6 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from dircleaner.cli.configs import (
+    audit_log_path,
+    clean_config,
+    guard_config,
+    parse_shard,
+    prefix_clean_config,
+    store_audit_log,
+    sweep_config,
+)
 from dircleaner.cli.context import (
     TerminalProgress,
     emit,
@@ -24,22 +33,15 @@ from dircleaner.cli.options import (
     NOT_WITH_PREFIX,
     ONLY_WITH_PREFIX,
     bucket_option,
-    build_config,
     build_options,
-    clean_config,
     clean_options,
     json_option,
     metrics_option,
-    open_workers,
-    parse_shard,
-    prefix_clean_config,
     prefix_options,
     refuse_given,
     scan_rate_option,
     scheduler_option,
     shard_option,
-    store_audit_log,
-    sweep_config,
     sweep_options,
     workers_option,
 )
@@ -57,11 +59,14 @@ from dircleaner.cli.report import (
 )
 from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.guards import check_scan_consistency
+from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
+    from dircleaner.job.prefix import PrefixCleanConfig
     from dircleaner.job.run import CleanConfig
     from dircleaner.store.base import Store
     from dircleaner.workers.base import Workers
@@ -72,7 +77,7 @@ if TYPE_CHECKING:
 
 @click.command()
 @build_options
-@bucket_option
+@bucket_option()
 @workers_option
 @scan_rate_option
 @scheduler_option
@@ -85,20 +90,43 @@ if TYPE_CHECKING:
 @json_option
 @metrics_option
 @click.pass_context
-def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
+def build(
+    ctx: click.Context,
+    /,
+    fpr: float,
+    expected_dirs: int | None,
+    engine: str,
+    bucket: str | None,
+    workers: int,
+    scan_rate: float | None,
+    scheduler: str | None,
+    slices: int | None,
+    shard: str | None,
+    build_generation: str | None,
+    as_json: bool,
+) -> None:
     """Pass 1: scan object partitions into a Bloom filter and store it.
 
     \b
     Example:
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
-    from dircleaner.pipeline.build import build_filter
+    from dircleaner.pipeline.build import BuildConfig, build_filter
 
     progress = TerminalProgress()
-    with obj(ctx).open(writes=True) as store, workers_for(params) as workers:
-        warn_if_bucket_missing(store, params["bucket"])
-        config = build_config(params, parse_shard(shard))
-        result = build_filter(store, config, progress, workers=workers)
+    with obj(ctx).open(writes=True) as store, workers_for(workers, scheduler, slices) as pool:
+        warn_if_bucket_missing(store, bucket)
+        config = BuildConfig(
+            fpr=fpr,
+            expected_dirs=expected_dirs,
+            engine=engine,
+            generation=build_generation,
+            bucket=bucket,
+            shard=parse_shard(shard),
+            workers=workers,
+            scan=ScanRate(rows_per_s=scan_rate),
+        )
+        result = build_filter(store, config, progress, workers=pool)
     progress.close()
     phases = {"build": round(result.seconds, 3)}
     scans = {"build": result.scan}
@@ -108,7 +136,7 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 
 @click.command("sweep")
 @sweep_options
-@bucket_option
+@bucket_option()
 @workers_option
 @scan_rate_option
 @scheduler_option
@@ -123,7 +151,18 @@ def build(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
 @metrics_option
 @click.pass_context
 def sweep_cmd(
-    ctx: click.Context, /, as_json: bool, shard: str | None, out: str | None, **params: Any
+    ctx: click.Context,
+    /,
+    generation: str | None,
+    max_filter_age: str,
+    bucket: str | None,
+    workers: int,
+    scan_rate: float | None,
+    scheduler: str | None,
+    slices: int | None,
+    shard: str | None,
+    out: str | None,
+    as_json: bool,
 ) -> None:
     """Pass 2: list the directories absent from the filter (deletes nothing).
 
@@ -136,10 +175,17 @@ def sweep_cmd(
     if out == "-" and as_json:
         raise UsageError("--json and --out - both write to stdout: give --out a file")
     progress = TerminalProgress()
-    bucket = params["bucket"]
-    with obj(ctx).open() as store, workers_for(params) as workers:
+    with obj(ctx).open() as store, workers_for(workers, scheduler, slices) as pool:
         warn_if_bucket_missing(store, bucket)
-        report = run_sweep(store, sweep_config(params, parse_shard(shard)), progress, workers)
+        config = sweep_config(
+            bucket=bucket,
+            shard=parse_shard(shard),
+            generation=generation,
+            guards=guard_config(max_filter_age=max_filter_age),
+            workers=workers,
+            scan_rate=scan_rate,
+        )
+        report = run_sweep(store, config, progress, pool)
     progress.close()
     if out is not None:
         # As list-dirs: BUCKET<TAB>PATH, or only the PATH when --bucket says which bucket.
@@ -159,7 +205,7 @@ def sweep_cmd(
 @sweep_options
 @clean_options
 @prefix_options
-@bucket_option
+@bucket_option()
 @workers_option
 @scan_rate_option
 @scheduler_option
@@ -167,7 +213,33 @@ def sweep_cmd(
 @json_option
 @metrics_option
 @click.pass_context
-def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any) -> None:
+def clean(
+    ctx: click.Context,
+    /,
+    generation: str | None,
+    max_filter_age: str,
+    min_age: str,
+    max_tombstones_per_partition: int | None,
+    max_rewrite_rows: int,
+    grace_period: str | None,
+    max_delete_fraction: float,
+    verify: bool,
+    dry_run: bool,
+    rate: float,
+    concurrency: int,
+    audit_log: str | None,
+    force: bool,
+    lease_ttl: str,
+    prefix: str | None,
+    max_deletes: int,
+    bucket: str | None,
+    workers: int,
+    scan_rate: float | None,
+    scheduler: str | None,
+    slices: int | None,
+    shard: str | None,
+    as_json: bool,
+) -> None:
     """Sweep with the newest stored filter and delete the empty directories, safely.
 
     With --prefix, clean one subtree now (after a mass delete): walk the folder index under
@@ -178,35 +250,87 @@ def clean(ctx: click.Context, /, as_json: bool, shard: str | None, **params: Any
       dircleaner --store sqlite:///meta.db clean --dry-run
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
     """
-    if params["prefix"] is not None:
+    if prefix is not None:
         refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
-        _clean_prefix(ctx, TerminalProgress(), as_json, params)
+        prefix_config = prefix_clean_config(
+            prefix,
+            bucket=bucket,
+            min_age=min_age,
+            max_tombstones_per_partition=max_tombstones_per_partition,
+            max_rewrite_rows=max_rewrite_rows,
+            grace_period=grace_period,
+            max_deletes=max_deletes,
+            dry_run=dry_run,
+            rate=rate,
+            concurrency=concurrency,
+            audit_log=audit_log,
+            lease_ttl=lease_ttl,
+            scan_rate=scan_rate,
+        )
+        _clean_prefix(ctx, prefix_config, audit_log, min_age, as_json)
         return
     refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
-    progress = TerminalProgress()
-    from dircleaner.job.run import run_clean
-
-    config = clean_config(params, parse_shard(shard))
-    with store_to_clean(ctx, params, config) as (store, config, pool):
-        report = run_clean(store, config, progress, workers=pool)
-    progress.close()
-    known = store.rows_removed is not None
-    lines = clean_lines(report, params["audit_log"], params["min_age"])
-    metrics = RunMetrics.of_clean(report, known)
-    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
+    sweep = sweep_config(
+        bucket=bucket,
+        shard=parse_shard(shard),
+        generation=generation,
+        guards=guard_config(
+            max_delete_fraction=max_delete_fraction, max_filter_age=max_filter_age, force=force
+        ),
+        workers=workers,
+        scan_rate=scan_rate,
+    )
+    config = clean_config(
+        sweep,
+        min_age=min_age,
+        max_tombstones_per_partition=max_tombstones_per_partition,
+        max_rewrite_rows=max_rewrite_rows,
+        grace_period=grace_period,
+        verify=verify,
+        dry_run=dry_run,
+        rate=rate,
+        concurrency=concurrency,
+        audit_log=audit_log,
+        lease_ttl=lease_ttl,
+    )
+    _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
 
 
 @click.command()
 @build_options
 @clean_options
-@bucket_option
+@bucket_option()
 @workers_option
 @scan_rate_option
 @scheduler_option
 @json_option
 @metrics_option
 @click.pass_context
-def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
+def run(
+    ctx: click.Context,
+    /,
+    fpr: float,
+    expected_dirs: int | None,
+    engine: str,
+    min_age: str,
+    max_tombstones_per_partition: int | None,
+    max_rewrite_rows: int,
+    grace_period: str | None,
+    max_delete_fraction: float,
+    verify: bool,
+    dry_run: bool,
+    rate: float,
+    concurrency: int,
+    audit_log: str | None,
+    force: bool,
+    lease_ttl: str,
+    bucket: str | None,
+    workers: int,
+    scan_rate: float | None,
+    scheduler: str | None,
+    slices: int | None,
+    as_json: bool,
+) -> None:
     """The nightly job: build + sweep + clean (never prompts).
 
     \b
@@ -214,39 +338,71 @@ def run(ctx: click.Context, /, as_json: bool, **params: Any) -> None:
       dircleaner --store sqlite:///meta.db run --fpr 0.001 --rate 500
     """
     from dircleaner.job.run import run_job
+    from dircleaner.pipeline.build import BuildConfig
 
-    if params["dry_run"] and params["scheduler"] is not None:
+    if dry_run and scheduler is not None:
         # Checked before connecting: the library refuses it too, once the cluster is up.
         raise UsageError(
             "run --dry-run keeps its filter in memory, where a cluster's workers cannot load"
             " it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
         )
     progress = TerminalProgress()
-    whole = parse_shard(None)
-    config = clean_config(params, whole)
-    with store_to_clean(ctx, params, config) as (store, config, pool):
-        report = run_job(store, build_config(params, whole), config, progress, pool)
+    sweep = sweep_config(
+        bucket=bucket,
+        shard=Shard(),
+        generation=None,
+        guards=guard_config(max_delete_fraction=max_delete_fraction, force=force),
+        workers=workers,
+        scan_rate=scan_rate,
+    )
+    config = clean_config(
+        sweep,
+        min_age=min_age,
+        max_tombstones_per_partition=max_tombstones_per_partition,
+        max_rewrite_rows=max_rewrite_rows,
+        grace_period=grace_period,
+        verify=verify,
+        dry_run=dry_run,
+        rate=rate,
+        concurrency=concurrency,
+        audit_log=audit_log,
+        lease_ttl=lease_ttl,
+    )
+    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
+        build_config = BuildConfig(
+            fpr=fpr,
+            expected_dirs=expected_dirs,
+            engine=engine,
+            bucket=bucket,
+            workers=workers,
+            scan=ScanRate(rows_per_s=scan_rate),
+        )
+        report = run_job(store, build_config, config, progress, pool)
     progress.close()
     known = store.rows_removed is not None
-    lines = run_build_lines(report) + clean_lines(
-        report.clean, params["audit_log"], params["min_age"]
-    )
     metrics = RunMetrics.of_run(report, known)
+    lines = run_build_lines(report) + clean_lines(report.clean, shown, min_age)
     _end(ctx, run_summary(report, known), lines, metrics, report.clean.would_be_refused, as_json)
 
 
 @contextlib.contextmanager
 def store_to_clean(
-    ctx: click.Context, params: dict[str, Any], config: CleanConfig
-) -> Iterator[tuple[Store, CleanConfig, Workers]]:
+    ctx: click.Context,
+    config: CleanConfig,
+    audit_log: str | None,
+    scheduler: str | None,
+    slices: int | None,
+) -> Iterator[tuple[Store, CleanConfig, Workers, str]]:
     """The store a clean deletes in (named first), checked before any worker starts: the
-    scans' consistency (a usage error before any refusal), the bucket, and the audit log."""
-    with obj(ctx).open(writes=not params["dry_run"]) as store:
+    scans' consistency (a usage error before any refusal), the bucket, and the audit log
+    (--audit-log, else the store's default, as the report names it)."""
+    with obj(ctx).open(writes=not config.dry_run) as store:
         check_scan_consistency(store, config.verify)
-        require_bucket(store, params["bucket"])
-        config = replace(config, audit_log=store_audit_log(params, store))
-        with workers_for(params) as pool:
-            yield store, config, pool
+        require_bucket(store, config.sweep.bucket)
+        shown = store_audit_log(audit_log, store)
+        config = replace(config, audit_log=audit_log_path(shown))
+        with workers_for(config.sweep.workers, scheduler, slices) as pool:
+            yield store, config, pool, shown
 
 
 def _end(
@@ -265,35 +421,75 @@ def _end(
 
 
 @contextlib.contextmanager
-def workers_for(params: dict[str, Any]) -> Iterator[Workers]:
-    """The workers the options ask for; on a cluster, say where the tasks run and where to
-    watch them before any of them starts."""
-    workers = open_workers(params)
+def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iterator[Workers]:
+    """The workers --workers, --scheduler and --slices ask for; on a cluster, say where the
+    tasks run and where to watch them before any of them starts."""
+    pool = open_workers(workers, scheduler, slices)
     try:
-        if workers.outlives_client:
-            where = f"dashboard {workers.dashboard}" if workers.dashboard else "no dashboard"
-            note(f"{workers.description}; {where}")
-            if workers.advice:
-                note(f"note: {workers.advice}")
-        yield workers
+        if pool.outlives_client:
+            where = f"dashboard {pool.dashboard}" if pool.dashboard else "no dashboard"
+            note(f"{pool.description}; {where}")
+            if pool.advice:
+                note(f"note: {pool.advice}")
+        yield pool
     finally:
-        workers.close()
+        pool.close()
+
+
+def open_workers(workers: int, scheduler: str | None, slices: int | None) -> Workers:
+    """The mechanism --workers, --scheduler and --slices ask for: a Dask cluster's tasks, or
+    local processes."""
+    if scheduler is None:
+        if slices is not None:
+            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+        from dircleaner.workers.base import LocalWorkers
+
+        return LocalWorkers(workers)
+    if workers != 1:
+        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
+    from dircleaner.workers.daskcluster import DaskWorkers
+
+    return DaskWorkers(scheduler, slices)
+
+
+def _clean_store(
+    ctx: click.Context,
+    config: CleanConfig,
+    audit_log: str | None,
+    min_age: str,
+    scheduler: str | None,
+    slices: int | None,
+    as_json: bool,
+) -> None:
+    """The store-wide ``clean``: a sweep with the stored filter, then the plan and deletes."""
+    from dircleaner.job.run import run_clean
+
+    progress = TerminalProgress()
+    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
+        report = run_clean(store, config, progress, workers=pool)
+    progress.close()
+    known = store.rows_removed is not None
+    metrics = RunMetrics.of_clean(report, known)
+    lines = clean_lines(report, shown, min_age)
+    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
 
 
 def _clean_prefix(
     ctx: click.Context,
-    progress: TerminalProgress,
+    config: PrefixCleanConfig,
+    audit_log: str | None,
+    min_age: str,
     as_json: bool,
-    params: dict[str, Any],
 ) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
-    config = prefix_clean_config(params)
-    with obj(ctx).open(writes=not params["dry_run"]) as store:
+    progress = TerminalProgress()
+    with obj(ctx).open(writes=not config.dry_run) as store:
         require_bucket(store, config.bucket)
-        config = replace(config, audit_log=store_audit_log(params, store))
+        shown = store_audit_log(audit_log, store)
+        config = replace(config, audit_log=audit_log_path(shown))
         report = run_prefix_clean(store, config, progress)
     progress.close()
     known = store.rows_removed is not None
     summary = prefix_summary(report, known)
     write_metrics(ctx, RunMetrics.of_prefix_clean(report, known), success=True)
-    emit(summary, prefix_lines(report, params["audit_log"], params["min_age"]), as_json)
+    emit(summary, prefix_lines(report, shown, min_age), as_json)

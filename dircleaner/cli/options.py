@@ -1,11 +1,11 @@
-"""Option groups shared by the job commands, and their conversion into typed configs."""
+"""The options the commands share, each declared once (configs.py turns their values into the
+library's typed configs)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
@@ -13,22 +13,8 @@ from dircleaner.cli.context import note_json, note_metrics_file
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
-from dircleaner.job.prefix import DEFAULT_MAX_DELETES, PrefixCleanConfig
-from dircleaner.model import Shard
+from dircleaner.job.prefix import DEFAULT_MAX_DELETES
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.pipeline.delete import ThrottleConfig
-from dircleaner.pipeline.guards import GuardConfig
-from dircleaner.pipeline.prefix import normalise_prefix
-from dircleaner.scanrate import ScanRate
-from dircleaner.timeutil import parse_duration
-
-if TYPE_CHECKING:
-    # The filter, the build and the store-wide job pull in numpy and the filter modules: they
-    # are imported where a command uses them, so that `clean --prefix` starts without them.
-    from dircleaner.job.run import CleanConfig, SweepConfig
-    from dircleaner.pipeline.build import BuildConfig
-    from dircleaner.store.base import Store
-    from dircleaner.workers.base import Workers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,25 +25,6 @@ AUDIT_LOG_DISPLAY = (
 )
 
 
-def default_audit_log(scope: str) -> str:
-    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl``, else under ``~/.local/state``: a nightly
-    job's state belongs in one place, not in whatever directory cron started it in; one file
-    per store, so that no store's restore can read another's deletes."""
-    from dircleaner.audit import audit_log_name
-
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "dircleaner" / audit_log_name(scope))
-
-
-def store_audit_log(params: dict[str, Any], store: Store) -> Path:
-    """--audit-log, or the store's default one; ``params`` then names it for the report."""
-    from dircleaner.audit import audit_scope
-
-    if params["audit_log"] is None:
-        params["audit_log"] = default_audit_log(audit_scope(store))
-    return audit_log_path(params["audit_log"])
-
-
 def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
     def decorate(func: F) -> F:
         for option in reversed(options):
@@ -65,17 +32,6 @@ def _apply(options: list[Callable[[F], F]]) -> Callable[[F], F]:
         return func
 
     return decorate
-
-
-def parse_shard(text: str | None) -> Shard:
-    """``i/n`` → Shard(i, n); None → the whole ring."""
-    if text is None:
-        return Shard()
-    try:
-        index, count = (int(part) for part in text.split("/"))
-        return Shard(index, count)
-    except ValueError as exc:
-        raise UsageError(f"invalid --shard {text!r} (expected i/n with 0 <= i < n)") from exc
 
 
 json_option = click.option(
@@ -95,7 +51,19 @@ metrics_option = click.option(
     help="Write Prometheus text-format metrics here (node_exporter textfile collector);"
     " on any failure (a bad option value too) with dircleaner_last_run_success 0.",
 )
-bucket_option = click.option("--bucket", help="Only this bucket (default: every bucket).")
+
+
+def bucket_option(
+    help_text: str = "Only this bucket (default: every bucket).", default: str | None = None
+) -> Callable[[F], F]:
+    """--bucket, defined once: which bucket a command reads or cleans (None: every bucket), or,
+    with a ``default`` (shown in the help), the bucket the keys a command writes belong to;
+    ``help_text`` says what the bucket changes in the command's output."""
+    if default is None:
+        return click.option("--bucket", help=help_text)
+    return click.option("--bucket", default=default, show_default=True, help=help_text)
+
+
 #: worker processes allowed per core: more only contend for the same cores and connections
 WORKERS_PER_CORE = 4
 
@@ -336,116 +304,3 @@ def _option_name(ctx: click.Context, name: str) -> str:
                 return max(opts, key=len)
             return max(param.opts, key=len)
     return f"--{name.replace('_', '-')}"
-
-
-def prefix_clean_config(params: dict[str, Any]) -> PrefixCleanConfig:
-    """The --prefix clean's config (the options it refuses are checked by the command)."""
-    return PrefixCleanConfig(
-        prefix=normalise_prefix(params["prefix"]),
-        bucket=params["bucket"] or DEFAULT_BUCKET,
-        min_age_s=parse_duration(params["min_age"]),
-        max_tombstones_per_partition=params["max_tombstones_per_partition"],
-        max_rewrite_rows=params["max_rewrite_rows"],
-        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
-        grace_period_s=_grace_period(params),
-        max_deletes=params["max_deletes"],
-        dry_run=params["dry_run"],
-        throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=_given_audit_log(params),
-        scan=scan_rate(params),
-    )
-
-
-def scan_rate(params: dict[str, Any]) -> ScanRate:
-    """--scan-rate (None: the store's setting)."""
-    return ScanRate(rows_per_s=params.get("scan_rate"))
-
-
-def open_workers(params: dict[str, Any]) -> Workers:
-    """The mechanism the options ask for: a Dask cluster's tasks, or local processes."""
-    scheduler = params.get("scheduler")
-    if scheduler is None:
-        if params.get("slices") is not None:
-            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
-        from dircleaner.workers.base import LocalWorkers
-
-        return LocalWorkers(params["workers"])
-    if params["workers"] != 1:
-        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
-    from dircleaner.workers.daskcluster import DaskWorkers
-
-    return DaskWorkers(scheduler, params.get("slices"))
-
-
-def build_config(params: dict[str, Any], shard: Shard) -> BuildConfig:
-    from dircleaner.pipeline.build import BuildConfig
-
-    return BuildConfig(
-        fpr=params["fpr"],
-        expected_dirs=params["expected_dirs"],
-        engine=params["engine"],
-        generation=params.get("build_generation"),
-        bucket=params["bucket"],
-        shard=shard,
-        workers=params["workers"],
-        scan=scan_rate(params),
-    )
-
-
-def sweep_config(params: dict[str, Any], shard: Shard) -> SweepConfig:
-    from dircleaner.job.run import SweepConfig
-
-    guards = GuardConfig(
-        max_delete_fraction=params.get("max_delete_fraction", GuardConfig.max_delete_fraction),
-        max_filter_age_s=parse_duration(params.get("max_filter_age", "24h")),
-        force=params.get("force", False),
-    )
-    return SweepConfig(
-        bucket=params["bucket"],
-        shard=shard,
-        generation=params.get("generation"),
-        guards=guards,
-        workers=params["workers"],
-        scan=scan_rate(params),
-    )
-
-
-def clean_config(params: dict[str, Any], shard: Shard) -> CleanConfig:
-    from dircleaner.job.run import CleanConfig
-
-    return CleanConfig(
-        sweep=sweep_config(params, shard),
-        min_age_s=parse_duration(params["min_age"]),
-        max_tombstones_per_partition=params["max_tombstones_per_partition"],
-        verify=params["verify"],
-        dry_run=params["dry_run"],
-        throttle=ThrottleConfig(rate=params["rate"], concurrency=params["concurrency"]),
-        audit_log=_given_audit_log(params),
-        max_rewrite_rows=params["max_rewrite_rows"],
-        lease_ttl_s=_positive_duration(params["lease_ttl"], "--lease-ttl"),
-        grace_period_s=_grace_period(params),
-    )
-
-
-def _given_audit_log(params: dict[str, Any]) -> Path | None:
-    """--audit-log if given; else None until the store is open (``store_audit_log``)."""
-    text = params["audit_log"]
-    return None if text is None else audit_log_path(text)
-
-
-def audit_log_path(text: str) -> Path:
-    """The audit log where the command was started: a Dask task (``--scheduler``) writes it
-    from a worker, whose directory is its own, so a relative path is made absolute here."""
-    return Path(text).absolute()
-
-
-def _grace_period(params: dict[str, Any]) -> float | None:
-    text = params["grace_period"]
-    return parse_duration(text) if text is not None else None
-
-
-def _positive_duration(text: str, option: str) -> float:
-    seconds = parse_duration(text)
-    if seconds <= 0:
-        raise UsageError(f"{option} must be more than 0")
-    return seconds
