@@ -54,7 +54,9 @@ from cassandra.concurrent import execute_concurrent
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement, tuple_factory
 
-from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_job
+from dircleaner.job.clean import CleanConfig
+from dircleaner.job.run import RunReport, run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import FolderRow, Shard
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
 from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig, size_filter

@@ -45,7 +45,7 @@ from typing import Any
 
 from dircleaner.filter.engines import new_filter
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.run import SweepConfig, load_filter
+from dircleaner.job.sweep import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.pipeline.build import DEFAULT_FPR, packed_ancestors

@@ -52,7 +52,7 @@ from e2e import (
 from dircleaner.filter.bloom import finish_loading_kernels, start_loading_kernels
 from dircleaner.filter.engines import new_filter
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.run import SweepConfig, load_filter
+from dircleaner.job.sweep import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, packed_ancestors
 from dircleaner.pipeline.sweep import SweepTotals, sweep

@@ -51,8 +51,9 @@ from e2e import (
 )
 
 from dircleaner.filter.bloom import load_kernels
-from dircleaner.job.run import CleanConfig, SweepConfig, load_filter, run_clean
+from dircleaner.job.clean import CleanConfig, run_clean
 from dircleaner.job.sliceorder import slice_seconds_key
+from dircleaner.job.sweep import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.delete import ThrottleConfig

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.job.sweep import SweepConfig, run_sweep
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.build import BuildConfig, build_filter

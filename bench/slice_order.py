@@ -20,8 +20,9 @@ from pathlib import Path
 from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url
 
 from dircleaner.filter.bloom import load_kernels
-from dircleaner.job.run import CleanConfig, SweepConfig, run_clean
+from dircleaner.job.clean import CleanConfig, run_clean
 from dircleaner.job.sliceorder import recorded_seconds, slice_seconds_key
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig

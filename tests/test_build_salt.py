@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.job.clean import CleanConfig
+from dircleaner.job.run import run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.build import BuildConfig
 from dircleaner.pipeline.delete import ThrottleConfig

@@ -28,7 +28,8 @@ from click.testing import CliRunner, Result
 
 from dircleaner.cli import cli
 from dircleaner.filter.stored import list_generations
-from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.job.clean import CleanConfig, run_clean
+from dircleaner.job.sweep import SweepConfig, run_sweep
 from dircleaner.model import ActionKind, PartitionKey, Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of, swept_count_key

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.job.run import CleanConfig, SweepConfig, run_clean, run_sweep
+from dircleaner.job.clean import CleanConfig, run_clean
+from dircleaner.job.sweep import SweepConfig, run_sweep
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan

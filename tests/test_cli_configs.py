@@ -15,7 +15,8 @@ from dircleaner.cli.configs import (
     sweep_config,
 )
 from dircleaner.errors import UsageError
-from dircleaner.job.run import CleanConfig, SweepConfig
+from dircleaner.job.clean import CleanConfig
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig

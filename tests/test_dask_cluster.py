@@ -21,7 +21,9 @@ from typing import TypeVar
 import pytest
 
 from dircleaner.errors import DircleanerError
-from dircleaner.job.run import CleanConfig, RunReport, SweepConfig, run_clean, run_job
+from dircleaner.job.clean import CleanConfig, run_clean
+from dircleaner.job.run import RunReport, run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.lease import CHECK_INTERVAL_S
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of

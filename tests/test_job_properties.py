@@ -9,7 +9,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.job.clean import CleanConfig
+from dircleaner.job.run import run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import ActionKind
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig

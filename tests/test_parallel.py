@@ -11,7 +11,7 @@ from typing import Any
 
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import find_generation, load_generation
-from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.job.sweep import SweepConfig, run_sweep
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig

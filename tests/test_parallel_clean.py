@@ -13,8 +13,9 @@ import pytest
 
 import dircleaner.job.clean as job_clean
 from dircleaner.errors import TooManyCandidates
+from dircleaner.job.clean import CleanConfig, CleanReport, run_clean
 from dircleaner.job.orders import delete_orders
-from dircleaner.job.run import CleanConfig, CleanReport, SweepConfig, run_clean
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import Shard
 from dircleaner.paths import directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter

@@ -33,8 +33,10 @@ from dircleaner.errors import StoreUnavailable
 from dircleaner.filter.format import FilterHeader
 from dircleaner.filter.generation import new_generation_id
 from dircleaner.filter.stored import find_generation
+from dircleaner.job.clean import CleanConfig
 from dircleaner.job.resume import PHASE_BUILD, RunState, load_run_state, save_run_state
-from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.job.run import run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of

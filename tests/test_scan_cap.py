@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.job.run import SweepConfig, run_sweep
+from dircleaner.job.sweep import SweepConfig, run_sweep
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.scanrate import ScanRate, ScanStats

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from dircleaner.filter.sizing import load_sizing_record
-from dircleaner.job.run import CleanConfig, SweepConfig, run_job
+from dircleaner.job.clean import CleanConfig
+from dircleaner.job.run import run_job
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store

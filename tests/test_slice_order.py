@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
-from dircleaner.job.run import CleanConfig, SweepConfig, run_clean
+from dircleaner.job.clean import CleanConfig, run_clean
 from dircleaner.job.sliceorder import (
     longest_first,
     record_seconds,
     recorded_seconds,
     slice_seconds_key,
 )
+from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import Shard
 from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of
 from dircleaner.pipeline.guards import GuardConfig

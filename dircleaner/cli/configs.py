@@ -20,7 +20,8 @@ from dircleaner.timeutil import parse_duration
 if TYPE_CHECKING:
     # The store-wide job pulls in numpy and the filter modules: it is imported where a config
     # is built, so that `clean --prefix` starts without it.
-    from dircleaner.job.run import CleanConfig, SweepConfig
+    from dircleaner.job.clean import CleanConfig
+    from dircleaner.job.sweep import SweepConfig
     from dircleaner.store.base import Store
 
 
@@ -63,7 +64,7 @@ def sweep_config(
     scan_rate: float | None,
 ) -> SweepConfig:
     """Which filter a sweep uses, over which slice, how fast (a clean's sweep, or sweep's)."""
-    from dircleaner.job.run import SweepConfig
+    from dircleaner.job.sweep import SweepConfig
 
     return SweepConfig(
         bucket=bucket,
@@ -91,7 +92,7 @@ def clean_config(
 ) -> CleanConfig:
     """The store-wide clean's config; its audit log is None until the store is open, when
     --audit-log was not given (``store_audit_log``)."""
-    from dircleaner.job.run import CleanConfig
+    from dircleaner.job.clean import CleanConfig
 
     return CleanConfig(
         sweep=sweep,

@@ -66,8 +66,8 @@ from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
+    from dircleaner.job.clean import CleanConfig
     from dircleaner.job.prefix import PrefixCleanConfig
-    from dircleaner.job.run import CleanConfig
     from dircleaner.store.base import Store
     from dircleaner.workers.base import Workers
 
@@ -170,7 +170,7 @@ def sweep_cmd(
     Example:
       dircleaner --store sqlite:///meta.db sweep --out candidates.txt
     """
-    from dircleaner.job.run import run_sweep
+    from dircleaner.job.sweep import run_sweep
 
     if out == "-" and as_json:
         raise UsageError("--json and --out - both write to stdout: give --out a file")
@@ -462,7 +462,7 @@ def _clean_store(
     as_json: bool,
 ) -> None:
     """The store-wide ``clean``: a sweep with the stored filter, then the plan and deletes."""
-    from dircleaner.job.run import run_clean
+    from dircleaner.job.clean import run_clean
 
     progress = TerminalProgress()
     with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):

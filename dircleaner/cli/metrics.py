@@ -18,7 +18,8 @@ from dircleaner.scanrate import ScanStats
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
     # which `clean --prefix` and the data commands start without.
-    from dircleaner.job.run import CleanReport, RunReport
+    from dircleaner.job.clean import CleanReport
+    from dircleaner.job.run import RunReport
     from dircleaner.pipeline.build import BuildResult
 
 PREFIX = "dircleaner_"

@@ -14,7 +14,9 @@ from dircleaner.timeutil import format_duration, format_utc_us
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
     # which `clean --prefix` and the data commands start without.
-    from dircleaner.job.run import CleanReport, CleanSweep, RunReport, SweepReport
+    from dircleaner.job.clean import CleanReport, CleanSweep
+    from dircleaner.job.run import RunReport
+    from dircleaner.job.sweep import SweepReport
     from dircleaner.pipeline.build import BuildResult
 
 Summary = dict[str, Any]

@@ -16,11 +16,9 @@ from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import collect_garbage, find_generation
 from dircleaner.job.clean import (
-    DEFAULT_MAX_REWRITE_ROWS,
     CleanCheckpoint,
     CleanConfig,
     CleanReport,
-    CleanSweep,
     run_clean,
 )
 from dircleaner.job.resume import (
@@ -34,11 +32,6 @@ from dircleaner.job.resume import (
 )
 from dircleaner.job.sweep import (
     LoadedFilter,
-    SweepConfig,
-    SweepReport,
-    expected_sweep,
-    load_filter,
-    run_sweep,
 )
 from dircleaner.lease import Lease
 from dircleaner.pipeline.build import (
@@ -57,22 +50,7 @@ from dircleaner.timeutil import now_us
 from dircleaner.workers.base import Workers
 
 # The sweep's and the clean's names, where the CLI, the tests and the benches have found them.
-__all__ = [
-    "DEFAULT_MAX_REWRITE_ROWS",
-    "KEEP_GENERATIONS",
-    "CleanConfig",
-    "CleanReport",
-    "CleanSweep",
-    "LoadedFilter",
-    "RunReport",
-    "SweepConfig",
-    "SweepReport",
-    "expected_sweep",
-    "load_filter",
-    "run_clean",
-    "run_job",
-    "run_sweep",
-]
+__all__ = ["KEEP_GENERATIONS", "RunReport", "run_job"]
 
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
