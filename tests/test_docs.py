@@ -183,3 +183,29 @@ def test_no_history_in_the_docs(page: Path) -> None:
     text = page.read_text(encoding="utf-8")
     assert re.findall(r"(?i)\bissue \d+|\bsessions?\b(?!\.py)", text) == []
     assert re.findall(r"`[0-9a-f]{7,40}`", text) == []
+
+
+def source_tree_block() -> str:
+    text = (ROOT / "docs" / "development.md").read_text()
+    section = text.split("## The source tree", 1)[1]
+    return section.split("```", 2)[1].split("\ntests/", 1)[0]  # the package's part
+
+
+def layout_problems(block: str, modules: set[str]) -> list[str]:
+    """What the source tree's sketch and the package disagree on, by module file name."""
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", block))
+    missing = sorted(m for m in modules if m not in named)
+    gone = sorted(n for n in named if n not in modules)
+    return [f"not in the sketch: {m}" for m in missing] + [f"no such module: {n}" for n in gone]
+
+
+def test_the_source_tree_sketch_names_every_module() -> None:
+    modules = {p.name for p in (ROOT / "dircleaner").rglob("*.py") if p.name != "__init__.py"}
+    assert layout_problems(source_tree_block(), modules) == []
+
+
+def test_the_layout_check_catches_a_missing_and_a_stale_module() -> None:
+    assert layout_problems("run.py · old.py", {"run.py", "new.py"}) == [
+        "not in the sketch: new.py",
+        "no such module: old.py",
+    ]
