@@ -100,6 +100,43 @@ class PrefixWalk:
     scan: ScanStats = field(default_factory=ScanStats)
 
 
+class _Tree:
+    """What the walk has read: each directory's rows and subdirectories, the directories with
+    objects, and every directory reached (a second arrival is a cycle)."""
+
+    def __init__(self, prefix: str, max_directories: int) -> None:
+        self.prefix, self.max_directories = prefix, max_directories
+        self.rows_of: dict[str, list[FolderRow]] = {}
+        #: each directory's subdirectories, parallel to its rows in rows_of
+        self.children_of: dict[str, list[str]] = {}
+        self.with_objects: set[str] = set()
+        self.seen = {prefix}
+
+    def add(self, directory: str, rows: list[FolderRow] | None) -> list[str]:
+        """Record one directory's folder rows; its subdirectories, to read next."""
+        if not rows:
+            return []
+        prefix = self.prefix
+        self.rows_of[directory] = rows
+        children = self.children_of[directory] = [directory + row.name + SEP for row in rows]
+        # One partition's names are distinct (its clustering key): a repeat is a child reached
+        # before, from another partition.
+        if not self.seen.isdisjoint(children):
+            twice = next(child for child in children if child in self.seen)
+            raise FolderIndexLooksCyclic(
+                f"the folder index lists {twice!r} twice under {prefix!r}; it looks"
+                " cyclic or corrupt, nothing was deleted"
+            )
+        self.seen.update(children)
+        if len(self.seen) > self.max_directories:
+            raise TooManyDirectories(
+                f"more than {self.max_directories:,} directories under {prefix!r}"
+                " (--max-deletes); nothing was deleted: raise --max-deletes or leave it"
+                " to the nightly 'run'"
+            )
+        return children
+
+
 def walk_prefix(
     store: Store,
     bucket: str,
@@ -124,12 +161,8 @@ def walk_prefix(
         raise PrefixNotFound(
             f"{prefix!r} is not in the folder index of bucket {bucket!r} (check 'list-dirs')"
         )
-    rows_of: dict[str, list[FolderRow]] = {}
-    #: each directory's subdirectories, parallel to its rows in rows_of
-    children_of: dict[str, list[str]] = {}
-    with_objects: set[str] = set()
+    tree = _Tree(prefix, max_directories)
     order: list[str] = []
-    seen = {prefix}
     level = [prefix]
     depth = walked = 0
     while level:
@@ -144,34 +177,15 @@ def walk_prefix(
             read = store.read_directories([(bucket, directory) for directory in wave])
             rows_read = len(wave) + sum(len(rows) for rows in read.folder_rows.values())
             throttle.page(rows_read, time.monotonic() - asked)
-            with_objects.update(parent for _, parent in read.with_objects)
+            tree.with_objects.update(parent for _, parent in read.with_objects)
             for directory in wave:
-                rows = read.folder_rows.get((bucket, directory))
-                if not rows:
-                    continue
-                rows_of[directory] = rows
-                children = children_of[directory] = [directory + row.name + SEP for row in rows]
-                # One partition's names are distinct (its clustering key): a repeat is a child
-                # reached before, from another partition.
-                if not seen.isdisjoint(children):
-                    twice = next(child for child in children if child in seen)
-                    raise FolderIndexLooksCyclic(
-                        f"the folder index lists {twice!r} twice under {prefix!r}; it looks"
-                        " cyclic or corrupt, nothing was deleted"
-                    )
-                seen.update(children)
-                below.extend(children)
-                if len(seen) > max_directories:
-                    raise TooManyDirectories(
-                        f"more than {max_directories:,} directories under {prefix!r}"
-                        " (--max-deletes); nothing was deleted: raise --max-deletes or leave it"
-                        " to the nightly 'run'"
-                    )
+                below.extend(tree.add(directory, read.folder_rows.get((bucket, directory))))
             walked += len(wave)
             progress("walk", walked, None)
         order.extend(level)
         level = below
         depth += 1
+    rows_of, children_of, with_objects = tree.rows_of, tree.children_of, tree.with_objects
     empty = _empty_bottom_up(order, children_of, with_objects)
     facts = _facts(rows_of, children_of, empty)
     if prefix in empty:
