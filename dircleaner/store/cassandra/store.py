@@ -4,12 +4,14 @@ Every data value goes through a prepared statement. The only identifiers in CQL 
 mapping (``CassandraConfig``), are validated as plain identifiers and are always double-quoted.
 
 The store is its reads (``reads.py``: scans, estimates, the re-check) and its writes
-(``writes.py``: deletes at T, the rewrite, filters, lease, ledger, state), both built on the
-requests layer (``requests.py``: retries, paging, ordered concurrency, the key mapping).
+(``writes.py``: deletes at T, the rewrite), both built on the requests layer (``requests.py``:
+retries, paging, ordered concurrency, the key mapping); the key-value table (``kv.py``) and the
+tombstone ledger (``ledger.py``) are objects of their own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +19,21 @@ from cassandra.cluster import Session
 from cassandra.query import PreparedStatement
 
 from dircleaner.scanrate import ScanRate
-from dircleaner.store.base import Store
+from dircleaner.store.base import Store, TombstoneCharge
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
     load_cassandra_config,
     parse_cassandra_url,
 )
+from dircleaner.store.cassandra.kv import CassandraKV
+from dircleaner.store.cassandra.ledger import CassandraLedger
 from dircleaner.store.cassandra.mapping import _q
-from dircleaner.store.cassandra.meta import CassandraMeta
 from dircleaner.store.cassandra.requests import InStatements
 from dircleaner.store.cassandra.schema import _check_schema, _create_schema, init_schema
 from dircleaner.store.cassandra.session import _connect
 from dircleaner.store.cassandra.walkreads import CassandraWalkReads
 from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST, CassandraWrites
+from dircleaner.store.kv import ANY, Entry, Expect
 
 __all__ = ["CassandraStore"]
 
@@ -37,7 +41,7 @@ __all__ = ["CassandraStore"]
 QUORUM_READS = frozenset({"QUORUM", "LOCAL_QUORUM", "EACH_QUORUM", "ALL", "SERIAL", "LOCAL_SERIAL"})
 
 
-class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
+class CassandraStore(CassandraWalkReads, CassandraWrites, Store):
     """Metastore in a Cassandra cluster, mapped by a CassandraConfig."""
 
     scheme = "cassandra"
@@ -59,6 +63,9 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
         #: the partition rewrite's read and write, prepared from the table metadata on first use
         self._rewrite_statements: tuple[PreparedStatement, PreparedStatement, int] | None = None
         self._prepare_all()
+        #: the key-value table and the tombstone ledger, each with its own statements
+        self.kv = CassandraKV(self)
+        self.ledger = CassandraLedger(self)
 
     @classmethod
     def init_schema(
@@ -109,6 +116,32 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
     def close(self) -> None:
         self._cluster.shutdown()
 
+    # -- the key-value table and the ledger: their own objects ---------------------------------
+    def kv_read(self, space: str, prefix: str = "", *, fresh: bool = False) -> list[Entry]:
+        return self.kv.read(space, prefix, fresh=fresh)
+
+    def kv_write(
+        self,
+        space: str,
+        key: str,
+        value: bytes | None,
+        *,
+        ttl_s: float | None = None,
+        expect: Expect = ANY,
+    ) -> bool:
+        return self.kv.write(space, key, value, ttl_s=ttl_s, expect=expect)
+
+    def kv_clear(self, space: str) -> None:
+        self.kv.clear(space)
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        self.ledger.charge(charges, ttl_s)
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        return self.ledger.charged(partitions)
+
     # -- statements -----------------------------------------------------------------------------
     def _prepare_all(self) -> None:
         cfg = self.config
@@ -157,7 +190,6 @@ class CassandraStore(CassandraWalkReads, CassandraWrites, CassandraMeta, Store):
             "SELECT gc_grace_seconds FROM system_schema.tables"
             " WHERE keyspace_name = ? AND table_name = ?"
         )
-        self._prepare_meta()
         self._size_estimates = p(
             "SELECT range_start, range_end, partitions_count, mean_partition_size"
             " FROM system.size_estimates WHERE keyspace_name = ? AND table_name = ?"

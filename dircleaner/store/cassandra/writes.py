@@ -3,7 +3,7 @@
 Deletes carry the run's timestamp T (``USING TIMESTAMP``), so a row written after T survives
 them. Besides the folders index this module reads the budget's inputs (``gc_grace_seconds``,
 ``tombstone_warn_threshold``) and holds the writes an S3 front-end or the generator makes. The
-job's own tables (filter cells, lease, state, ledger) are in ``meta.py``.
+job's own tables are in ``kv.py`` (filter cells, lease, state) and ``ledger.py``.
 """
 
 from __future__ import annotations
