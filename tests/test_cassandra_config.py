@@ -175,7 +175,8 @@ replication_factor = 3
 [cassandra.tables]
 objects = "o"
 folders = "f"
-filters = "fl"
+kv = "kv1"
+filters = "fl"  # retired: the key-value table replaced it, and the key is still accepted
 state = "st"
 
 [cassandra.columns]
@@ -207,12 +208,7 @@ def test_load_full_config(tmp_path: Path) -> None:
         "solo",
         "<root>",
     )
-    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state) == (
-        "o",
-        "f",
-        "fl",
-        "st",
-    )
+    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.kv) == ("o", "f", "kv1")
     assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
     assert cfg.consistency.verify == "QUORUM"
     assert cfg.consistency.delete == "EACH_QUORUM"

@@ -60,8 +60,7 @@ concurrency = 4
 [cassandra.tables]
 objects = "s3_objs"
 folders = "s3_dirs"
-filters = "cleaner_filters"
-state = "cleaner_state"
+kv = "cleaner_kv"
 
 [cassandra.columns]
 bucket = false
@@ -113,12 +112,10 @@ def empty_store(store: CassandraStore) -> int:
     }
     results = store.delete_folder_partitions(list(folder_keys.values()), cutoff)
     assert all(r is None for r in results)
-    for generation in {gen for gen, _ in store.list_filter_parts()}:
-        store.delete_filter_generation(generation)
-    state = f'"{cfg.keyspace}"."{cfg.tables.state}"'
-    delete_state = session.prepare(f'DELETE FROM {state} WHERE "key" = ?')
-    for (key,) in session.execute(f'SELECT "key" FROM {state}'):
-        session.execute(delete_state, (key,))
+    kv = f'"{cfg.keyspace}"."{cfg.tables.kv}"'
+    delete_space = session.prepare(f'DELETE FROM {kv} WHERE "space" = ?')
+    for (space,) in session.execute(f'SELECT DISTINCT "space" FROM {kv}'):
+        session.execute(delete_space, (space,))
     return cutoff + 1
 
 

@@ -93,6 +93,7 @@ class SqliteStore(Store):
         path = path_from_url(url)
         conn, read_only, created = open_database(path, create=create, force=force)
         store = cls(path, conn)
+        store.url, store.config_path = url, config_path
         store.created = tuple(created)
         if read_only:
             store.read_only = store._kv.read_only = True
