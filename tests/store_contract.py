@@ -747,15 +747,19 @@ class StoreContract:
         assert not store.kv_write(space, "k", b"four", expect=b"three")  # absent: not equal
         assert not store.kv_write(space, "k", None, expect=b"three")
         assert value() is None
-        # unconditional writes and deletes, and a CAS after them
-        assert store.kv_write(space, "k", b"five")
-        assert store.kv_write(space, "k", b"six")
-        assert store.kv_write(space, "k", b"", expect=b"six")
+        # after a delete-if-equal the key can be inserted again; an empty value is a value
+        assert store.kv_write(space, "k", b"", expect=None)
         assert value() == b""
-        assert store.kv_write(space, "k", None)
-        assert store.kv_write(space, "k", None)  # deleting what is absent is no error
-        assert store.kv_write(space, "k", b"seven", expect=None)
+        assert not store.kv_write(space, "k", b"x", expect=None)
+        assert store.kv_write(space, "k", b"seven", expect=b"")
         assert value() == b"seven"
+        # unconditional writes and deletes (of another key: a key is written one way only)
+        assert store.kv_write(space, "u", b"five")
+        assert store.kv_write(space, "u", b"six")
+        assert store.kv_read(space, "u") == [("u", b"six")]
+        assert store.kv_write(space, "u", None)
+        assert store.kv_write(space, "u", None)  # deleting what is absent is no error
+        assert store.kv_read(space) == [("k", b"seven")]
 
     def test_kv_entries_expire_after_their_ttl(self, store: Store) -> None:
         space = f"t|{uuid.uuid4().hex}"

@@ -378,7 +378,10 @@ def test_schema_cql_quotes_mapped_identifiers() -> None:
         'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
         ' PRIMARY KEY (("parent"), "name"))'
     )
-    assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
+    assert (
+        'CREATE TABLE IF NOT EXISTS "Ks"."dircleaner_kv" ("space" text, "key" text,'
+        ' "value" blob, PRIMARY KEY (("space"), "key"))'
+    ) in ddl
 
 
 @pytest.mark.parametrize(

@@ -388,12 +388,21 @@ class TestCassandraNode:
         with pytest.raises(SchemaError, match=r"partitioned by \(bucket, parent\)"):
             CassandraStore.open(cassandra_url, config_path=cfg)
 
-    def test_missing_filters_table_suggests_init_schema(
+    def test_missing_kv_table_suggests_init_schema(
         self, cassandra_url: str, tmp_path: Path
     ) -> None:
-        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nfilters = "nope"\n')
-        with pytest.raises(SchemaError, match="init-schema"):
+        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nkv = "nope"\n')
+        with pytest.raises(SchemaError, match=r"nope \(kv table\) does not exist; .*init-schema"):
             CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_a_config_naming_the_retired_filters_and_state_tables_still_opens(
+        self, cassandra_url: str, tmp_path: Path
+    ) -> None:
+        text = '[cassandra.tables]\nfilters = "old_filters"\nstate = "old_state"\n'
+        cfg = write_toml(tmp_path / "c.toml", text)
+        with CassandraStore.open(cassandra_url, config_path=cfg) as store:
+            store.put_state("read back", "yes")
+            assert store.get_state("read back") == "yes"
 
     def test_consistency_profiles_follow_the_config(
         self, cassandra_url: str, custom_store: CassandraStore

@@ -344,6 +344,11 @@ class Store(abc.ABC):
         ``None`` only if the key is absent (or expired), bytes only if the current value
         equals them. ValueError for an empty space or key, a value over ``MAX_VALUE_BYTES``
         or a delete that expects the key absent.
+
+        A key is written either always with a compare-and-set or always without: Cassandra
+        orders a lightweight transaction's write (timed by the server) and a plain write (timed
+        by the client) by clocks that may disagree by a millisecond, so mixing them on one key
+        may lose a write. The lease uses only compare-and-sets; state and filter cells none.
         """
 
     @abc.abstractmethod
