@@ -843,7 +843,7 @@ class StoreContract:
         final = dict(store.kv_read(space, fresh=True))
         assert final == {key: b"left2" if key in left[1] else b"right2" for key in keys}
 
-    # -- the filters table ------------------------------------------------------------------------
+    # -- filter cells (on the key-value primitive) -------------------------------------------
     def test_filter_cells(self, store: Store) -> None:
         blob = bytes(range(256)) * 4
         store.put_filter_cell("g1", 0, HEADER_SEQ, b"header")
