@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from dircleaner.store.kv import KeyValue, check_write
+from dircleaner.store.kv import ANY, KeyValue, check_write
 
 STATE_SPACE = "state"
 LEASE_SPACE = "lease"
@@ -87,7 +87,7 @@ def _cell_seq(key: str) -> int | None:
 
 def put_filter_cell(kv: KeyValue, generation: str, shard: int, seq: int, data: bytes) -> None:
     space, key = _part_space(generation, shard), _cell_key(seq)
-    check_write(space, key, data, None)  # a cell too long is refused before the part is listed
+    check_write(space, key, data, ANY)  # a cell too long is refused before the part is listed
     kv.kv_write(FILTER_INDEX_SPACE, f"{generation}|{shard}", b"")
     kv.kv_write(space, key, data)
 
