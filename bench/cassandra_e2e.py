@@ -165,7 +165,7 @@ class AuxSession:
 
     def truncate_all(self) -> None:
         cfg = self.cfg
-        for table in (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state):
+        for table in (cfg.tables.objects, cfg.tables.folders, cfg.tables.kv):
             self.session.execute(
                 SimpleStatement(f'TRUNCATE "{cfg.keyspace}"."{table}"'), timeout=300.0
             )

@@ -1,10 +1,12 @@
 """One run at a time: a lease in the store, renewed by a heartbeat, expiring by itself.
 
-A run or clean takes the lease before it deletes anything. On Cassandra it is a row of our state
-table taken with a lightweight transaction (``IF NOT EXISTS … USING TTL``) and renewed with
-``UPDATE … USING TTL … IF value = owner``; on SQLite the same in one transaction, with an expiry
-time. A second run finds it held and refuses (``LeaseHeld``, exit 3). A run killed with ``kill -9``
-stops renewing, so its lease expires after its TTL and the next run proceeds with no manual step;
+A run or clean takes the lease before it deletes anything. It is an entry of the store's
+key-value table, taken with an insert-if-absent that expires after its TTL and renewed with a
+compare-and-set on its owner (Cassandra: lightweight transactions, ``IF NOT EXISTS … USING TTL``
+and ``UPDATE … USING TTL … IF value = owner``; SQLite: one transaction, with an expiry time;
+``dircleaner.store.bookkeeping``). A second run finds it held and refuses (``LeaseHeld``,
+exit 3). A run killed with ``kill -9`` stops renewing, so its lease expires after its TTL and
+the next run proceeds with no manual step;
 on the same host, the next run sees at once that the holder's process is gone (its pid no longer
 exists, or now belongs to a process started later) and takes the lease over with a
 compare-and-set on the dead holder's id, so that two runs never both take it.

@@ -11,10 +11,13 @@ them (see ``pytest_collection_modifyitems`` in conftest.py), so no run reports t
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import queue
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,6 +25,7 @@ import pytest
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.store import open_store
 from dircleaner.store.base import (
     HEADER_SEQ,
     MARKER_SEQ,
@@ -33,8 +37,12 @@ from dircleaner.store.base import (
     missing_bucket,
     require_bucket,
 )
+from dircleaner.store.kv import MAX_VALUE_BYTES
 
 if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+    from multiprocessing.synchronize import Event
+
     from dircleaner.store.packed import FolderKeys
 
 T0 = 1_000_000
@@ -109,6 +117,31 @@ ODD_KEYS = [
     pytest.param(["k/" * 511 + "xy"], id="1024-byte-key-511-levels"),
     pytest.param(["long/" + "ж" * 508 + "/x"], id="1024-byte-multibyte-dir"),
 ]
+
+
+def _race(
+    url: str,
+    config_path: Path | None,
+    space: str,
+    keys: list[str],
+    name: str,
+    start: Event,
+    results: Queue[tuple[str, tuple[list[str], list[str]]]],
+) -> None:
+    """One racer of the concurrent compare-and-set test, in a process of its own: puts its
+    name with the keys it inserted first, then the keys it replaced first (each from whichever
+    value it finds)."""
+    with open_store(url, config_path=config_path) as store:
+        start.wait(60)
+        inserted = [k for k in keys if store.kv_write(space, k, name.encode(), expect=None)]
+        replaced = []
+        for key in keys:
+            current = [e.value for e in store.kv_read(space, key, fresh=True) if e.key == key]
+            if current in ([b"left"], [b"right"]) and store.kv_write(
+                space, key, f"{name}2".encode(), expect=current[0]
+            ):
+                replaced.append(key)
+    results.put((name, (inserted, replaced)))
 
 
 class StoreContract:
@@ -669,7 +702,152 @@ class StoreContract:
         if estimate.exact:
             assert estimate.count == 2
 
-    # -- the filters table ------------------------------------------------------------------------
+    # -- the key-value primitive ----------------------------------------------------------------
+    def test_kv_reads_a_space_by_key_prefix_in_key_order(self, store: Store) -> None:
+        space, other = f"t|{uuid.uuid4().hex}", f"u|{uuid.uuid4().hex}"
+        assert store.kv_read(space) == []
+        keys = ["b", "a|2", "a", "a|10", "ab", "é", "日本", "a\U0010ffff", "\U0010ffff\U0010ffffz"]
+        for i, key in enumerate(keys):
+            assert store.kv_write(space, key, f"v{i}".encode())
+        assert store.kv_write(other, "a", b"elsewhere")
+        everything = store.kv_read(space)
+        assert [e.key for e in everything] == sorted(keys, key=lambda k: k.encode("utf-8"))
+        assert dict(everything) == {key: f"v{i}".encode() for i, key in enumerate(keys)}
+        # UTF-8 byte order: "ab" before "a|…", U+10FFFF last
+        under_a = ["a", "ab", "a|10", "a|2", "a\U0010ffff"]
+        assert [e.key for e in store.kv_read(space, "a")] == under_a
+        assert [e.key for e in store.kv_read(space, "a|")] == ["a|10", "a|2"]
+        assert [e.key for e in store.kv_read(space, "a|2")] == ["a|2"]
+        assert [e.key for e in store.kv_read(space, "\U0010ffff")] == ["\U0010ffff\U0010ffffz"]
+        assert store.kv_read(space, "c") == []
+        assert store.kv_read(space, "b", fresh=True) == [("b", b"v0")]
+        assert store.kv_read(other) == [("a", b"elsewhere")]
+        store.kv_clear(space)
+        assert store.kv_read(space) == []
+        assert store.kv_read(other) == [("a", b"elsewhere")]
+        store.kv_clear(f"never|{uuid.uuid4().hex}")
+
+    def test_kv_compare_and_set_wins_and_loses(self, store: Store) -> None:
+        space = f"t|{uuid.uuid4().hex}"
+
+        def value() -> bytes | None:
+            found = [e.value for e in store.kv_read(space, "k", fresh=True) if e.key == "k"]
+            return found[0] if found else None
+
+        # insert-if-absent
+        assert store.kv_write(space, "k", b"one", expect=None)
+        assert not store.kv_write(space, "k", b"two", expect=None)
+        assert value() == b"one"
+        # replace-if-equal
+        assert not store.kv_write(space, "k", b"three", expect=b"two")
+        assert value() == b"one"
+        assert store.kv_write(space, "k", b"three", expect=b"one")
+        assert value() == b"three"
+        # delete-if-equal
+        assert not store.kv_write(space, "k", None, expect=b"one")
+        assert value() == b"three"
+        assert store.kv_write(space, "k", None, expect=b"three")
+        assert value() is None
+        assert not store.kv_write(space, "k", b"four", expect=b"three")  # absent: not equal
+        assert not store.kv_write(space, "k", None, expect=b"three")
+        assert value() is None
+        # after a delete-if-equal the key can be inserted again; an empty value is a value
+        assert store.kv_write(space, "k", b"", expect=None)
+        assert value() == b""
+        assert not store.kv_write(space, "k", b"x", expect=None)
+        assert store.kv_write(space, "k", b"seven", expect=b"")
+        assert value() == b"seven"
+        # unconditional writes and deletes (of another key: a key is written one way only)
+        assert store.kv_write(space, "u", b"five")
+        assert store.kv_write(space, "u", b"six")
+        assert store.kv_read(space, "u") == [("u", b"six")]
+        assert store.kv_write(space, "u", None)
+        assert store.kv_write(space, "u", None)  # deleting what is absent is no error
+        assert store.kv_read(space) == [("k", b"seven")]
+
+    def test_kv_entries_expire_after_their_ttl(self, store: Store) -> None:
+        space = f"t|{uuid.uuid4().hex}"
+        assert store.kv_write(space, "rewritten", b"r", ttl_s=1)
+        assert store.kv_write(space, "taken", b"t", ttl_s=1, expect=None)
+        assert store.kv_write(space, "renewed", b"n", ttl_s=1, expect=None)
+        assert store.kv_write(space, "expiring", b"e", ttl_s=1)
+        assert store.kv_write(space, "kept", b"k")
+        assert store.kv_write(space, "rewritten", b"r2")  # a rewrite without a TTL: none
+        assert store.kv_write(space, "renewed", b"n2", ttl_s=3600, expect=b"n")
+        assert [e.key for e in store.kv_read(space)] == [
+            "expiring",
+            "kept",
+            "renewed",
+            "rewritten",
+            "taken",
+        ]
+        deadline = time.monotonic() + 30
+        while any(e.key == "expiring" for e in store.kv_read(space)):
+            assert time.monotonic() < deadline, "the entry never expired"
+            time.sleep(0.2)
+        # "taken" was written before "expiring", with the same TTL: gone too, everywhere
+        assert dict(store.kv_read(space)) == {"kept": b"k", "renewed": b"n2", "rewritten": b"r2"}
+        assert store.kv_read(space, "taken", fresh=True) == []
+        assert not store.kv_write(space, "taken", b"x", expect=b"t")  # expired: not equal
+        assert not store.kv_write(space, "taken", None, expect=b"t")
+        assert store.kv_write(space, "taken", b"again", expect=None)  # expired: absent
+        assert store.kv_read(space, "taken") == [("taken", b"again")]
+
+    def test_kv_values_of_up_to_one_mebibyte(self, store: Store) -> None:
+        space = f"t|{uuid.uuid4().hex}"
+        data = bytes(i % 251 for i in range(MAX_VALUE_BYTES))
+        for i in range(6):  # more than one page of a paged read
+            assert store.kv_write(space, f"k{i}", data)
+        assert [e.value == data for e in store.kv_read(space)] == [True] * 6
+        with pytest.raises(ValueError, match="1 MiB"):
+            store.kv_write(space, "big", data + b"x")
+        with pytest.raises(ValueError, match="1 MiB"):
+            store.put_filter_cell("big", 0, 0, data + b"x")
+        assert store.list_filter_parts() == []
+        with pytest.raises(ValueError):
+            store.kv_write("", "k", b"v")
+        with pytest.raises(ValueError):
+            store.kv_write(space, "", b"v")
+        assert len(store.kv_read(space)) == 6
+
+    def test_kv_compare_and_set_from_two_processes_has_one_winner(self, store: Store) -> None:
+        """Two processes, each with its own connection, race to insert the same keys and then
+        to replace them: every key is won by exactly one of them, and holds the winner's value."""
+        space, keys = f"t|{uuid.uuid4().hex}", [f"k{i:03d}" for i in range(60)]
+        context = multiprocessing.get_context("spawn")
+        start, results = context.Event(), context.Queue()
+        racers = [
+            context.Process(
+                target=_race,
+                args=(store.url, store.config_path, space, keys, name, start, results),
+            )
+            for name in ("left", "right")
+        ]
+        for racer in racers:
+            racer.start()
+        start.set()
+        won: dict[str, tuple[list[str], list[str]]] = {}
+        deadline = time.monotonic() + 300
+        while len(won) < len(racers):
+            assert time.monotonic() < deadline, "the racers never finished"
+            try:
+                name, result = results.get(timeout=0.5)
+            except queue.Empty:
+                failed = [r.exitcode for r in racers if r.exitcode not in (None, 0)]
+                assert not failed, f"a racer failed (exit code {failed[0]})"
+                continue
+            won[name] = result
+        for racer in racers:
+            racer.join(timeout=60)
+        left, right = won["left"], won["right"]
+        for round_ in range(2):  # insert-if-absent, then replace-if-equal
+            won_left, won_right = set(left[round_]), set(right[round_])
+            assert not won_left & won_right, "a key was won twice"
+            assert won_left | won_right == set(keys), "a key was won by nobody"
+        final = dict(store.kv_read(space, fresh=True))
+        assert final == {key: b"left2" if key in left[1] else b"right2" for key in keys}
+
+    # -- filter cells (on the key-value primitive) -------------------------------------------
     def test_filter_cells(self, store: Store) -> None:
         blob = bytes(range(256)) * 4
         store.put_filter_cell("g1", 0, HEADER_SEQ, b"header")

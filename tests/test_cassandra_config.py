@@ -176,7 +176,8 @@ replication_factor = 3
 [cassandra.tables]
 objects = "o"
 folders = "f"
-filters = "fl"
+kv = "kv1"
+filters = "fl"  # retired: the key-value table replaced it, and the key is still accepted
 state = "st"
 
 [cassandra.columns]
@@ -208,12 +209,7 @@ def test_load_full_config(tmp_path: Path) -> None:
         "solo",
         "<root>",
     )
-    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.filters, cfg.tables.state) == (
-        "o",
-        "f",
-        "fl",
-        "st",
-    )
+    assert (cfg.tables.objects, cfg.tables.folders, cfg.tables.kv) == ("o", "f", "kv1")
     assert (cfg.columns.bucket, cfg.columns.parent, cfg.columns.name) == (None, "p", "n")
     assert cfg.consistency.verify == "QUORUM"
     assert cfg.consistency.delete == "EACH_QUORUM"
@@ -399,7 +395,10 @@ def test_schema_cql_quotes_mapped_identifiers() -> None:
         'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
         ' PRIMARY KEY (("parent"), "name"))'
     )
-    assert any('PRIMARY KEY (("generation", "shard"), "seq")' in s for s in ddl)
+    assert (
+        'CREATE TABLE IF NOT EXISTS "Ks"."dircleaner_kv" ("space" text, "key" text,'
+        ' "value" blob, PRIMARY KEY (("space"), "key"))'
+    ) in ddl
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter, scope_of, swept
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import plan_deletions
+from dircleaner.store.bookkeeping import STATE_SPACE
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.timeutil import now_us
@@ -128,10 +129,7 @@ def forget_bucket(store: CassandraStore, bucket: str) -> None:
     for info in list_generations(store):
         if info.header is not None and info.header.scope.endswith(f"|bucket={bucket}"):
             store.delete_filter_generation(info.generation)
-    store.requests.session.execute(
-        f'DELETE FROM "{cfg.keyspace}"."{cfg.tables.state}" WHERE "key" = %s',
-        (swept_count_key(scope_of(store, bucket)),),
-    )
+    store.kv_write(STATE_SPACE, swept_count_key(scope_of(store, bucket)), None)
 
 
 # -- the CLI --------------------------------------------------------------------------------------

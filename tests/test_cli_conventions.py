@@ -346,7 +346,10 @@ def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
     assert invoke(url, "build").exit_code == 0
     with sqlite3.connect(tmp_path / "src" / "meta.db") as conn:
         cast = "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
-        conn.execute(f"UPDATE filters SET data = {cast} WHERE seq = ?", (value, seq))
+        key = f"{'m' if seq < 0 else 'c'}{seq}"
+        conn.execute(
+            f"UPDATE kv SET value = {cast} WHERE space LIKE 'filter|%' AND key = ?", (value, key)
+        )
     result = invoke(url, "clean", "-n")
     assert result.exit_code == 3, result.output
     assert re.fullmatch(r"Error: filter \S+ (is corrupt|shard 0: )[^\n]*\n", result.stderr)

@@ -122,10 +122,14 @@ def test_clean_without_any_filter_says_to_build(store: str) -> None:
 def _corrupt_one_chunk(url: str, offset: int) -> None:
     path = url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
-        (data,) = conn.execute("SELECT data FROM filters WHERE seq = 0").fetchone()
+        (data,) = conn.execute(
+            "SELECT value FROM kv WHERE space LIKE 'filter|%' AND key = 'c0'"
+        ).fetchone()
         flipped = bytearray(data)
         flipped[offset] ^= 0xFF
-        conn.execute("UPDATE filters SET data = ? WHERE seq = 0", (bytes(flipped),))
+        conn.execute(
+            "UPDATE kv SET value = ? WHERE space LIKE 'filter|%' AND key = 'c0'", (bytes(flipped),)
+        )
 
 
 def test_corrupted_filter_is_refused_naming_the_checksum(store: str) -> None:
@@ -142,7 +146,9 @@ def test_truncated_filter_is_refused(store: str) -> None:
     assert invoke(store, "build").exit_code == 0
     path = store.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
-        conn.execute("UPDATE filters SET data = substr(data, 1, 100) WHERE seq = 0")
+        conn.execute(
+            "UPDATE kv SET value = substr(value, 1, 100) WHERE space LIKE 'filter|%' AND key = 'c0'"
+        )
     result = invoke(store, "clean", "--min-age", "0", "--max-delete-fraction", "1")
     assert result.exit_code == 3
     assert "checksum" in one_line_error(result.stderr) or "truncated" in result.stderr
@@ -152,7 +158,7 @@ def test_a_build_without_its_completion_marker_is_never_used(store: str) -> None
     assert invoke(store, "build").exit_code == 0
     path = store.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM filters WHERE seq = -2")
+        conn.execute("DELETE FROM kv WHERE space LIKE 'filter|%' AND key = 'm-2'")
     result = invoke(store, "clean", "--min-age", "0", "--max-delete-fraction", "1")
     assert result.exit_code == 3
     assert "no completion marker" in one_line_error(result.stderr)

@@ -29,16 +29,21 @@ def build(url: str) -> str:
     return str(json.loads(result.stdout)["generation"])
 
 
+def cell(generation: str, seq: int) -> tuple[str, str]:
+    """The key-value table's (space pattern, key) of cell ``seq`` of each part of ``generation``."""
+    return f"filter|{generation}|%", f"{'m' if seq < 0 else 'c'}{seq}"
+
+
 def poke(tmp_path: Path, generation: str, seq: int, offset: int) -> None:
     with sqlite3.connect(tmp_path / "meta.db") as conn:
         (data,) = conn.execute(
-            "SELECT data FROM filters WHERE generation = ? AND seq = ?", (generation, seq)
+            "SELECT value FROM kv WHERE space LIKE ? AND key = ?", cell(generation, seq)
         ).fetchone()
         data = bytearray(data)
         data[offset] ^= 0x5A
         conn.execute(
-            "UPDATE filters SET data = ? WHERE generation = ? AND seq = ?",
-            (bytes(data), generation, seq),
+            "UPDATE kv SET value = ? WHERE space LIKE ? AND key = ?",
+            (bytes(data), *cell(generation, seq)),
         )
 
 
@@ -85,13 +90,13 @@ def test_a_version_1_marker_is_still_read(url: str, tmp_path: Path) -> None:
     generation = build(url)
     with sqlite3.connect(tmp_path / "meta.db") as conn:
         (data,) = conn.execute(
-            "SELECT data FROM filters WHERE generation = ? AND seq = ?", (generation, MARKER)
+            "SELECT value FROM kv WHERE space LIKE ? AND key = ?", cell(generation, MARKER)
         ).fetchone()
         _magic, chunks, body_crc, set_bits = struct.unpack_from("<8sIIQ", data)
         old = struct.pack("<8sIIQ", b"DCDONE\x00\x00", chunks, body_crc, set_bits)
         conn.execute(
-            "UPDATE filters SET data = ? WHERE generation = ? AND seq = ?",
-            (old, generation, MARKER),
+            "UPDATE kv SET value = ? WHERE space LIKE ? AND key = ?",
+            (old, *cell(generation, MARKER)),
         )
     assert zlib.crc32(old) != 0
     result = invoke(url, "sweep", "--json")

@@ -33,6 +33,7 @@ from dircleaner.lease import (
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.store import Store, open_store
+from dircleaner.store.bookkeeping import LEASE_SPACE
 from dircleaner.store.sqlite.schema import open_database
 from dircleaner.store.sqlite.store import SqliteStore
 from dircleaner.timeutil import now_us
@@ -204,7 +205,10 @@ class _SlowRenewal(SqliteStore):
             return super().renew_lease(name, owner, ttl_s)
         conn = sqlite3.connect(self.path, isolation_level=None)
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE leases SET expires_us = expires_us WHERE name = ?", (name,))
+        conn.execute(
+            "UPDATE kv SET expires_us = expires_us WHERE space = ? AND key = ?",
+            (LEASE_SPACE, name),
+        )
         self.inside.set()
         time.sleep(0.5)
         conn.execute("COMMIT")

@@ -407,13 +407,14 @@ def start_run(url: str, *extra: str) -> subprocess.Popen[bytes]:
 
 def building_generation(db: sqlite3.Connection) -> str | None:
     """The generation the running job recorded before building, once it has."""
-    row = db.execute("SELECT value FROM state WHERE key LIKE 'run|%'").fetchone()
+    row = db.execute("SELECT value FROM kv WHERE space = 'state' AND key LIKE 'run|%'").fetchone()
     return None if row is None else str(json.loads(row[0])["generation"])
 
 
 def part_complete(db: sqlite3.Connection, generation: str, shard: int) -> bool:
-    sql = "SELECT 1 FROM filters WHERE generation = ? AND shard = ? AND seq = ?"
-    return db.execute(sql, (generation, shard, MARKER_SEQ)).fetchone() is not None
+    sql = "SELECT 1 FROM kv WHERE space = ? AND key = ?"
+    space = f"filter|{generation}|{shard}"
+    return db.execute(sql, (space, f"m{MARKER_SEQ}")).fetchone() is not None
 
 
 def kill_when_shard_0_is_stored(proc: subprocess.Popen[bytes], path: Path) -> str:

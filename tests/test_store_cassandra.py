@@ -61,8 +61,7 @@ concurrency = 4
 [cassandra.tables]
 objects = "s3_objs"
 folders = "s3_dirs"
-filters = "cleaner_filters"
-state = "cleaner_state"
+kv = "cleaner_kv"
 
 [cassandra.columns]
 bucket = false
@@ -117,12 +116,10 @@ def empty_store(store: CassandraStore) -> int:
     }
     results = store.delete_folder_partitions(list(folder_keys.values()), cutoff)
     assert all(r is None for r in results)
-    for generation in {gen for gen, _ in store.list_filter_parts()}:
-        store.delete_filter_generation(generation)
-    state = f'"{cfg.keyspace}"."{cfg.tables.state}"'
-    delete_state = session.prepare(f'DELETE FROM {state} WHERE "key" = ?')
-    for (key,) in session.execute(f'SELECT "key" FROM {state}'):
-        session.execute(delete_state, (key,))
+    kv = f'"{cfg.keyspace}"."{cfg.tables.kv}"'
+    delete_space = session.prepare(f'DELETE FROM {kv} WHERE "space" = ?')
+    for (space,) in session.execute(f'SELECT DISTINCT "space" FROM {kv}'):
+        session.execute(delete_space, (space,))
     return cutoff + 1
 
 
@@ -416,12 +413,21 @@ class TestCassandraNode:
         with pytest.raises(SchemaError, match=r"partitioned by \(bucket, parent\)"):
             CassandraStore.open(cassandra_url, config_path=cfg)
 
-    def test_missing_filters_table_suggests_init_schema(
+    def test_missing_kv_table_suggests_init_schema(
         self, cassandra_url: str, tmp_path: Path
     ) -> None:
-        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nfilters = "nope"\n')
-        with pytest.raises(SchemaError, match="init-schema"):
+        cfg = write_toml(tmp_path / "c.toml", '[cassandra.tables]\nkv = "nope"\n')
+        with pytest.raises(SchemaError, match=r"nope \(kv table\) does not exist; .*init-schema"):
             CassandraStore.open(cassandra_url, config_path=cfg)
+
+    def test_a_config_naming_the_retired_filters_and_state_tables_still_opens(
+        self, cassandra_url: str, tmp_path: Path
+    ) -> None:
+        text = '[cassandra.tables]\nfilters = "old_filters"\nstate = "old_state"\n'
+        cfg = write_toml(tmp_path / "c.toml", text)
+        with CassandraStore.open(cassandra_url, config_path=cfg) as store:
+            store.put_state("read back", "yes")
+            assert store.get_state("read back") == "yes"
 
     def test_consistency_profiles_follow_the_config(
         self, cassandra_url: str, custom_store: CassandraStore

@@ -13,6 +13,7 @@ from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
 from dircleaner.store.base import Store, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
+from dircleaner.store.sqlite.schema import _open_read_only
 from tests.store_contract import T0, StoreContract, folder_rows
 
 
@@ -209,6 +210,61 @@ def test_a_ledger_keyed_by_parent_is_rekeyed_by_token_with_its_charges(tmp_path:
     assert {r[1] for r in conn.execute("PRAGMA table_info(ledger)")} >= {"token"}
     assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (4,)
     conn.close()
+
+
+#: the previous release's own tables, which the key-value table replaced
+OLD_TABLES = """
+CREATE TABLE filters (generation TEXT NOT NULL, shard INTEGER NOT NULL, seq INTEGER NOT NULL,
+    data BLOB NOT NULL, PRIMARY KEY (generation, shard, seq)) WITHOUT ROWID;
+CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE leases (name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_us INTEGER NOT NULL)
+    WITHOUT ROWID;
+"""
+
+
+def _file_of_the_previous_release(path: Path) -> None:
+    """A metastore as the previous release left it: filters, state and leases tables, no
+    key-value table; a filter part, two state values and a lease held far into the future."""
+    SqliteStore.open(url_of(path), create=True).close()
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE kv;" + OLD_TABLES)
+    conn.executemany(
+        "INSERT INTO filters VALUES (?, ?, ?, ?)", [("g", 0, -1, b"header"), ("g", 0, 0, b"x")]
+    )
+    conn.executemany("INSERT INTO state VALUES (?, ?)", [("k", "v"), ("run|x", '{"a": 1}')])
+    conn.execute("INSERT INTO leases VALUES ('run|sqlite:objects,folders', 'old run', ?)", (2**62,))
+    conn.commit()
+    conn.close()
+
+
+def test_a_file_of_the_previous_release_opens_keeps_its_state_and_ignores_its_filters(
+    tmp_path: Path,
+) -> None:
+    """Its run state is carried into the key-value table; its filters are not (the next run
+    builds a new one) and neither is its lease (a run of the previous release)."""
+    path = tmp_path / "old.db"
+    _file_of_the_previous_release(path)
+    with SqliteStore.open(url_of(path)) as store:
+        assert store.get_state("k") == "v"
+        assert store.get_state("run|x") == '{"a": 1}'
+        assert store.list_filter_parts() == []
+        assert store.lease_holder("run|sqlite:objects,folders") is None
+        store.put_state("k", "new")
+    with SqliteStore.open(url_of(path)) as store:  # carried over once, not again
+        assert store.get_state("k") == "new"
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM filters").fetchone() == (2,)  # left alone
+    conn.close()
+
+
+def test_a_read_only_file_of_the_previous_release_lists_no_filters(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _file_of_the_previous_release(path)
+    store = SqliteStore(path, _open_read_only(path))
+    store.read_only = store._kv.read_only = True
+    with store:
+        assert store.list_filter_parts() == []
+        assert store.get_state("k") is None
 
 
 def test_the_set_based_overrides_agree_with_the_protocol_helpers(tmp_path: Path) -> None:

@@ -121,7 +121,7 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class GenerationInfo:
-    """What the filters table holds of one generation."""
+    """What the store holds of one generation's filter cells."""
 
     generation: str
     shards: tuple[ShardInfo, ...]
@@ -193,7 +193,7 @@ def save_filter_part(
 
 
 def list_generations(store: Store) -> list[GenerationInfo]:
-    """Every generation in the filters table, oldest first (generation ids sort by time)."""
+    """Every generation the store holds filter cells of, oldest first (ids sort by time)."""
     by_generation: dict[str, list[ShardInfo]] = {}
     for generation, shard in store.list_filter_parts():
         cells = store.get_filter_cells(generation, shard, meta_only=True)

@@ -1,6 +1,6 @@
 """Resuming an interrupted run: which generation it was using, and what it already deleted.
 
-The run records its generation and phase in the store's state table. A run killed at any point
+The run records its generation and phase in the store's run state. A run killed at any point
 is picked up by the next ``run``: a complete generation is reused while it is fresh (same salt,
 so the same candidates) and missing shards of a partial build are built with the generation's own
 parameters. What the killed attempt spent of each partition's tombstone budget is in the store's

@@ -25,6 +25,8 @@ from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.scanrate import ScanRate, ScanThrottle
+from dircleaner.store import bookkeeping
+from dircleaner.store.kv import ANY, Entry, Expect
 
 if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
     from dircleaner.store.packed import FolderKeys, ObjectKeys
@@ -123,11 +125,13 @@ class StoreTraits:
 
 
 class Store(abc.ABC):
-    """A metastore holding ``objects`` and ``folders`` index tables and our filters table.
+    """A metastore holding ``objects`` and ``folders`` index tables, and our key-value table
+    (filter cells, the lease, run state) and tombstone ledger.
 
     A backend writes the abstract primitives: the two index scans, one folders partition in
     pages, the objects probe of a batch of partitions, the four deletes at a timestamp (rows,
-    ranges, partitions, the partition rewrite) and the job's own tables. Every other method
+    ranges, partitions, the partition rewrite), the key-value primitive (``kv_read``,
+    ``kv_write``) and the tombstone ledger. Every other method
     derives from them; a backend overrides one only to do it faster (an ``IN`` read, a
     ``COUNT``), and declares what it can do in ``traits``.
     """
@@ -339,61 +343,115 @@ class Store(abc.ABC):
         when a column cannot be copied faithfully.
         """
 
-    # -- filters table ----------------------------------------------------------------------------
+    # -- the key-value primitive (the job's own bookkeeping is built on it) ---------------------
     @abc.abstractmethod
-    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
-        """Write one cell of a stored filter."""
+    def kv_read(self, space: str, prefix: str = "", *, fresh: bool = False) -> list[Entry]:
+        """The live entries of ``space`` whose key starts with ``prefix``, in key order.
+
+        Expired entries are never returned. ``fresh`` asks for a linearizable read, one that
+        sees every compare-and-set applied before it (Cassandra: a SERIAL read); without it a
+        read may miss a write still on its way to a quorum. Values may be up to
+        ``MAX_VALUE_BYTES`` each: a backend pages a space a few values at a time.
+        """
 
     @abc.abstractmethod
+    def kv_write(
+        self,
+        space: str,
+        key: str,
+        value: bytes | None,
+        *,
+        ttl_s: float | None = None,
+        expect: Expect = ANY,
+    ) -> bool:
+        """Set ``key`` of ``space`` to ``value`` (None: delete it); whether the write applied.
+
+        ``ttl_s``: the entry expires that many seconds after this write (None: never; a
+        rewrite sets its TTL anew). ``expect`` makes it a compare-and-set, atomic against every
+        other compare-and-set of the key: ``ANY`` writes unconditionally (always True),
+        ``None`` only if the key is absent (or expired), bytes only if the current value
+        equals them. ValueError for an empty space or key, a value over ``MAX_VALUE_BYTES``
+        or a delete that expects the key absent.
+
+        A key is written either always with a compare-and-set or always without: Cassandra
+        orders a lightweight transaction's write (timed by the server) and a plain write (timed
+        by the client) by clocks that may disagree by a millisecond, so mixing them on one key
+        may lose a write. The lease uses only compare-and-sets; state and filter cells none.
+        """
+
+    def kv_clear(self, space: str) -> None:
+        """Delete every entry of ``space``, a space written without compare-and-sets.
+
+        Derived: each entry read, then deleted; both backends override it with one partition
+        delete (Cassandra) or one statement (SQLite)."""
+        for entry in self.kv_read(space):
+            self.kv_write(space, entry.key, None)
+
+    # -- filter cells, on the primitive -----------------------------------------------------------
+    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
+        """Write one cell of a stored filter (at most ``MAX_VALUE_BYTES``: ValueError)."""
+        bookkeeping.put_filter_cell(self, generation, shard, seq, data)
+
     def get_filter_cells(
         self, generation: str, shard: int, *, meta_only: bool = False
     ) -> dict[int, bytes]:
         """Cells of one stored filter part by seq; only the negative (meta) seqs if asked."""
+        return bookkeeping.get_filter_cells(self, generation, shard, meta_only=meta_only)
 
-    @abc.abstractmethod
     def list_filter_parts(self) -> list[tuple[str, int]]:
-        """Every (generation, shard) that has at least one cell."""
+        """Every (generation, shard) that has had a cell written and not deleted, sorted."""
+        return bookkeeping.list_filter_parts(self)
 
-    @abc.abstractmethod
     def delete_filter_generation(self, generation: str) -> None:
         """Remove every cell of a generation."""
+        bookkeeping.delete_filter_generation(self, generation)
 
-    # -- the run lease (one run at a time) -------------------------------------------------------
-    @abc.abstractmethod
+    # -- the run lease (one run at a time), on the primitive -----------------------------------
     def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
         """Take lease ``name`` for ``owner`` for ``ttl_s`` if nobody holds it (atomically).
 
         None when taken, else the current holder's owner string. A lease not renewed within its
         TTL expires by itself.
         """
+        return bookkeeping.try_acquire_lease(self, name, owner, ttl_s)
 
-    @abc.abstractmethod
     def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
         """Give ``name`` to ``owner`` for ``ttl_s`` if ``holder`` holds it now (atomically: a
         compare-and-set on the holder); False, and nothing changed, if it does not."""
+        return bookkeeping.replace_lease(self, name, holder, owner, ttl_s)
 
     def renew_lease(self, name: str, owner: str, ttl_s: float) -> bool:
         """Extend ``owner``'s hold on ``name`` by ``ttl_s``; False if it no longer holds it."""
         return self.replace_lease(name, owner, owner, ttl_s)
 
-    @abc.abstractmethod
     def release_lease(self, name: str, owner: str) -> None:
         """Give ``name`` up if ``owner`` holds it (a lease held by someone else is left alone)."""
+        bookkeeping.release_lease(self, name, owner)
 
-    @abc.abstractmethod
     def lease_holder(self, name: str) -> str | None:
         """The owner string holding ``name`` now (a linearizable read), or None."""
+        return bookkeeping.lease_holder(self, name)
 
-    # -- the tombstone ledger ------------------------------------------------------------------
+    # -- the tombstone ledger (a primitive of its own) ----------------------------------------
+    # Not built on the key-value primitive: the clean reads it on its hot path, the charges of
+    # thousands of partitions per slice, which a backend answers in few requests (Cassandra:
+    # ``IN`` reads of many partitions; SQLite: one query per chunk, summed in SQL), where a
+    # key-value read would cost one request per partition.
     @abc.abstractmethod
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
-        """Record charges that expire after ``ttl_s`` (call before issuing the deletes)."""
+        """Record charges that expire after ``ttl_s`` (call before issuing the deletes).
+
+        A primitive, not key-value bookkeeping: see ``tombstones_charged``."""
 
     @abc.abstractmethod
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], int]:
-        """The unexpired charges of each ``(bucket, parent)``, summed (absent: none)."""
+        """The unexpired charges of each ``(bucket, parent)``, summed (absent: none).
+
+        A primitive of each backend because it is on the clean's hot path: many partitions per
+        call, read together (Cassandra: ``IN`` reads, ``LEDGER_READ_KEYS`` partitions each).
+        """
 
     def purge_expired(self, grace_s: float) -> None:
         """Drop ledger entries and tombstone records past the grace period, where the store
@@ -410,14 +468,14 @@ class Store(abc.ABC):
         setting it is, where, if it can say."""
         return None
 
-    # -- small state (previous run's counts, checkpoints) ----------------------------------------
-    @abc.abstractmethod
+    # -- small state (previous run's counts, checkpoints), on the primitive ---------------------
     def put_state(self, key: str, value: str) -> None:
         """Remember a small value across runs."""
+        bookkeeping.put_state(self, key, value)
 
-    @abc.abstractmethod
     def get_state(self, key: str) -> str | None:
         """A value remembered by put_state, or None."""
+        return bookkeeping.get_state(self, key)
 
     # -- the S3 front-end's writes (generator and tests), where the store takes them -------
     def put_objects(self, bucket: str, keys: Sequence[str], timestamp_us: int) -> None:

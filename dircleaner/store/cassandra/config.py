@@ -4,7 +4,7 @@ A real metastore's schema differs from our reference one: keyspace, table and co
 bucket column (optional) and the stored form of the root parent all come from a TOML file::
 
     [cassandra]                   # connection and job tuning
-    [cassandra.tables]            # objects / folders / filters / state / ledger
+    [cassandra.tables]            # objects / folders / kv / ledger
     [cassandra.columns]           # bucket (or false) / parent / name
     [cassandra.consistency]       # build / sweep / verify / delete / write / meta
     [cassandra.auth]              # username / password
@@ -22,6 +22,7 @@ tool's mapping must not silently fall back to a default). Precedence:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -35,6 +36,8 @@ from urllib.parse import parse_qsl, urlsplit
 from dircleaner.errors import StoreUrlError, UsageError
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.scanrate import DEFAULT_SLOW_PAGE_S
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9042
 ENV_USERNAME = "DIRCLEANER_CASSANDRA_USERNAME"
@@ -156,7 +159,7 @@ class PhaseConsistency:
     delete: str = "LOCAL_QUORUM"
     #: the S3 front-end's writes made by the generator and tests
     write: str = "LOCAL_QUORUM"
-    #: our own filters and state tables
+    #: our own key-value table and ledger
     meta: str = "LOCAL_QUORUM"
 
     def __post_init__(self) -> None:
@@ -174,8 +177,8 @@ class Tables:
 
     objects: str = "objects"
     folders: str = "folders"
-    filters: str = "dircleaner_filters"
-    state: str = "dircleaner_state"
+    #: our key-value table: filter cells, the run lease, run state
+    kv: str = "dircleaner_kv"
     #: our tombstone ledger (the budget over the grace period)
     ledger: str = "dircleaner_ledger"
 
@@ -184,9 +187,7 @@ class Tables:
         for f, name in zip(fields(self), names, strict=True):
             validate_identifier(name, f"{f.name} table")
         if len(set(names)) < len(names):
-            raise UsageError(
-                "the objects, folders, filters, state and ledger tables must be distinct"
-            )
+            raise UsageError("the objects, folders, kv and ledger tables must be distinct")
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +323,8 @@ class CassandraConfig:
 
 #: keys of ``[cassandra]`` that the URL (or the environment) supplies instead of the file's tree
 _NOT_IN_FILE = frozenset({"hosts", "port"})
+#: keys an older release read and this one ignores (the key-value table replaced those tables)
+_RETIRED = frozenset({"cassandra.tables.filters", "cassandra.tables.state"})
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -367,6 +370,9 @@ def _section(
     out: dict[str, object] = {}
     for key, value in data.items():
         name = f"{prefix}.{key}"
+        if name in _RETIRED:
+            log.info("config key %r in %s is no longer used (see tables.kv)", name, source)
+            continue
         if key not in known:
             raise UsageError(f"unknown config key {name!r} in {source}")
         hint = hints[key]

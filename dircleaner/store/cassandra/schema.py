@@ -52,18 +52,14 @@ def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
         ("objects", _TableSpec(cfg.tables.objects, key, (cfg.columns.name,), False, index_types)),
         ("folders", _TableSpec(cfg.tables.folders, key, (cfg.columns.name,), True, index_types)),
         (
-            "filters",
+            "kv",
             _TableSpec(
-                cfg.tables.filters,
-                ("generation", "shard"),
-                ("seq",),
+                cfg.tables.kv,
+                ("space",),
+                ("key",),
                 True,
-                (("generation", "text"), ("shard", "int"), ("seq", "int"), ("data", "blob")),
+                (("space", "text"), ("key", "text"), ("value", "blob")),
             ),
-        ),
-        (
-            "state",
-            _TableSpec(cfg.tables.state, ("key",), (), True, (("key", "text"), ("value", "text"))),
         ),
         (
             "ledger",
@@ -107,7 +103,7 @@ def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
         if table is None:
             hint = (
                 "run 'dircleaner init-schema'"
-                if role in ("filters", "state", "ledger")
+                if role in ("kv", "ledger")
                 else "check [cassandra.tables]"
             )
             raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")

@@ -7,8 +7,9 @@ The store is a handful of objects, each preparing its own statements, all sendin
 through one ``CassandraRequests`` (retries, paging, ordered concurrency, the key mapping):
 ``IndexScans`` (the scans and the directory count), ``PartitionReads`` (one partition, the
 re-check), ``WalkReads`` (the prefix walk's overlapped reads), ``FolderDeletes`` (deletes at T),
-``PartitionRewrite``, ``IndexWrites`` (the S3 front-end's writes) and ``CassandraMeta`` (filter
-cells, lease, state, ledger). Each ``Store`` method hands over to one of them.
+``PartitionRewrite``, ``IndexWrites`` (the S3 front-end's writes), ``CassandraKV`` (the key-value
+table the lease, run state and filter cells are built on) and ``CassandraLedger`` (the tombstone
+ledger). Each ``Store`` method hands over to one of them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from dircleaner.store.cassandra.config import (
     parse_cassandra_url,
 )
 from dircleaner.store.cassandra.deletes import PARTITION_DELETES_PER_REQUEST, FolderDeletes
-from dircleaner.store.cassandra.meta import CassandraMeta
+from dircleaner.store.cassandra.kv import CassandraKV
+from dircleaner.store.cassandra.ledger import CassandraLedger
 from dircleaner.store.cassandra.reads import PartitionReads
 from dircleaner.store.cassandra.requests import CassandraRequests
 from dircleaner.store.cassandra.rewrite import PartitionRewrite
@@ -44,6 +46,7 @@ from dircleaner.store.cassandra.schema import _check_schema, _create_schema, ini
 from dircleaner.store.cassandra.session import _connect
 from dircleaner.store.cassandra.walkreads import WalkReads
 from dircleaner.store.cassandra.writes import IndexWrites
+from dircleaner.store.kv import ANY, Entry, Expect
 
 __all__ = ["CassandraStore"]
 
@@ -78,7 +81,8 @@ class CassandraStore(Store):
         self.deletes = FolderDeletes(self.requests)
         self.rewrite = PartitionRewrite(self.requests)
         self.writes = IndexWrites(self.requests)
-        self.meta = CassandraMeta(self.requests)
+        self.kv = CassandraKV(self.requests)
+        self.ledger = CassandraLedger(self.requests)
 
     @property
     def config(self) -> CassandraConfig:
@@ -209,43 +213,28 @@ class CassandraStore(Store):
     ) -> int | None:
         return self.writes.delete_object_rows(rows, timestamp_us)
 
-    # -- the job's own tables (``meta``) -------------------------------------------------------
-    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
-        self.meta.put_filter_cell(generation, shard, seq, data)
+    # -- the key-value table and the ledger -----------------------------------------------------
+    def kv_read(self, space: str, prefix: str = "", *, fresh: bool = False) -> list[Entry]:
+        return self.kv.read(space, prefix, fresh=fresh)
 
-    def get_filter_cells(
-        self, generation: str, shard: int, *, meta_only: bool = False
-    ) -> dict[int, bytes]:
-        return self.meta.get_filter_cells(generation, shard, meta_only=meta_only)
+    def kv_write(
+        self,
+        space: str,
+        key: str,
+        value: bytes | None,
+        *,
+        ttl_s: float | None = None,
+        expect: Expect = ANY,
+    ) -> bool:
+        return self.kv.write(space, key, value, ttl_s=ttl_s, expect=expect)
 
-    def list_filter_parts(self) -> list[tuple[str, int]]:
-        return self.meta.list_filter_parts()
-
-    def delete_filter_generation(self, generation: str) -> None:
-        self.meta.delete_filter_generation(generation)
-
-    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
-        return self.meta.try_acquire_lease(name, owner, ttl_s)
-
-    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
-        return self.meta.replace_lease(name, holder, owner, ttl_s)
-
-    def release_lease(self, name: str, owner: str) -> None:
-        self.meta.release_lease(name, owner)
-
-    def lease_holder(self, name: str) -> str | None:
-        return self.meta.lease_holder(name)
+    def kv_clear(self, space: str) -> None:
+        self.kv.clear(space)
 
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
-        self.meta.charge_tombstones(charges, ttl_s)
+        self.ledger.charge(charges, ttl_s)
 
     def tombstones_charged(
         self, partitions: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], int]:
-        return self.meta.tombstones_charged(partitions)
-
-    def put_state(self, key: str, value: str) -> None:
-        self.meta.put_state(key, value)
-
-    def get_state(self, key: str) -> str | None:
-        return self.meta.get_state(key)
+        return self.ledger.charged(partitions)

@@ -11,6 +11,7 @@ from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
 from dircleaner.store.base import murmur_token
+from dircleaner.store.bookkeeping import STATE_SPACE
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +64,6 @@ CREATE TABLE IF NOT EXISTS tombstones (
     written_us INTEGER        -- when it was written (its grace period runs from then)
 );
 CREATE INDEX IF NOT EXISTS tombstones_by_partition ON tombstones (token, bucket, parent);
-CREATE TABLE IF NOT EXISTS filters (
-    generation TEXT    NOT NULL,
-    shard      INTEGER NOT NULL,
-    seq        INTEGER NOT NULL,
-    data       BLOB    NOT NULL,
-    PRIMARY KEY (generation, shard, seq)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS state (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) WITHOUT ROWID;
 """
 
 # The ledger is keyed by partition token first, like the folders table: a slice's deletes go
@@ -93,22 +83,27 @@ CREATE TABLE IF NOT EXISTS ledger (
 ) WITHOUT ROWID
 """
 
-#: tables added after the first release: created on open, so older files keep working
-LATER_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS leases (
-    name       TEXT PRIMARY KEY,
-    owner      TEXT    NOT NULL,
-    expires_us INTEGER NOT NULL
-) WITHOUT ROWID;
-"""
-    + LEDGER_TABLE
-    + ";\n"
+# The key-value table: filter cells (up to 1 MiB each, so a rowid table, which keeps them off
+# the key's B-tree), the run lease and run state. It replaced the first release's filters, state
+# and leases tables, which an older file keeps and this release ignores.
+KV_TABLE = """
+CREATE TABLE IF NOT EXISTS kv (
+    space      TEXT    NOT NULL,
+    key        TEXT    NOT NULL,
+    value      BLOB    NOT NULL,
+    expires_us INTEGER,           -- NULL: never expires
+    PRIMARY KEY (space, key)
 )
+"""
 
-REQUIRED_TABLES = ("objects", "folders", "tombstones", "filters", "state")
+#: tables added after the first release: created on open, so older files keep working
+LATER_SCHEMA = LEDGER_TABLE + ";\n" + KV_TABLE + ";\n"
+
+REQUIRED_TABLES = ("objects", "folders", "tombstones")
+#: tables an older release created and this one no longer uses (kept in the file, ignored)
+RETIRED_TABLES = ("filters", "state", "leases")
 #: every table of a metastore: a file holding any other has tables of its own
-OUR_TABLES = (*REQUIRED_TABLES, "leases", "ledger")
+OUR_TABLES = (*REQUIRED_TABLES, "ledger", "kv", *RETIRED_TABLES)
 
 
 def path_from_url(url: str) -> Path:
@@ -180,9 +175,11 @@ def open_database(
         if created:
             conn.executescript(SCHEMA)
             have = _tables(conn)
-        if not {"leases", "ledger"} <= have:
+        if not {"kv", "ledger"} <= have:
             conn.executescript(LATER_SCHEMA)
-        else:
+            if "state" in have and "kv" not in have:
+                _carry_state_over(conn)
+        if "ledger" in have:
             _key_ledger_by_token(conn)
         columns = {r[1] for r in conn.execute("PRAGMA table_info(tombstones)")}
         if "written_us" not in columns:
@@ -229,6 +226,17 @@ def _key_ledger_by_token(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
         raise
     log.info("tombstone ledger keyed by partition token (%d charges kept)", len(rows))
+
+
+def _carry_state_over(conn: sqlite3.Connection) -> None:
+    """An older file's run state (resume checkpoints, sizing, slice times) is copied into the
+    key-value table once, when that table is created; its filters are not (the next build
+    makes a new one) and its lease is not (a run of the older release holds no lease here)."""
+    conn.execute(
+        "INSERT OR IGNORE INTO kv (space, key, value, expires_us)"
+        " SELECT ?, key, CAST(value AS BLOB), NULL FROM state",
+        (STATE_SPACE,),
+    )
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

@@ -29,6 +29,8 @@ from dircleaner.store.base import (
     TombstoneCharge,
     murmur_token,
 )
+from dircleaner.store.kv import ANY, Entry, Expect
+from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
     COUNT_CACHE_KIB,
@@ -78,6 +80,7 @@ class SqliteStore(Store):
         self.grace_s = DEFAULT_GRACE_S
         self.rows_removed: int | None = 0
         self._encoding: str | None = None
+        self._kv = SqliteKV(path, conn, read_only=False)
 
     @classmethod
     def open(
@@ -91,9 +94,11 @@ class SqliteStore(Store):
         path = path_from_url(url)
         conn, read_only, created = open_database(path, create=create, force=force)
         store = cls(path, conn)
+        store.url, store.config_path = url, config_path
         store.created = tuple(created)
         if read_only:
             store.traits = dataclasses.replace(store.traits, read_only=True)
+            store._kv.read_only = True
         return store
 
     @classmethod
@@ -422,61 +427,33 @@ class SqliteStore(Store):
     def _grace_cutoff_us(self) -> int:
         return now_us() - int(self.grace_s * 1_000_000)
 
-    # -- the run lease ----------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _lease_conn(self) -> Iterator[sqlite3.Connection]:
-        # Its own connection per call, closed after it: the heartbeat thread must never meet
-        # the job's open transaction on the shared one.
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=60)
-        try:
-            conn.execute("PRAGMA busy_timeout=60000")
-            yield conn
-        finally:
-            conn.close()
+    # -- the key-value table ------------------------------------------------------------------
+    def kv_read(self, space: str, prefix: str = "", *, fresh: bool = False) -> list[Entry]:
+        return self._kv.read(space, prefix, fresh=fresh)
 
-    def try_acquire_lease(self, name: str, owner: str, ttl_s: float) -> str | None:
-        with self._lease_conn() as conn, _Transaction(conn):
-            now = now_us()
-            row = conn.execute(
-                "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now)
-            ).fetchone()
-            if row is not None:
-                return str(row[0])
-            conn.execute(
-                "INSERT OR REPLACE INTO leases (name, owner, expires_us) VALUES (?, ?, ?)",
-                (name, owner, now + int(ttl_s * 1_000_000)),
-            )
-            return None
+    def kv_write(
+        self,
+        space: str,
+        key: str,
+        value: bytes | None,
+        *,
+        ttl_s: float | None = None,
+        expect: Expect = ANY,
+    ) -> bool:
+        return self._kv.write(space, key, value, ttl_s=ttl_s, expect=expect)
 
-    def replace_lease(self, name: str, holder: str, owner: str, ttl_s: float) -> bool:
-        with self._lease_conn() as conn, _Transaction(conn):
-            now = now_us()
-            cursor = conn.execute(
-                "UPDATE leases SET owner = ?, expires_us = ?"
-                " WHERE name = ? AND owner = ? AND expires_us > ?",
-                (owner, now + int(ttl_s * 1_000_000), name, holder, now),
-            )
-            return cursor.rowcount == 1
-
-    def release_lease(self, name: str, owner: str) -> None:
-        with self._lease_conn() as conn, _Transaction(conn):
-            conn.execute("DELETE FROM leases WHERE name = ? AND owner = ?", (name, owner))
-
-    def lease_holder(self, name: str) -> str | None:
-        with self._lease_conn() as conn:
-            row = conn.execute(
-                "SELECT owner FROM leases WHERE name = ? AND expires_us > ?", (name, now_us())
-            ).fetchone()
-            return None if row is None else str(row[0])
+    def kv_clear(self, space: str) -> None:
+        self._kv.clear(space)
 
     # -- the tombstone ledger ---------------------------------------------------------------------
     def purge_expired(self, grace_s: float) -> None:
-        """Ledger entries past their TTL, and tombstones older than the grace period from the
-        tombstones table (what compaction purges on Cassandra). Once per clean: both are full
-        scans."""
+        """Ledger entries and key-value rows past their TTL, and tombstones older than the
+        grace period from the tombstones table (what compaction purges on Cassandra). Once per
+        clean: all are full scans."""
         now = now_us()
         with self._transaction() as conn:
             conn.execute("DELETE FROM ledger WHERE expires_us <= ?", (now,))
+            self._kv.purge_expired(conn)
             conn.execute(
                 "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
             )
@@ -514,55 +491,6 @@ class SqliteStore(Store):
 
     def folders_grace_seconds(self) -> tuple[float, str]:
         return self.grace_s, "default" if self.grace_s == DEFAULT_GRACE_S else "configured"
-
-    # -- filters table ----------------------------------------------------------------------------
-    def put_filter_cell(self, generation: str, shard: int, seq: int, data: bytes) -> None:
-        self._conn.execute(
-            "INSERT OR REPLACE INTO filters (generation, shard, seq, data) VALUES (?, ?, ?, ?)",
-            (generation, shard, seq, data),
-        )
-
-    def get_filter_cells(
-        self, generation: str, shard: int, *, meta_only: bool = False
-    ) -> dict[int, bytes]:
-        # A cell of another SQLite type (text, a number: written by hand or another tool) is
-        # read as its bytes, which the header, marker and body checksums then refuse as a
-        # corrupt filter; read as it is, text that is not UTF-8 would fail the query itself.
-        sql = (
-            "SELECT seq, CAST(data AS BLOB), typeof(data) FROM filters"
-            " WHERE generation = ? AND shard = ?"
-        )
-        if meta_only:
-            sql += " AND seq < 0"
-        cells = {}
-        for seq, data, kind in self._conn.execute(sql, (generation, shard)):
-            if kind != "blob":
-                log.info(
-                    "filter %s shard %d: cell %d holds SQLite %s, not a blob",
-                    generation,
-                    shard,
-                    seq,
-                    kind,
-                )
-            cells[int(seq)] = bytes(data)
-        return cells
-
-    def list_filter_parts(self) -> list[tuple[str, int]]:
-        rows = self._conn.execute(
-            "SELECT DISTINCT generation, shard FROM filters ORDER BY generation, shard"
-        )
-        return [(str(gen), int(shard)) for gen, shard in rows]
-
-    def delete_filter_generation(self, generation: str) -> None:
-        self._conn.execute("DELETE FROM filters WHERE generation = ?", (generation,))
-
-    # -- small state ------------------------------------------------------------------------------
-    def put_state(self, key: str, value: str) -> None:
-        self._conn.execute("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", (key, value))
-
-    def get_state(self, key: str) -> str | None:
-        row = self._conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
 
     # -- the S3 front-end's writes ----------------------------------------------------------------
     def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
