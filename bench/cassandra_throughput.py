@@ -1,0 +1,256 @@
+"""Delete throughput on Cassandra: the deleter against a bare ``execute_concurrent`` floor.
+
+Usage::
+
+    .venv/bin/python bench/cassandra_throughput.py --deletes 100000 --concurrency 32 \\
+        [--store cassandra://127.0.0.1:9042/dcbench] [--shape row|partition] [--repeat 3] \\
+        [--out result.json]
+
+What it measures, in one process, against one node, in one run (only ratios taken in the same
+run mean anything on a shared machine):
+
+* **the data** — ``--deletes`` folders rows written through the store's write path: for
+  ``--shape row``, ``--partitions`` partitions of equal size, deleted row by row, round-robin
+  across the partitions (the order the planner spreads row deletes in); for ``--shape
+  partition``, one row in each of ``--deletes`` partitions, each deleted with a partition
+  deletion (the store groups those into ``IN`` requests). The rows are written again (newer
+  timestamps) before every measured side, so each side deletes the same live rows.
+* **the deleter** — ``execute_plan`` at ``--rate 0`` with ``--concurrency``, with what a real
+  clean does around the deletes: the audit log (a scratch file) and the tombstone ledger's
+  charges (a partition deletion costs none, so it charges nothing; `--no-charge` leaves the
+  ledger out).
+* **the floor** — the same delete statements with the same bound values, sent by a bare
+  ``cassandra.concurrent.execute_concurrent_with_args`` (rows) or ``execute_concurrent`` (the
+  store's own ``IN`` requests, which differ in size) with the same concurrency, and nothing
+  else: no audit, no ledger, no lease, no retries.
+
+``deleter_over_floor`` = deleter deletes/s ÷ floor deletes/s of the same pair; the pairs run
+back to back, ``--repeat`` times, alternating which side goes first. Reported: every pair, and
+the median, min and max of the ratio. Other work shares the node and the machine: the spread
+across pairs is part of the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from cassandra.concurrent import (  # noqa: E402
+    execute_concurrent,
+    execute_concurrent_with_args,
+)
+
+from dircleaner.audit import AuditLog  # noqa: E402
+from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionKey  # noqa: E402
+from dircleaner.pipeline.budget import ledger_charger  # noqa: E402
+from dircleaner.pipeline.delete import ThrottleConfig, execute_plan  # noqa: E402
+from dircleaner.pipeline.plan import DeletionPlan  # noqa: E402
+from dircleaner.store.base import murmur_token  # noqa: E402
+from dircleaner.store.cassandra.store import CassandraStore  # noqa: E402
+from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST  # noqa: E402
+from dircleaner.timeutil import now_us  # noqa: E402
+
+BUCKET = "bench"
+DEFAULT_URL = "cassandra://127.0.0.1:9042/dcbench"
+
+
+def folder_rows(shape: str, deletes: int, partitions: int) -> list[FolderRow]:
+    """The rows every side deletes, in the order the deleter gets them."""
+    if shape == "partition":
+        return [
+            FolderRow(murmur_token(BUCKET, f"tp/{i:07d}/"), BUCKET, f"tp/{i:07d}/", "d")
+            for i in range(deletes)
+        ]
+    per = max(1, deletes // partitions)
+    parents = [f"tr/{p:05d}/" for p in range(partitions)]
+    # round-robin across partitions, as the planner spreads row deletes
+    return [
+        FolderRow(murmur_token(BUCKET, parent), BUCKET, parent, f"n{i:06d}")
+        for i in range(per)
+        for parent in parents
+    ][:deletes]
+
+
+def actions_of(shape: str, rows: list[FolderRow]) -> tuple[DeleteAction, ...]:
+    kind = ActionKind.PARTITION if shape == "partition" else ActionKind.ROW
+    return tuple(
+        DeleteAction(kind, PartitionKey(row.token, row.bucket, row.parent), (row,)) for row in rows
+    )
+
+
+def write_rows(store: CassandraStore, rows: list[FolderRow]) -> float:
+    """Write (again) every row at a fresh timestamp; the seconds it took."""
+    started = time.monotonic()
+    ts = now_us()
+    for start in range(0, len(rows), 20_000):
+        part = rows[start : start + 20_000]
+        store.write_folder_rows([(r.bucket, r.parent, r.name) for r in part], ts)
+    return time.monotonic() - started
+
+
+def run_deleter(
+    store: CassandraStore,
+    shape: str,
+    rows: list[FolderRow],
+    concurrency: int,
+    scratch: Path,
+    charged: bool,
+) -> float:
+    plan = DeletionPlan(actions_of(shape, rows), ())
+    ts = now_us()
+    charge = ledger_charger(store, "bench-gen", f"bench-{ts}", 3600.0) if charged else None
+    with (scratch / "audit.jsonl").open("w", encoding="utf-8") as stream:
+        audit = AuditLog(stream, "bench-gen", ts)
+        started = time.monotonic()
+        stats = execute_plan(
+            store,
+            plan,
+            ts,
+            ThrottleConfig(rate=0.0, concurrency=concurrency),
+            audit=audit,
+            charge=charge,
+        )
+        seconds = time.monotonic() - started
+    if stats.directories != len(rows) or stats.failures:
+        raise SystemExit(f"the deleter did not delete every row: {stats}")
+    return seconds
+
+
+def run_floor(store: CassandraStore, shape: str, rows: list[FolderRow], concurrency: int) -> float:
+    session = store._session
+    ts = now_us()
+    if shape == "row":
+        params = [(ts, *store._key_values(r.bucket, r.parent), r.name) for r in rows]
+        started = time.monotonic()
+        results = execute_concurrent_with_args(
+            session,
+            store._delete_folder_row,
+            params,
+            concurrency=concurrency,
+            raise_on_first_error=True,
+            results_generator=True,
+            execution_profile="delete",
+        )
+        for _ in results:
+            pass
+        return time.monotonic() - started
+    # The store's own IN requests: the same statements and values the deleter sends.
+    keys = list(dict.fromkeys((r.bucket, r.parent) for r in rows))
+    items: list[tuple[Any, tuple[object, ...]]] = []
+    for bucket, chunk in store._range_chunks(keys, PARTITION_DELETES_PER_REQUEST):
+        in_keys, size = store._in_keys(bucket, chunk, PARTITION_DELETES_PER_REQUEST)
+        bound = store._partition_delete(size).bind((ts, *in_keys))
+        bound.routing_token = chunk[0][0]
+        items.append((bound, ()))
+    started = time.monotonic()
+    for _ in execute_concurrent(
+        session,
+        items,
+        concurrency=concurrency,
+        raise_on_first_error=True,
+        results_generator=True,
+        execution_profile="delete",
+    ):
+        pass
+    return time.monotonic() - started
+
+
+def check_gone(store: CassandraStore, rows: list[FolderRow]) -> None:
+    """A sample of the deleted rows' partitions is empty."""
+    for parent in sorted({r.parent for r in rows})[:: max(1, len(rows) // 20)][:20]:
+        left = store._execute(store._folder_partition, store._key_values(BUCKET, parent), "sweep")
+        if list(left.current_rows):
+            raise SystemExit(f"rows of {parent!r} survived a measured delete")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--store", default=os.environ.get("DIRCLEANER_CASSANDRA_URL", DEFAULT_URL))
+    ap.add_argument("--deletes", type=int, default=100_000)
+    ap.add_argument("--partitions", type=int, default=1000, help="row shape: partitions")
+    ap.add_argument("--shape", choices=("row", "partition"), default="row")
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--no-charge",
+        action="store_true",
+        help="the deleter without the tombstone ledger's charges (the audit log stays)",
+    )
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+
+    store = CassandraStore.open(args.store, create=True)
+    # Every request the store sends for the deleter goes at this concurrency, as the floor's.
+    store.config = dataclasses.replace(store.config, concurrency=args.concurrency)
+    rows = folder_rows(args.shape, args.deletes, args.partitions)
+    pairs: list[dict[str, float]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="dc-throughput-") as tmp:
+            for i in range(args.repeat):
+                pair: dict[str, float] = {}
+                order = ("deleter", "floor") if i % 2 == 0 else ("floor", "deleter")
+                for side in order:
+                    pair[f"{side}_write_s"] = write_rows(store, rows)
+                    if side == "deleter":
+                        seconds = run_deleter(
+                            store,
+                            args.shape,
+                            rows,
+                            args.concurrency,
+                            Path(tmp),
+                            charged=not args.no_charge,
+                        )
+                    else:
+                        seconds = run_floor(store, args.shape, rows, args.concurrency)
+                    check_gone(store, rows)
+                    pair[f"{side}_s"] = seconds
+                    pair[f"{side}_per_s"] = len(rows) / seconds
+                pair["deleter_over_floor"] = pair["deleter_per_s"] / pair["floor_per_s"]
+                pairs.append(pair)
+                print(
+                    f"pair {i + 1} ({order[0]} first): deleter {pair['deleter_per_s']:,.0f}/s,"
+                    f" floor {pair['floor_per_s']:,.0f}/s,"
+                    f" ratio {pair['deleter_over_floor']:.2f}",
+                    flush=True,
+                )
+    finally:
+        store.close()
+    ratios = [p["deleter_over_floor"] for p in pairs]
+    result = {
+        "shape": args.shape,
+        "deletes": len(rows),
+        "concurrency": args.concurrency,
+        "charged": not args.no_charge,
+        "pairs": pairs,
+        "deleter_over_floor_median": statistics.median(ratios),
+        "deleter_over_floor_min": min(ratios),
+        "deleter_over_floor_max": max(ratios),
+        "deleter_per_s_median": statistics.median(p["deleter_per_s"] for p in pairs),
+        "floor_per_s_median": statistics.median(p["floor_per_s"] for p in pairs),
+    }
+    print(
+        f"{args.shape} deletes, concurrency {args.concurrency}: deleter/floor median"
+        f" {result['deleter_over_floor_median']:.2f}"
+        f" (min {min(ratios):.2f}, max {max(ratios):.2f});"
+        f" deleter {result['deleter_per_s_median']:,.0f}/s,"
+        f" floor {result['floor_per_s_median']:,.0f}/s"
+    )
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
