@@ -10,10 +10,13 @@ T, so a directory that received an object after T keeps its entry whatever this 
 
 from __future__ import annotations
 
+import queue
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NoReturn
 
 from dircleaner.audit import AuditLog
 from dircleaner.errors import (
@@ -27,7 +30,7 @@ from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
-from dircleaner.store.base import Store
+from dircleaner.store.base import DeleteOutcome, Store
 
 
 class DeleteFailed(DircleanerError):
@@ -141,112 +144,220 @@ def execute_plan(
     keep_going: Callable[[], None] = lambda: None,
     charge: Callable[[Sequence[DeleteAction]], None] | None = None,
 ) -> DeleteStats:
-    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff.
+    """Issue the plan's deletes in order through a sliding window of at most ``concurrency``
+    requests in flight, throttled, retrying transient failures with backoff.
 
-    ``keep_going`` runs before each batch and stops the deletes by raising (the run lease's
-    check: a run that lost its lease deletes nothing more). ``charge`` gets each batch before
-    any of its actions is issued (the tombstone ledger). Batch by batch, so a run killed
-    mid-batch has charged at most one batch it did not delete (the next run of the grace period
-    then has that much less budget: over-counted, never under-counted), and each charge expires
-    with, not before, the tombstones it pays for.
+    The plan goes in groups of ``concurrency × deletes_per_request`` actions (a window's worth
+    of requests). Before any request of a group is sent, ``keep_going`` runs (the run lease's
+    check: it stops the deletes by raising, so a run that lost its lease deletes nothing more),
+    ``charge`` gets the group (the tombstone ledger) and the audit log records it. The next
+    group is charged and audited as soon as every request of the one before has been sent,
+    while those are still in flight, so the window never waits for a group's slowest request:
+    a run killed at any point has charged at most one group it did not send (over-counted,
+    never under-counted), and each charge expires with, not before, the tombstones it pays for.
     """
     started = time.monotonic()
     stats = DeleteStats()
-    rate = AdaptiveRate(throttle, sleep=sleep)
-    retry = throttle.retry_policy
-    jitter = rng or random.Random()
-    done = 0
-    total_dirs = sum(len(action.rows) for action in plan.actions)
     removed_before = store.rows_removed
-    # ``concurrency`` requests' worth at once: a store that groups partition deletes into one
-    # request (Cassandra) needs that many actions to keep ``concurrency`` requests busy.
+    window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
+    window.total_dirs = sum(len(action.rows) for action in plan.actions)
     for chunk in _chunks(plan.actions, throttle.concurrency * max(1, store.deletes_per_request)):
-        rate.acquire(len(chunk))
+        # What has come back so far (and the retries it asks for) first: a group that failed
+        # hard stops the run before the next one is charged, audited or sent.
+        window.settle()
         keep_going()
         if charge is not None:
             charge(chunk)
         if audit is not None:
-            # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
+            # Written ahead: nothing is ever deleted without a record, and a run killed mid-group
             # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
             audit.write_ahead(chunk)
-        pending = list(chunk)
-        attempt = 0
-        while pending:
-            copied: dict[int, int] = {}
-            errors = _issue(store, pending, timestamp_us, copied)
-            failed = [a for a, e in zip(pending, errors, strict=True) if e is not None]
-            for i, (action, error) in enumerate(zip(pending, errors, strict=True)):
-                if error is None:
-                    _count(stats, action)
-                    stats.rows_rewritten += copied.get(i, 0)
-            hard = [e for e in errors if e is not None and not isinstance(e, TransientStoreError)]
-            if hard:
-                stats.failures.append(str(hard[0]))
-                if isinstance(hard[0], RewriteUnsupported):
-                    raise hard[0]
-                raise DeleteFailed(f"delete failed: {hard[0]}")
-            if not failed:
-                rate.on_success()
-                break
-            rate.on_overload()
-            attempt += 1
-            if attempt >= retry.attempts:
-                raise StoreUnavailable(
-                    f"{len(failed)} deletes still failing after {throttle.max_retries} retries: "
-                    f"{next(e for e in errors if e is not None)}"
-                )
-            stats.retries += len(failed)
-            sleep(retry.delay(attempt, jitter))
-            pending = failed
-        # Directories, as the summary counts them (a partition or range delete takes several).
-        done += sum(len(action.rows) for action in chunk)
-        progress("clean", done, total_dirs)
+        window.send(_Group(chunk))
+    window.finish()
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
-    stats.final_rate = rate.rate
+    stats.final_rate = window.rate.rate
     stats.seconds = time.monotonic() - started
     return stats
 
 
-def _issue(
-    store: Store, actions: Sequence[DeleteAction], timestamp_us: int, copied: dict[int, int]
-) -> list[BaseException | None]:
-    """Send a mixed batch as few store calls, results back in the batch's order.
+@dataclass(eq=False)
+class _Group:
+    """A group of the plan's actions: charged, audited and lease-checked as one."""
 
-    A rewrite copies its partition's other rows at T+1 first; only the partitions whose copy
-    was acknowledged are then deleted at T, with the batch's partition deletes (``copied``
-    gets each rewrite's row count by index).
+    actions: Sequence[DeleteAction]
+    #: rounds sent (the first try and the retries so far)
+    rounds: int = 0
+    #: requests of the current round in flight
+    outstanding: int = 0
+    #: the current round is still being sent (it cannot have ended yet)
+    sending: bool = False
+    #: the actions (by index) of the current round that failed transiently, and one such error
+    failed: list[int] = field(default_factory=list)
+    error: BaseException | None = None
+    #: rows each rewrite (by index) copied
+    copied: dict[int, int] = field(default_factory=dict)
+
+
+class _Window:
+    """At most ``concurrency`` delete requests in flight; the next starts as one completes.
+
+    Everything but the store's callbacks runs on the caller's thread: a callback only queues
+    its request's outcome, which ``_take`` then counts. A group's round ends when its last
+    request's outcome is counted; a round with transient failures sends those actions again,
+    as one round, after the retry policy's wait (the rate halved once per such round, raised
+    once per round without), until the policy's attempts are spent. With a synchronous store
+    every outcome is there before ``send`` returns, and a group's rounds run one after the
+    other, as batches would.
     """
-    results: list[BaseException | None] = [None] * len(actions)
-    for i, action in enumerate(actions):
-        if action.kind is ActionKind.REWRITE:
-            names = {row.name for row in action.rows}
-            try:
-                copied[i] = store.rewrite_folder_partition(
-                    action.partition, names, timestamp_us + 1
-                )
-            except DircleanerError as exc:
-                results[i] = exc
-    parts = [
-        i
-        for i, a in enumerate(actions)
-        if a.kind is ActionKind.PARTITION or (a.kind is ActionKind.REWRITE and i in copied)
-    ]
-    rows = [i for i, a in enumerate(actions) if a.kind is ActionKind.ROW]
-    ranges = [i for i, a in enumerate(actions) if a.kind is ActionKind.RANGE]
-    if parts:
-        out = store.delete_folder_partitions([actions[i].partition for i in parts], timestamp_us)
-        for i, error in zip(parts, out, strict=True):
-            results[i] = error
-    if rows:
-        out = store.delete_folder_rows([actions[i].rows[0] for i in rows], timestamp_us)
-        for i, error in zip(rows, out, strict=True):
-            results[i] = error
-    if ranges:
-        out = store.delete_folder_ranges([actions[i].folder_range() for i in ranges], timestamp_us)
-        for i, error in zip(ranges, out, strict=True):
-            results[i] = error
-    return results
+
+    def __init__(
+        self,
+        store: Store,
+        timestamp_us: int,
+        throttle: ThrottleConfig,
+        stats: DeleteStats,
+        progress: Progress,
+        sleep: Callable[[float], None],
+        rng: random.Random,
+    ) -> None:
+        self.store, self.timestamp_us, self.stats = store, timestamp_us, stats
+        self.limit = throttle.concurrency
+        self.rate = AdaptiveRate(throttle, sleep=sleep)
+        self.retry = throttle.retry_policy
+        self.progress, self.sleep, self.rng = progress, sleep, rng
+        self.in_flight = 0
+        self.outcomes: queue.SimpleQueue[tuple[_Group, tuple[int, ...], DeleteOutcome]] = (
+            queue.SimpleQueue()
+        )
+        #: groups whose round ended with transient failures, in the order they ended
+        self.retry_due: list[_Group] = []
+        #: the error that stops the run (nothing more is sent once it is set)
+        self.stop: BaseException | None = None
+        self.done_dirs = 0
+        self.total_dirs = 0
+
+    def send(self, group: _Group) -> None:
+        """Send the group's first round (returns once every request of it has been sent)."""
+        self._send_round(group, range(len(group.actions)))
+
+    def settle(self) -> None:
+        """Count every outcome that came back and send the retries due; raise what stops."""
+        while True:
+            self._drain()
+            if self.stop is not None:
+                self._halt()
+            if not self.retry_due:
+                return
+            group = self.retry_due.pop(0)
+            self.sleep(self.retry.delay(group.rounds, self.rng))
+            self._send_round(group, sorted(group.failed))
+
+    def finish(self) -> None:
+        """Wait for every request, the retries included."""
+        while True:
+            self.settle()
+            if not self.in_flight:
+                return
+            self._take(block=True)
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
+        group.rounds += 1
+        group.failed, group.error, group.sending = [], None, True
+        sendable: list[int] = []
+        for index in indexes:
+            action = group.actions[index]
+            if action.kind is ActionKind.REWRITE:
+                # Its rows are copied at T+1 first; only a partition whose copy was
+                # acknowledged is then deleted at T.
+                names = {row.name for row in action.rows}
+                try:
+                    group.copied[index] = self.store.rewrite_folder_partition(
+                        action.partition, names, self.timestamp_us + 1
+                    )
+                except DircleanerError as exc:
+                    self._failed(group, index, exc)
+                    continue
+            sendable.append(index)
+        if sendable and self.stop is None:
+            actions = [group.actions[i] for i in sendable]
+            for request in self.store.delete_requests(actions, self.timestamp_us):
+                members = tuple(sendable[m] for m in request.members)
+                self.rate.acquire(len(members))
+                while self.in_flight >= self.limit:
+                    self._take(block=True)
+                if self.stop is not None:
+                    break
+                self.in_flight += 1
+                group.outstanding += 1
+                request.send(partial(self._queue, group, members))
+        group.sending = False
+        self._round_may_end(group)
+
+    def _queue(self, group: _Group, members: tuple[int, ...], outcome: DeleteOutcome) -> None:
+        """A request's callback (on any thread): its outcome goes to the caller's thread."""
+        self.outcomes.put((group, members, outcome))
+
+    # -- counting ---------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while self._take(block=False):
+            pass
+
+    def _take(self, block: bool) -> bool:
+        """Count one request's outcome (waiting for one if ``block``); False if none came."""
+        try:
+            group, members, outcome = self.outcomes.get(block=block)
+        except queue.Empty:
+            return False
+        self.in_flight -= 1
+        group.outstanding -= 1
+        for index, error in zip(members, outcome, strict=True):
+            if error is None:
+                action = group.actions[index]
+                _count(self.stats, action)
+                self.stats.rows_rewritten += group.copied.get(index, 0)
+            else:
+                self._failed(group, index, error)
+        self._round_may_end(group)
+        return True
+
+    def _failed(self, group: _Group, index: int, error: BaseException) -> None:
+        if isinstance(error, TransientStoreError):
+            group.failed.append(index)
+            group.error = group.error or error
+        elif self.stop is None:
+            self.stats.failures.append(str(error))
+            self.stop = error
+
+    def _round_may_end(self, group: _Group) -> None:
+        if group.sending or group.outstanding or self.stop is not None:
+            return
+        if not group.failed:
+            self.rate.on_success()
+            # Directories, as the summary counts them (a partition or range delete takes several).
+            self.done_dirs += sum(len(action.rows) for action in group.actions)
+            self.progress("clean", self.done_dirs, self.total_dirs)
+            return
+        self.rate.on_overload()
+        if group.rounds >= self.retry.attempts:
+            self.stop = StoreUnavailable(
+                f"{len(group.failed)} deletes still failing after {self.retry.attempts - 1}"
+                f" retries: {group.error}"
+            )
+            return
+        self.stats.retries += len(group.failed)
+        self.retry_due.append(group)
+
+    def _halt(self) -> NoReturn:
+        """Wait for the requests still in flight (their deletes count), then raise the stop."""
+        while self.in_flight:
+            self._take(block=True)
+        error = self.stop
+        assert error is not None
+        if isinstance(error, RewriteUnsupported | StoreUnavailable):
+            raise error
+        raise DeleteFailed(f"delete failed: {error}")
 
 
 def _count(stats: DeleteStats, action: DeleteAction) -> None:

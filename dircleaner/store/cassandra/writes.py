@@ -9,13 +9,14 @@ job's own tables (filter cells, lease, state, ledger) are in ``meta.py``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from dircleaner.errors import RewriteUnsupported, SchemaError
-from dircleaner.model import FolderRange, FolderRow, PartitionKey
+from dircleaner.model import ActionKind, DeleteAction, FolderRange, FolderRow, PartitionKey
+from dircleaner.store.base import DeleteOutcome, DeleteRequest
 from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import map_error
@@ -28,6 +29,8 @@ BATCH_MAX_BYTES = 4000
 #: partition deletes per request: one ``DELETE … WHERE parent IN (…)`` of partitions of one
 #: bucket and ring range (not a batch: Cassandra's batch warnings do not apply)
 PARTITION_DELETES_PER_REQUEST = 32
+#: the actions that end with a partition deletion (a rewrite's, after its copy)
+_WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
 
 
 #: the settings that make Cassandra warn about tombstones in one partition, as
@@ -98,23 +101,79 @@ class CassandraWrites(CassandraRequests):
         batch warnings: a single statement is not a batch). A failed request reports every
         partition of it failed, and the deleter retries them (a deletion at T is idempotent).
         """
-        at: dict[tuple[str, str], list[int]] = {}
-        for index, key in enumerate(partitions):
-            at.setdefault((key.bucket, key.parent), []).append(index)
-        items: list[tuple[Any, Params]] = []
-        members: list[list[int]] = []
-        for bucket, chunk in self._range_chunks(list(at), PARTITION_DELETES_PER_REQUEST):
-            keys, size = self._in_keys(bucket, chunk, PARTITION_DELETES_PER_REQUEST)
-            bound = self._partition_delete(size).bind((timestamp_us, *keys))
-            bound.routing_token = chunk[0][0]
-            items.append((bound, ()))
-            members.append([i for _, _, parent in chunk for i in at[(bucket, parent)]])
+        statements = self._partition_deletes(partitions, timestamp_us)
+        items: list[tuple[Any, Params]] = [(bound, ()) for bound, _ in statements]
         results: list[BaseException | None] = [None] * len(partitions)
-        for taken, outcome in zip(members, self._run_statements(items, "delete"), strict=True):
+        for (_, taken), outcome in zip(
+            statements, self._run_statements(items, "delete"), strict=True
+        ):
             error = map_error(outcome) if isinstance(outcome, BaseException) else None
             for index in taken:
                 results[index] = error
         return results
+
+    def _partition_deletes(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[tuple[Any, tuple[int, ...]]]:
+        """The bound ``DELETE … parent IN (…)`` requests of ``partitions``, each with the
+        indexes of the partitions it deletes."""
+        at: dict[tuple[str, str], list[int]] = {}
+        for index, key in enumerate(partitions):
+            at.setdefault((key.bucket, key.parent), []).append(index)
+        statements: list[tuple[Any, tuple[int, ...]]] = []
+        for bucket, chunk in self._range_chunks(list(at), PARTITION_DELETES_PER_REQUEST):
+            keys, size = self._in_keys(bucket, chunk, PARTITION_DELETES_PER_REQUEST)
+            bound = self._partition_delete(size).bind((timestamp_us, *keys))
+            bound.routing_token = chunk[0][0]
+            taken = tuple(i for _, _, parent in chunk for i in at[(bucket, parent)])
+            statements.append((bound, taken))
+        return statements
+
+    def delete_requests(
+        self, actions: Sequence[DeleteAction], timestamp_us: int
+    ) -> list[DeleteRequest]:
+        """One asynchronous request per row or range delete, and one per ``IN`` request of
+        partition deletions (as ``delete_folder_partitions`` groups them), the partition
+        deletions first; the deleter keeps them in flight in a window of its own."""
+        whole = [i for i, a in enumerate(actions) if a.kind in _WHOLE_PARTITION]
+        requests = [
+            DeleteRequest(tuple(whole[i] for i in taken), self._sender(bound, len(taken)))
+            for bound, taken in self._partition_deletes(
+                [actions[i].partition for i in whole], timestamp_us
+            )
+        ]
+        for index, action in enumerate(actions):
+            if action.kind is ActionKind.ROW:
+                row = action.rows[0]
+                key = self._key_values(row.bucket, row.parent)
+                bound = self._delete_folder_row.bind((timestamp_us, *key, row.name))
+            elif action.kind is ActionKind.RANGE:
+                span = action.folder_range()
+                key = self._key_values(span.bucket, span.parent)
+                bound = self._delete_folder_range.bind((timestamp_us, *key, span.low, span.high))
+            else:
+                continue
+            requests.append(DeleteRequest((index,), self._sender(bound, 1)))
+        return requests
+
+    def _sender(
+        self, bound: Any, members: int
+    ) -> Callable[[Callable[[DeleteOutcome], None]], None]:
+        """``send`` of one delete request: ``execute_async``, its outcome from the driver's
+        callbacks (the error, mapped as every request's, for each of its ``members``)."""
+
+        def send(done: Callable[[DeleteOutcome], None]) -> None:
+            def failed(exc: BaseException) -> None:
+                done([map_error(exc)] * members)
+
+            try:
+                future = self._session.execute_async(bound, execution_profile="delete")
+            except Exception as exc:  # the request never left: its outcome all the same
+                failed(exc)
+                return
+            future.add_callbacks(lambda _rows: done([None] * members), failed)
+
+        return send
 
     def rewrite_folder_partition(
         self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
