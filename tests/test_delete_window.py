@@ -1,0 +1,311 @@
+"""The deleter's sliding window: order, the in-flight bound, retries, and a kill -9 mid-clean.
+
+A fake store whose requests complete on other threads (as Cassandra's ``execute_async`` do)
+records every event: the lease check, the charge, the audit record, each request sent and each
+one completed. Its batch calls (``delete_folder_rows``) go through the same requests and wait
+for all of them, as a batch would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from dircleaner.audit import AuditLog
+from dircleaner.errors import DircleanerError, StoreUnavailable, TransientStoreError
+from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionKey
+from dircleaner.paths import dir_of_row, directories_of
+from dircleaner.pipeline.delete import DeleteFailed, ThrottleConfig, execute_plan
+from dircleaner.pipeline.plan import DeletionPlan
+from dircleaner.store import open_store
+from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store, TombstoneCounter
+from dircleaner.timeutil import now_us
+
+BUCKET = "bkt"
+DELETE_TS = 5_000
+#: how long a fake request waits for what the test expects to happen meanwhile
+PATIENCE_S = 20.0
+
+
+def row(i: int) -> FolderRow:
+    return FolderRow(i, BUCKET, f"p{i % 7}/", f"c{i:04d}")
+
+
+def row_plan(n: int) -> DeletionPlan:
+    return DeletionPlan(
+        tuple(
+            DeleteAction(ActionKind.ROW, PartitionKey(r.token, r.bucket, r.parent), (r,))
+            for r in map(row, range(n))
+        ),
+        (),
+    )
+
+
+class WindowStore:
+    """Deletes that complete on other threads; every event in ``events``, in order.
+
+    ``hold`` makes a row's request wait (at most PATIENCE_S) until a condition on the store
+    holds before it completes; ``transient`` fails a row's next requests with a timeout.
+    """
+
+    rows_removed = None
+    deletes_per_request = 1
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.events: list[tuple[str, object]] = []
+        self.in_flight = self.max_in_flight = self.sent = self.completed = 0
+        self.deleted: list[FolderRow] = []
+        self.hold: dict[FolderRow, Callable[[], bool]] = {}
+        #: whether every held request saw its condition come true
+        self.held_ok = True
+        self.transient: dict[FolderRow, int] = {}
+        self.hard: dict[FolderRow, BaseException] = {}
+        self.pool = ThreadPoolExecutor(max_workers=64)
+
+    def event(self, kind: str, what: object) -> None:
+        with self.cond:
+            self.events.append((kind, what))
+
+    # -- the window's requests ----------------------------------------------------------------
+    def delete_requests(
+        self, actions: Sequence[DeleteAction], timestamp_us: int
+    ) -> list[DeleteRequest]:
+        return [DeleteRequest((i,), partial(self._send, a.rows[0])) for i, a in enumerate(actions)]
+
+    def _send(self, r: FolderRow, done: Callable[[DeleteOutcome], None]) -> None:
+        with self.cond:
+            self.events.append(("send", r))
+            self.sent += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.cond.notify_all()
+        self.pool.submit(self._complete, r, done)
+
+    def _complete(self, r: FolderRow, done: Callable[[DeleteOutcome], None]) -> None:
+        error: BaseException | None = None
+        with self.cond:
+            hold = self.hold.get(r)
+            if hold is not None and not self.cond.wait_for(hold, timeout=PATIENCE_S):
+                self.held_ok = False
+            self.in_flight -= 1
+            self.completed += 1
+            if self.transient.get(r, 0) > 0:
+                self.transient[r] -= 1
+                error = TransientStoreError(f"OperationTimedOut: deleting {r.name}")
+            elif r in self.hard:
+                error = self.hard[r]
+            else:
+                self.deleted.append(r)
+            self.events.append(("done", r))
+            self.cond.notify_all()
+        done([error])
+
+    # -- the batch form, on the same requests ---------------------------------------------------
+    def delete_folder_rows(
+        self, rows: Sequence[FolderRow], timestamp_us: int
+    ) -> list[BaseException | None]:
+        results: list[BaseException | None] = [None] * len(rows)
+        finished = [threading.Event() for _ in rows]
+
+        def done(i: int, outcome: DeleteOutcome) -> None:
+            results[i] = outcome[0]
+            finished[i].set()
+
+        for i, r in enumerate(rows):
+            self._send(r, partial(done, i))
+        for flag in finished:
+            flag.wait()
+        return results
+
+    def delete_folder_partitions(self, *args: object) -> list[BaseException | None]:
+        return []
+
+    def delete_folder_ranges(self, *args: object) -> list[BaseException | None]:
+        return []
+
+
+class RecordingAudit(AuditLog):
+    def __init__(self, store: WindowStore) -> None:
+        super().__init__(io.StringIO(), "gen", DELETE_TS)
+        self.store = store
+
+    def write_ahead(self, actions: Sequence[DeleteAction]) -> None:
+        self.store.event("audit", [a.rows[0] for a in actions])
+        super().write_ahead(actions)
+
+
+def run(
+    store: WindowStore, plan: DeletionPlan, concurrency: int, **overrides: Any
+) -> tuple[Any, RecordingAudit]:
+    audit = RecordingAudit(store)
+    stats = execute_plan(
+        cast(Store, store),
+        plan,
+        DELETE_TS,
+        ThrottleConfig(rate=0.0, concurrency=concurrency, **overrides),
+        audit,
+        sleep=lambda _s: None,
+        keep_going=lambda: store.event("lease", None),
+        charge=lambda actions: store.event("charge", [a.rows[0] for a in actions]),
+    )
+    return stats, audit
+
+
+def test_every_delete_is_lease_checked_charged_and_audited_before_it_is_sent() -> None:
+    store = WindowStore()
+    plan = row_plan(200)
+    stats, _ = run(store, plan, concurrency=4)
+    assert stats.directories == 200
+    assert sorted(store.deleted) == sorted(map(row, range(200)))
+    events = store.events
+    first_sent = {}
+    for at, (kind, what) in enumerate(events):
+        if kind == "send":
+            first_sent.setdefault(what, at)
+    groups = [(at, what) for at, (kind, what) in enumerate(events) if kind == "charge"]
+    audits = [(at, what) for at, (kind, what) in enumerate(events) if kind == "audit"]
+    assert [what for _, what in groups] == [what for _, what in audits]
+    assert len(groups) == 200 // 4
+    sent_before: set[object] = set()
+    for (charged_at, group), (audited_at, _) in zip(groups, audits, strict=True):
+        # the lease was checked right before the group was charged, then it was audited
+        assert events[charged_at - 1] == ("lease", None)
+        assert charged_at < audited_at
+        for r in cast(list[FolderRow], group):
+            assert audited_at < first_sent[r], f"{r} sent before it was charged and audited"
+        # Charged only once every earlier group was sent: a killed run has charged at most
+        # one group it did not send.
+        sent_before = {what for kind, what in events[:charged_at] if kind == "send"}
+        earlier = [r for _, g in groups if _ < charged_at for r in cast(list[FolderRow], g)]
+        assert set(earlier) <= sent_before
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 16])
+def test_never_more_than_concurrency_requests_in_flight(concurrency: int) -> None:
+    store = WindowStore()
+    total = 120
+    # No request completes before the window is full (or everything was sent): the window
+    # must fill up to its bound and never past it.
+    for i in range(total):
+        store.hold[row(i)] = lambda: store.in_flight >= concurrency or store.sent == total
+    stats, _ = run(store, row_plan(total), concurrency=concurrency)
+    assert stats.directories == total
+    assert store.held_ok
+    assert store.max_in_flight == concurrency
+
+
+def test_the_next_request_starts_as_one_completes_not_after_the_slowest() -> None:
+    """A request that completes only after three groups' worth of others did: batches would
+    wait for it before sending anything of the next batch; the window keeps sending."""
+    store = WindowStore()
+    concurrency = 4
+    store.hold[row(0)] = lambda: store.completed >= 3 * concurrency
+    stats, _ = run(store, row_plan(40), concurrency=concurrency)
+    assert store.held_ok, "the window waited for its slowest request"
+    assert stats.directories == 40
+    assert store.max_in_flight <= concurrency
+
+
+def test_a_timed_out_request_is_retried_once_the_wait_is_over() -> None:
+    store = WindowStore()
+    store.transient[row(5)] = 2
+    stats, audit = run(store, row_plan(20), concurrency=4)
+    assert sorted(store.deleted) == sorted(map(row, range(20)))
+    assert stats.retries == 2
+    assert [what for kind, what in store.events if kind == "send"].count(row(5)) == 3
+    # audited once, ahead of its first attempt
+    assert cast(io.StringIO, audit._stream).getvalue().count('"c0005"') == 1
+
+
+def test_a_request_timing_out_past_the_retries_stops_the_run() -> None:
+    store = WindowStore()
+    store.transient[row(5)] = 100
+    with pytest.raises(StoreUnavailable, match="1 deletes still failing after 2 retries"):
+        run(store, row_plan(20), concurrency=4, max_retries=2)
+    assert [what for kind, what in store.events if kind == "send"].count(row(5)) == 3
+    assert store.in_flight == 0  # the requests in flight were waited for
+
+
+def test_a_hard_error_stops_sending_and_waits_for_the_requests_in_flight() -> None:
+    store = WindowStore()
+    store.hard[row(9)] = DircleanerError("bad request")
+    with pytest.raises(DeleteFailed, match="bad request"):
+        run(store, row_plan(400), concurrency=4)
+    assert store.in_flight == 0
+    assert store.sent < 400  # it stopped: not the whole plan went
+
+
+# -- kill -9 during a real clean on the embedded store --------------------------------------------
+
+PARENTS = 10
+CHILDREN = 40
+#: live parents, each with forty empty children in runs between a few live siblings
+#: (``c007k/`` sorts between ``c007/`` and ``c008/``): row and range deletes, all charged
+LIVE = [f"p{i:02d}/live/obj" for i in range(PARENTS)] + [
+    f"p{i:02d}/c{j:03d}k/obj" for i in range(PARENTS) for j in range(0, CHILDREN, 7)
+]
+DEAD = [f"p{i:02d}/c{j:03d}/obj" for i in range(PARENTS) for j in range(CHILDREN)]
+LIVE_DIRS = {d for k in LIVE for d in directories_of(k)}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_clean_killed_at_a_random_point_deleted_nothing_unaudited_or_uncharged(
+    tmp_path: Path, seed: int
+) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    with open_store(url, create=True) as store:
+        store.put_objects("default", LIVE + DEAD, now_us() - 3_600_000_000)
+        store.delete_objects("default", DEAD, now_us() - 3_600_000_000)
+        before = {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows()}
+    audit = tmp_path / "audit.jsonl"
+    args = [
+        sys.executable, "-m", "dircleaner", "--store", url, "run", "--min-age", "0",
+        "--max-delete-fraction", "1", "--rate", "100", "--concurrency", "4",
+        "--max-tombstones-per-partition", "25", "--audit-log", str(audit),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    # Kill once a random number of audit lines is there: mid-clean, wherever that falls.
+    kill_after = random.Random(seed).randrange(1, 300)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if audit.exists() and audit.read_bytes().count(b"\n") >= kill_after:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the clean finished before the kill: slow it down"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with open_store(url) as store:
+        after = {dir_of_row(r.parent, r.name) for r in store.iter_folder_rows()}
+        assert isinstance(store, TombstoneCounter)
+        written = {
+            f"p{i:02d}/": store.tombstones_in_partition("default", f"p{i:02d}/")
+            for i in range(PARENTS)
+        }
+        charged = store.tombstones_charged([("default", p) for p in written])
+    gone = before - after
+    assert gone, "nothing was deleted before the kill"
+    # precision 1: only empty directories went
+    assert not gone & LIVE_DIRS
+    assert after >= LIVE_DIRS
+    # complete lines only: the kill may have torn the last one (never one of a sent delete)
+    lines = audit.read_text(encoding="utf-8").split("\n")[:-1]
+    audited = {str(json.loads(line)["dir"]) for line in lines}
+    assert gone <= audited, "deleted without an audit record"
+    for parent, tombstones in written.items():
+        assert tombstones <= charged.get(("default", parent), 0), f"{parent} uncharged"
