@@ -4,8 +4,8 @@ Every wait before a retry in dircleaner comes from ``RetryPolicy.delay``: retry 
 first) waits ``uniform(0, min(cap_s, base_s * 2**n))``, so the mean wait doubles up to half the
 cap and simultaneous clients spread out. The store's requests retry through ``call`` (one
 request, again whole) and ``rerun_failed`` (a batch, only its failed items again); connecting
-uses ``call``. The deleter keeps its own loop over these waits only because each of its rounds
-also steers the adaptive delete rate (``pipeline/delete.py``).
+uses ``call``. The deleter's window, whose requests complete on the driver's threads, sends a
+group's failed deletes again after ``delay`` within ``attempts`` (``pipeline/delete.py``).
 """
 
 from __future__ import annotations

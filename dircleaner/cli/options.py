@@ -252,8 +252,9 @@ clean_options = _apply(
             default=32,
             show_default=True,
             help=(
-                "Deletes per batch (each batch is audited, charged and lease-checked first);"
-                " a Cassandra store sends at most its config's concurrency (16) at once."
+                "Delete requests in flight at once, per process (the next starts as one"
+                " completes); each group of that many requests is lease-checked, charged and"
+                " audited before it is sent."
             ),
         ),
         click.option(

@@ -1,9 +1,11 @@
-"""Executing a deletion plan: rate limit, bounded concurrency, backoff, and the audit log.
+"""Executing a deletion plan: rate limit, a sliding window of requests, backoff, the audit log.
 
-The only place that retries deletes: the store returns their transient failures, and this
-module re-sends them in rounds of its own loop, because each round also steers the adaptive
-rate (halved on overload, raised while healthy). The waits between rounds come from the one
-retry policy (``dircleaner.retry``) the store's other requests use. Deletes are issued at
+The store turns actions into requests (``Store.delete_requests``); this module keeps at most
+``concurrency`` of them in flight, starting the next as one completes, as the driver's
+``execute_concurrent`` does. It is the only place that retries deletes: the store reports their
+transient failures, and the window sends a group's failed actions again as one round, after the
+wait and within the attempts of the one retry policy (``dircleaner.retry``); each round also
+steers the adaptive rate (halved on overload, raised while healthy). Deletes are issued at
 timestamp T (the build's start minus ``--min-age``): a tombstone shadows only writes at or before
 T, so a directory that received an object after T keeps its entry whatever this module does.
 """
@@ -43,7 +45,9 @@ class ThrottleConfig:
 
     #: deletes per second at most (0 = unlimited)
     rate: float = 1000.0
-    #: deletes in flight at once (also the batch handed to the store)
+    #: delete requests in flight at once, per process (a Cassandra request deletes a row, a
+    #: range or up to ``deletes_per_request`` partitions); a group of this many requests' worth
+    #: of actions is lease-checked, charged and audited before any of it is sent
     concurrency: int = 32
     #: the adaptive rate starts at this fraction of ``rate`` and ramps up while healthy
     start_fraction: float = 0.25
@@ -161,19 +165,27 @@ def execute_plan(
     removed_before = store.rows_removed
     window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
     window.total_dirs = sum(len(action.rows) for action in plan.actions)
-    for chunk in _chunks(plan.actions, throttle.concurrency * max(1, store.deletes_per_request)):
-        # What has come back so far (and the retries it asks for) first: a group that failed
-        # hard stops the run before the next one is charged, audited or sent.
-        window.settle()
-        keep_going()
-        if charge is not None:
-            charge(chunk)
-        if audit is not None:
-            # Written ahead: nothing is ever deleted without a record, and a run killed mid-group
-            # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            audit.write_ahead(chunk)
-        window.send(_Group(chunk))
-    window.finish()
+    try:
+        for chunk in _chunks(
+            plan.actions, throttle.concurrency * max(1, store.deletes_per_request)
+        ):
+            # What has come back so far (and the retries it asks for) first: a group that
+            # failed hard stops the run before the next one is charged, audited or sent.
+            window.settle()
+            keep_going()
+            if charge is not None:
+                charge(chunk)
+            if audit is not None:
+                # Written ahead: nothing is ever deleted without a record, and a run killed
+                # mid-group leaves at worst a few records of deletes that never ran (restoring
+                # them is a no-op).
+                audit.write_ahead(chunk)
+            window.send(_Group(chunk))
+        window.finish()
+    except Exception:
+        # The lease lost, the ledger or the audit log failing: what is in flight ends first.
+        window.abandon()
+        raise
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
     stats.final_rate = window.rate.rate
@@ -259,6 +271,12 @@ class _Window:
             self.settle()
             if not self.in_flight:
                 return
+            self._take(block=True)
+
+    def abandon(self) -> None:
+        """Wait for the requests in flight, whatever their outcome."""
+        self.stop = self.stop or DeleteFailed("abandoned")
+        while self.in_flight:
             self._take(block=True)
 
     # -- sending ----------------------------------------------------------------------------------
