@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import queue
 import random
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -32,7 +34,7 @@ from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
-from dircleaner.store.base import DeleteOutcome, Store
+from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store
 
 
 class DeleteFailed(DircleanerError):
@@ -169,8 +171,12 @@ def execute_plan(
         for chunk in _chunks(
             plan.actions, throttle.concurrency * max(1, store.deletes_per_request)
         ):
-            # What has come back so far (and the retries it asks for) first: a group that
-            # failed hard stops the run before the next one is charged, audited or sent.
+            group = _Group(chunk)
+            window.prepare(group)
+            # The group before all sent, what has come back so far counted (and the retries it
+            # asks for sent): a group that failed hard stops the run before the next one is
+            # charged, audited or sent, and a killed run has charged at most one unsent group.
+            window.wait_sent()
             window.settle()
             keep_going()
             if charge is not None:
@@ -180,7 +186,7 @@ def execute_plan(
                 # mid-group leaves at worst a few records of deletes that never ran (restoring
                 # them is a no-op).
                 audit.write_ahead(chunk)
-            window.send(_Group(chunk))
+            window.send(group)
         window.finish()
     except Exception:
         # The lease lost, the ledger or the audit log failing: what is in flight ends first.
@@ -209,18 +215,22 @@ class _Group:
     error: BaseException | None = None
     #: rows each rewrite (by index) copied
     copied: dict[int, int] = field(default_factory=dict)
+    #: the first round's requests, built ahead (``_Window.prepare``)
+    requests: list[DeleteRequest] | None = None
 
 
 class _Window:
     """At most ``concurrency`` delete requests in flight; the next starts as one completes.
 
-    Everything but the store's callbacks runs on the caller's thread: a callback only queues
-    its request's outcome, which ``_take`` then counts. A group's round ends when its last
-    request's outcome is counted; a round with transient failures sends those actions again,
-    as one round, after the retry policy's wait (the rate halved once per such round, raised
-    once per round without), until the policy's attempts are spent. With a synchronous store
-    every outcome is there before ``send`` returns, and a group's rounds run one after the
-    other, as batches would.
+    As in the driver's ``execute_concurrent``, a request's callback itself sends the next
+    ready request (on the driver's thread), so the window never waits for the caller's thread.
+    The caller's thread makes requests ready (``send``: in order, each after its share of the
+    rate) and counts the outcomes the callbacks queue (``_take``). A group's round ends when
+    its last request's outcome is counted; a round with transient failures sends those actions
+    again, as one round, after the retry policy's wait (the rate halved once per such round,
+    raised once per round without), until the policy's attempts are spent. With a synchronous
+    store every outcome is there before ``send`` returns, and a group's rounds run one after
+    the other, as batches would.
     """
 
     def __init__(
@@ -238,7 +248,14 @@ class _Window:
         self.rate = AdaptiveRate(throttle, sleep=sleep)
         self.retry = throttle.retry_policy
         self.progress, self.sleep, self.rng = progress, sleep, rng
+        #: requests ready to go, in order, and how many are in flight (both under ``lock``)
+        self.lock = threading.Lock()
+        self.ready: deque[tuple[_Group, tuple[int, ...], DeleteRequest]] = deque()
         self.in_flight = 0
+        #: a thread sending ready requests sends those its own callbacks free (no recursion)
+        self.local = threading.local()
+        #: requests made ready whose outcome is not counted yet (the caller's thread only)
+        self.pending = 0
         self.outcomes: queue.SimpleQueue[tuple[_Group, tuple[int, ...], DeleteOutcome]] = (
             queue.SimpleQueue()
         )
@@ -249,16 +266,28 @@ class _Window:
         self.done_dirs = 0
         self.total_dirs = 0
 
+    def prepare(self, group: _Group) -> None:
+        """Build the group's requests ahead (no side effect: nothing is sent), unless a
+        rewrite's copy must be acknowledged first."""
+        if not any(action.kind is ActionKind.REWRITE for action in group.actions):
+            group.requests = self.store.delete_requests(group.actions, self.timestamp_us)
+
     def send(self, group: _Group) -> None:
-        """Send the group's first round (returns once every request of it has been sent)."""
+        """Make the group's first round ready and start what the window has room for."""
         self._send_round(group, range(len(group.actions)))
+
+    def wait_sent(self) -> None:
+        """Until every ready request has been sent (or the run stops)."""
+        while self.ready and self.stop is None:
+            self._take(block=True)
 
     def settle(self) -> None:
         """Count every outcome that came back and send the retries due; raise what stops."""
         while True:
             self._drain()
             if self.stop is not None:
-                self._halt()
+                self._wind_down()
+                self._raise_stop()
             if not self.retry_due:
                 return
             group = self.retry_due.pop(0)
@@ -269,15 +298,14 @@ class _Window:
         """Wait for every request, the retries included."""
         while True:
             self.settle()
-            if not self.in_flight:
+            if not self.pending:
                 return
             self._take(block=True)
 
     def abandon(self) -> None:
-        """Wait for the requests in flight, whatever their outcome."""
+        """Send nothing more; wait for the requests in flight, whatever their outcome."""
         self.stop = self.stop or DeleteFailed("abandoned")
-        while self.in_flight:
-            self._take(block=True)
+        self._wind_down()
 
     # -- sending ----------------------------------------------------------------------------------
     def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
@@ -298,23 +326,50 @@ class _Window:
                     self._failed(group, index, exc)
                     continue
             sendable.append(index)
+        whole = len(sendable) == len(group.actions)  # then request members are group indexes
         if sendable and self.stop is None:
-            actions = [group.actions[i] for i in sendable]
-            for request in self.store.delete_requests(actions, self.timestamp_us):
-                members = tuple(sendable[m] for m in request.members)
+            requests = group.requests if whole and group.requests is not None else None
+            if requests is None:
+                actions = [group.actions[i] for i in sendable]
+                requests = self.store.delete_requests(actions, self.timestamp_us)
+            group.requests = None
+            paced = bool(self.rate.max_rate)
+            for request in requests:
+                members = request.members if whole else tuple(sendable[m] for m in request.members)
                 self.rate.acquire(len(members))
-                while self.in_flight >= self.limit:
-                    self._take(block=True)
                 if self.stop is not None:
                     break
-                self.in_flight += 1
+                self.pending += 1
                 group.outstanding += 1
-                request.send(partial(self._queue, group, members))
+                self.ready.append((group, members, request))
+                if paced:
+                    self._launch()
+            self._launch()
         group.sending = False
         self._round_may_end(group)
 
-    def _queue(self, group: _Group, members: tuple[int, ...], outcome: DeleteOutcome) -> None:
-        """A request's callback (on any thread): its outcome goes to the caller's thread."""
+    def _launch(self) -> None:
+        """Send ready requests while the window has room (any thread)."""
+        local = self.local
+        if getattr(local, "launching", False):
+            return  # a synchronous send's callback: the loop below goes on
+        local.launching = True
+        try:
+            while True:
+                with self.lock:
+                    if self.stop is not None or not self.ready or self.in_flight >= self.limit:
+                        return
+                    group, members, request = self.ready.popleft()
+                    self.in_flight += 1
+                request.send(partial(self._done, group, members))
+        finally:
+            local.launching = False
+
+    def _done(self, group: _Group, members: tuple[int, ...], outcome: DeleteOutcome) -> None:
+        """A request's callback (any thread): the next request goes, the outcome is queued."""
+        with self.lock:
+            self.in_flight -= 1
+        self._launch()
         self.outcomes.put((group, members, outcome))
 
     # -- counting ---------------------------------------------------------------------------------
@@ -328,13 +383,13 @@ class _Window:
             group, members, outcome = self.outcomes.get(block=block)
         except queue.Empty:
             return False
-        self.in_flight -= 1
+        self.pending -= 1
         group.outstanding -= 1
         for index, error in zip(members, outcome, strict=True):
             if error is None:
-                action = group.actions[index]
-                _count(self.stats, action)
-                self.stats.rows_rewritten += group.copied.get(index, 0)
+                _count(self.stats, group.actions[index])
+                if group.copied:
+                    self.stats.rows_rewritten += group.copied.get(index, 0)
             else:
                 self._failed(group, index, error)
         self._round_may_end(group)
@@ -367,10 +422,17 @@ class _Window:
         self.stats.retries += len(group.failed)
         self.retry_due.append(group)
 
-    def _halt(self) -> NoReturn:
-        """Wait for the requests still in flight (their deletes count), then raise the stop."""
-        while self.in_flight:
+    # -- stopping ---------------------------------------------------------------------------------
+    def _wind_down(self) -> None:
+        """Drop what is not sent yet; wait for what is in flight (its deletes count)."""
+        with self.lock:
+            dropped = len(self.ready)
+            self.ready.clear()
+        self.pending -= dropped
+        while self.pending:
             self._take(block=True)
+
+    def _raise_stop(self) -> NoReturn:
         error = self.stop
         assert error is not None
         if isinstance(error, RewriteUnsupported | StoreUnavailable):
