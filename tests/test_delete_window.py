@@ -90,6 +90,10 @@ class WindowStore:
     def event(self, kind: str, what: object) -> None:
         with self.cond:
             self.events.append((kind, what))
+            self.cond.notify_all()
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.events if k == kind)
 
     # -- the window's requests ----------------------------------------------------------------
     def delete_requests(
@@ -258,6 +262,42 @@ def test_a_hard_error_stops_sending_and_waits_for_the_requests_in_flight() -> No
         run(store, row_plan(400), concurrency=4)
     assert store.in_flight == 0
     assert store.sent < 400  # it stopped: not the whole plan went
+
+
+def test_a_signal_between_groups_still_sends_every_audited_delete() -> None:
+    """The progress hook raises (a signal was asked for) while the window is full and a
+    charged, audited group still waits to be sent: it is sent, and waited for, first."""
+    store = WindowStore()
+    store.deletes_per_request = 2  # groups of 4 (one row per request), 2 in flight
+    interrupted = threading.Event()
+
+    def progress(phase: str, done: int, total: int | None) -> None:
+        with store.cond:
+            interrupted.set()
+            store.cond.notify_all()
+        raise DircleanerError("interrupted")
+
+    # Group 1 ends (and the hook raises) only once group 2 was audited; group 2's requests
+    # wait for the interruption, so two of them are still unsent when it comes.
+    store.hold[row(1)] = lambda: store.count("audit") >= 2
+    for i in range(4, 8):
+        store.hold[row(i)] = interrupted.is_set
+    audit = RecordingAudit(store)
+    with pytest.raises(DircleanerError, match="interrupted"):
+        execute_plan(
+            cast(Store, store),
+            row_plan(40),
+            DELETE_TS,
+            ThrottleConfig(rate=0.0, concurrency=2),
+            audit,
+            progress=progress,
+            sleep=lambda _s: None,
+        )
+    assert store.held_ok
+    audited = [r for kind, what in store.events if kind == "audit" for r in cast(list, what)]
+    sent = [what for kind, what in store.events if kind == "send"]
+    assert sorted(sent) == sorted(audited) == sorted(map(row, range(8)))
+    assert store.in_flight == 0
 
 
 # -- kill -9 during a real clean on the embedded store --------------------------------------------

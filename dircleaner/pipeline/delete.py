@@ -189,7 +189,8 @@ def execute_plan(
             window.send(group)
         window.finish()
     except Exception:
-        # The lease lost, the ledger or the audit log failing: what is in flight ends first.
+        # A signal, the lease lost, the ledger or the audit log failing: what was made ready
+        # goes and ends first, so every audited delete has been issued.
         window.abandon()
         raise
     if removed_before is not None and store.rows_removed is not None:
@@ -286,7 +287,7 @@ class _Window:
         while True:
             self._drain()
             if self.stop is not None:
-                self._wind_down()
+                self._wind_down(send_ready=False)
                 self._raise_stop()
             if not self.retry_due:
                 return
@@ -303,9 +304,14 @@ class _Window:
             self._take(block=True)
 
     def abandon(self) -> None:
-        """Send nothing more; wait for the requests in flight, whatever their outcome."""
-        self.stop = self.stop or DeleteFailed("abandoned")
-        self._wind_down()
+        """The run stops (a signal, the lease, the ledger or the audit log): the requests made
+        ready go (their groups were lease-checked, charged and audited), no retry; wait for
+        them all, whatever their outcome."""
+        self.progress = no_progress  # it raises again once a signal has been asked for
+        self.retry_due.clear()
+        if self.stop is None:
+            self._launch()
+        self._wind_down(send_ready=True)
 
     # -- sending ----------------------------------------------------------------------------------
     def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
@@ -423,13 +429,17 @@ class _Window:
         self.retry_due.append(group)
 
     # -- stopping ---------------------------------------------------------------------------------
-    def _wind_down(self) -> None:
-        """Drop what is not sent yet; wait for what is in flight (its deletes count)."""
-        with self.lock:
-            dropped = len(self.ready)
-            self.ready.clear()
-        self.pending -= dropped
-        while self.pending:
+    def _wind_down(self, send_ready: bool) -> None:
+        """Wait for what is in flight (its deletes count); what is not sent yet is dropped, or
+        with ``send_ready`` sent first, unless an error stops the run."""
+        while True:
+            if self.stop is not None or not send_ready:
+                with self.lock:
+                    dropped = len(self.ready)
+                    self.ready.clear()
+                self.pending -= dropped
+            if not self.pending:
+                return
             self._take(block=True)
 
     def _raise_stop(self) -> NoReturn:
