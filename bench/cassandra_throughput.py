@@ -21,8 +21,9 @@ run mean anything on a shared machine):
   ledger out).
 * **the floor** — the same delete statements with the same bound values, sent by a bare
   ``cassandra.concurrent.execute_concurrent_with_args`` (rows) or ``execute_concurrent`` (the
-  store's own ``IN`` requests, which differ in size) with the same concurrency, and nothing
-  else: no audit, no ledger, no lease, no retries.
+  store's own ``IN`` requests, which differ in size) with the same concurrency, in their
+  fastest form (results as a list, not a generator the caller's thread is woken for), and
+  nothing else: no audit, no ledger, no lease, no retries.
 
 ``deleter_over_floor`` = deleter deletes/s ÷ floor deletes/s of the same pair, and
 ``deleter_over_floor_cpu`` = the floor's CPU seconds ÷ the deleter's (this process, every thread:
@@ -146,7 +147,6 @@ def run_floor(
             params,
             concurrency=concurrency,
             raise_on_first_error=True,
-            results_generator=True,
             execution_profile="delete",
         )
         for _ in results:
@@ -165,7 +165,6 @@ def run_floor(
         items,
         concurrency=concurrency,
         raise_on_first_error=True,
-        results_generator=True,
         execution_profile="delete",
     ):
         pass
