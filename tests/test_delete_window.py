@@ -85,6 +85,14 @@ class WindowStore:
         self.held_ok = True
         self.transient: dict[FolderRow, int] = {}
         self.hard: dict[FolderRow, BaseException] = {}
+        #: rows whose action is a partition deletion, those in flight, and each row request
+        #: sent while one of them was in flight
+        self.partitions: set[FolderRow] = set()
+        self.partitions_in_flight = 0
+        self.overtaken: list[FolderRow] = []
+        #: a send that raises instead of sending
+        self.send_raises: dict[FolderRow, BaseException] = {}
+        self.patience = PATIENCE_S
         self.pool = ThreadPoolExecutor(max_workers=64)
 
     def event(self, kind: str, what: object) -> None:
@@ -102,7 +110,13 @@ class WindowStore:
         return [DeleteRequest((i,), partial(self._send, a.rows[0])) for i, a in enumerate(actions)]
 
     def _send(self, r: FolderRow, done: Callable[[DeleteOutcome], None]) -> None:
+        if r in self.send_raises:
+            raise self.send_raises[r]
         with self.cond:
+            if r in self.partitions:
+                self.partitions_in_flight += 1
+            elif self.partitions_in_flight:
+                self.overtaken.append(r)
             self.events.append(("send", r))
             self.sent += 1
             self.in_flight += 1
@@ -114,9 +128,10 @@ class WindowStore:
         error: BaseException | None = None
         with self.cond:
             hold = self.hold.get(r)
-            if hold is not None and not self.cond.wait_for(hold, timeout=PATIENCE_S):
+            if hold is not None and not self.cond.wait_for(hold, timeout=self.patience):
                 self.held_ok = False
             self.in_flight -= 1
+            self.partitions_in_flight -= r in self.partitions
             self.completed += 1
             if self.transient.get(r, 0) > 0:
                 self.transient[r] -= 1
@@ -297,6 +312,76 @@ def test_a_signal_between_groups_still_sends_every_audited_delete() -> None:
     audited = [r for kind, what in store.events if kind == "audit" for r in cast(list, what)]
     sent = [what for kind, what in store.events if kind == "send"]
     assert sorted(sent) == sorted(audited) == sorted(map(row, range(8)))
+    assert store.in_flight == 0
+
+
+def test_no_row_request_is_sent_while_an_earlier_partition_deletion_is_in_flight() -> None:
+    """Children's partition deletions land before the row deletes of their parents: a run
+    killed at any point leaves no child partition that its parent's rows no longer name."""
+    store = WindowStore()
+    store.patience = 1.0  # with the barrier, nothing else is sent while the partitions wait
+    rows = list(map(row, range(24)))
+    kinds = [ActionKind.PARTITION] * 3 + [ActionKind.ROW] * 9
+    kinds += [ActionKind.PARTITION] * 2 + [ActionKind.ROW] * 4 + [ActionKind.PARTITION]
+    kinds += [ActionKind.ROW] * 5
+    actions = []
+    for r, kind in zip(rows, kinds, strict=True):
+        actions.append(DeleteAction(kind, PartitionKey(r.token, r.bucket, r.parent), (r,)))
+        if kind is ActionKind.PARTITION:
+            store.partitions.add(r)
+            # Each partition deletion completes only once the window is full, or after the
+            # patience: without the barrier, the rows after it would go meanwhile.
+            store.hold[r] = lambda: store.in_flight >= 8
+    stats, _ = run(store, DeletionPlan(tuple(actions), ()), concurrency=8)
+    assert stats.directories == len(rows)
+    assert sorted(store.deleted) == sorted(rows)
+    assert store.overtaken == []
+    assert store.max_in_flight <= 8
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), DircleanerError("no connection")])
+def test_a_send_that_raises_stops_the_window_and_nothing_more_goes(error: BaseException) -> None:
+    store = WindowStore()
+    store.send_raises[row(9)] = error
+    with pytest.raises(type(error) if not isinstance(error, Exception) else DeleteFailed):
+        run(store, row_plan(400), concurrency=4)
+    assert store.in_flight == 0  # what was in flight was waited for
+    sent = [what for kind, what in store.events if kind == "send"]
+    assert row(9) not in sent
+    assert len(sent) < 20  # nothing after the stop but what was already in flight
+    audited = {r for kind, what in store.events if kind == "audit" for r in cast(list, what)}
+    assert set(sent) <= audited
+
+
+def test_an_interrupt_between_groups_sends_only_what_was_charged_and_audited() -> None:
+    """A KeyboardInterrupt (not an Exception) from the lease check: the window is abandoned
+    cleanly, every request sent was charged and audited, and all were waited for."""
+    store = WindowStore()
+    checks = 0
+
+    def lease() -> None:
+        nonlocal checks
+        checks += 1
+        store.event("lease", None)
+        if checks == 3:
+            raise KeyboardInterrupt
+
+    audit = RecordingAudit(store)
+    with pytest.raises(KeyboardInterrupt):
+        execute_plan(
+            cast(Store, store),
+            row_plan(40),
+            DELETE_TS,
+            ThrottleConfig(rate=0.0, concurrency=4),
+            audit,
+            sleep=lambda _s: None,
+            keep_going=lease,
+            charge=lambda actions: store.event("charge", [a.rows[0] for a in actions]),
+        )
+    charged = {r for kind, what in store.events if kind == "charge" for r in cast(list, what)}
+    audited = {r for kind, what in store.events if kind == "audit" for r in cast(list, what)}
+    sent = {what for kind, what in store.events if kind == "send"}
+    assert charged == audited == sent == set(map(row, range(8)))
     assert store.in_flight == 0
 
 

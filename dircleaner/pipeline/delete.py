@@ -36,6 +36,9 @@ from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store
 
+#: the actions that end with a partition deletion (a rewrite's, after its copy)
+_WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
+
 
 class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
@@ -188,9 +191,9 @@ def execute_plan(
                 audit.write_ahead(chunk)
             window.send(group)
         window.finish()
-    except Exception:
+    except BaseException:
         # A signal, the lease lost, the ledger or the audit log failing: what was made ready
-        # goes and ends first, so every audited delete has been issued.
+        # (charged and audited) goes and ends first, nothing else is sent.
         window.abandon()
         raise
     if removed_before is not None and store.rows_removed is not None:
@@ -251,8 +254,10 @@ class _Window:
         self.progress, self.sleep, self.rng = progress, sleep, rng
         #: requests ready to go, in order, and how many are in flight (both under ``lock``)
         self.lock = threading.Lock()
-        self.ready: deque[tuple[_Group, tuple[int, ...], DeleteRequest]] = deque()
+        self.ready: deque[tuple[_Group, tuple[int, ...], DeleteRequest, bool]] = deque()
         self.in_flight = 0
+        #: partition deletions in flight: a row or range request waits for them (the barrier)
+        self.partitions_in_flight = 0
         #: a thread sending ready requests sends those its own callbacks free (no recursion)
         self.local = threading.local()
         #: requests made ready whose outcome is not counted yet (the caller's thread only)
@@ -306,12 +311,19 @@ class _Window:
     def abandon(self) -> None:
         """The run stops (a signal, the lease, the ledger or the audit log): the requests made
         ready go (their groups were lease-checked, charged and audited), no retry; wait for
-        them all, whatever their outcome."""
+        them all, whatever their outcome. Interrupted again meanwhile, nothing more is sent
+        (what is in flight may still land: it was charged and audited)."""
         self.progress = no_progress  # it raises again once a signal has been asked for
         self.retry_due.clear()
-        if self.stop is None:
-            self._launch()
-        self._wind_down(send_ready=True)
+        try:
+            if self.stop is None:
+                self._launch()
+            self._wind_down(send_ready=True)
+        except BaseException as exc:
+            with self.lock:
+                self.stop = self.stop or exc
+                self.ready.clear()
+            raise
 
     # -- sending ----------------------------------------------------------------------------------
     def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
@@ -345,9 +357,11 @@ class _Window:
                 self.rate.acquire(len(members))
                 if self.stop is not None:
                     break
+                partition = group.actions[members[0]].kind in _WHOLE_PARTITION
                 self.pending += 1
                 group.outstanding += 1
-                self.ready.append((group, members, request))
+                with self.lock:
+                    self.ready.append((group, members, request, partition))
                 if paced:
                     self._launch()
             self._launch()
@@ -355,7 +369,14 @@ class _Window:
         self._round_may_end(group)
 
     def _launch(self) -> None:
-        """Send ready requests while the window has room (any thread)."""
+        """Send ready requests, in order, while the window has room (any thread).
+
+        The barrier: a row or range request is not sent while a partition deletion made ready
+        before it is in flight (it waits at the head of the queue). A directory's partition
+        is deleted only after its children's partitions (the plan's order); the row naming
+        it in its parent's partition goes after them too, so a run killed at any point never
+        leaves a child partition that the walk from its parent's rows can no longer reach.
+        """
         local = self.local
         if getattr(local, "launching", False):
             return  # a synchronous send's callback: the loop below goes on
@@ -365,16 +386,27 @@ class _Window:
                 with self.lock:
                     if self.stop is not None or not self.ready or self.in_flight >= self.limit:
                         return
-                    group, members, request = self.ready.popleft()
+                    group, members, request, partition = self.ready[0]
+                    if not partition and self.partitions_in_flight:
+                        return  # the last partition deletion's callback launches it
+                    self.ready.popleft()
                     self.in_flight += 1
-                request.send(partial(self._done, group, members))
+                    self.partitions_in_flight += partition
+                done = partial(self._done, group, members, partition)
+                try:
+                    request.send(done)
+                except BaseException as exc:  # not sent (an interrupt, a client error)
+                    done([exc] * len(members))
         finally:
             local.launching = False
 
-    def _done(self, group: _Group, members: tuple[int, ...], outcome: DeleteOutcome) -> None:
+    def _done(
+        self, group: _Group, members: tuple[int, ...], partition: bool, outcome: DeleteOutcome
+    ) -> None:
         """A request's callback (any thread): the next request goes, the outcome is queued."""
         with self.lock:
             self.in_flight -= 1
+            self.partitions_in_flight -= partition
         self._launch()
         self.outcomes.put((group, members, outcome))
 
@@ -445,7 +477,9 @@ class _Window:
     def _raise_stop(self) -> NoReturn:
         error = self.stop
         assert error is not None
-        if isinstance(error, RewriteUnsupported | StoreUnavailable):
+        if isinstance(error, RewriteUnsupported | StoreUnavailable) or not isinstance(
+            error, Exception
+        ):
             raise error
         raise DeleteFailed(f"delete failed: {error}")
 

@@ -9,14 +9,15 @@ job's own tables (filter cells, lease, state, ledger) are in ``meta.py``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from cassandra.query import UNSET_VALUE, BatchStatement, BatchType, PreparedStatement
 
 from dircleaner.errors import RewriteUnsupported, SchemaError
-from dircleaner.model import ActionKind, DeleteAction, FolderRange, FolderRow, PartitionKey
-from dircleaner.store.base import DeleteOutcome, DeleteRequest
+from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey
+from dircleaner.store.base import DeleteRequest
+from dircleaner.store.cassandra import window
 from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import map_error
@@ -29,8 +30,6 @@ BATCH_MAX_BYTES = 4000
 #: partition deletes per request: one ``DELETE … WHERE parent IN (…)`` of partitions of one
 #: bucket and ring range (not a batch: Cassandra's batch warnings do not apply)
 PARTITION_DELETES_PER_REQUEST = 32
-#: the actions that end with a partition deletion (a rewrite's, after its copy)
-_WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
 
 
 #: the settings that make Cassandra warn about tombstones in one partition, as
@@ -135,45 +134,15 @@ class CassandraWrites(CassandraRequests):
         """One asynchronous request per row or range delete, and one per ``IN`` request of
         partition deletions (as ``delete_folder_partitions`` groups them), the partition
         deletions first; the deleter keeps them in flight in a window of its own."""
-        whole = [i for i, a in enumerate(actions) if a.kind in _WHOLE_PARTITION]
-        requests = [
-            DeleteRequest(tuple(whole[i] for i in taken), self._sender(bound, len(taken)))
-            for bound, taken in self._partition_deletes(
-                [actions[i].partition for i in whole], timestamp_us
-            )
-        ]
-        for index, action in enumerate(actions):
-            if action.kind is ActionKind.ROW:
-                row = action.rows[0]
-                key = self._key_values(row.bucket, row.parent)
-                bound = self._delete_folder_row.bind((timestamp_us, *key, row.name))
-            elif action.kind is ActionKind.RANGE:
-                span = action.folder_range()
-                key = self._key_values(span.bucket, span.parent)
-                bound = self._delete_folder_range.bind((timestamp_us, *key, span.low, span.high))
-            else:
-                continue
-            requests.append(DeleteRequest((index,), self._sender(bound, 1)))
-        return requests
-
-    def _sender(
-        self, bound: Any, members: int
-    ) -> Callable[[Callable[[DeleteOutcome], None]], None]:
-        """``send`` of one delete request: ``execute_async``, its outcome from the driver's
-        callbacks (the error, mapped as every request's, for each of its ``members``)."""
-
-        def send(done: Callable[[DeleteOutcome], None]) -> None:
-            def failed(exc: BaseException) -> None:
-                done([map_error(exc)] * members)
-
-            try:
-                future = self._session.execute_async(bound, execution_profile="delete")
-            except Exception as exc:  # the request never left: its outcome all the same
-                failed(exc)
-                return
-            future.add_callbacks(lambda _rows: done([None] * members), failed)
-
-        return send
+        return window.delete_requests(
+            self._session,
+            actions,
+            timestamp_us,
+            partition_deletes=self._partition_deletes,
+            row_delete=self._delete_folder_row,
+            range_delete=self._delete_folder_range,
+            key_values=self._key_values,
+        )
 
     def rewrite_folder_partition(
         self, partition: PartitionKey, keep_out: Collection[str], timestamp_us: int
