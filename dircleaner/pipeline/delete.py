@@ -210,6 +210,8 @@ class _Group:
     actions: Sequence[DeleteAction]
     #: rounds sent (the first try and the retries so far)
     rounds: int = 0
+    #: the retry policy's wait before the group's next round
+    wait_s: float = 0.0
     #: requests of the current round in flight
     outstanding: int = 0
     #: the current round is still being sent (it cannot have ended yet)
@@ -297,7 +299,7 @@ class _Window:
             if not self.retry_due:
                 return
             group = self.retry_due.pop(0)
-            self.sleep(self.retry.delay(group.rounds, self.rng))
+            self.sleep(group.wait_s)
             self._send_round(group, sorted(group.failed))
 
     def finish(self) -> None:
@@ -451,13 +453,15 @@ class _Window:
             self.progress("clean", self.done_dirs, self.total_dirs)
             return
         self.rate.on_overload()
-        if group.rounds >= self.retry.attempts:
+        wait = self.retry.next_wait(group.rounds, self.rng)
+        if wait is None:
             self.stop = StoreUnavailable(
                 f"{len(group.failed)} deletes still failing after {self.retry.attempts - 1}"
                 f" retries: {group.error}"
             )
             return
         self.stats.retries += len(group.failed)
+        group.wait_s = wait
         self.retry_due.append(group)
 
     # -- stopping ---------------------------------------------------------------------------------
