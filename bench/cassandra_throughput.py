@@ -3,15 +3,17 @@
 Usage::
 
     .venv/bin/python bench/cassandra_throughput.py --deletes 100000 --concurrency 32 \\
-        [--store cassandra://127.0.0.1:9042/dcbench] [--shape row|partition] [--repeat 3] \\
-        [--out result.json]
+        [--store cassandra://127.0.0.1:9042/dcbench] [--shape row|range|partition] \\
+        [--repeat 3] [--out result.json]
 
 What it measures, in one process, against one node, in one run (only ratios taken in the same
 run mean anything on a shared machine):
 
 * **the data** — ``--deletes`` folders rows written through the store's write path: for
   ``--shape row``, ``--partitions`` partitions of equal size, deleted row by row, round-robin
-  across the partitions (the order the planner spreads row deletes in); for ``--shape
+  across the partitions (the order the planner spreads row deletes in); for ``--shape range``,
+  the same rows deleted ``RANGE_ROWS`` adjacent rows per range delete, round-robin across the
+  partitions (deletes/s counts rows); for ``--shape
   partition``, one row in each of ``--deletes`` partitions, each deleted with a partition
   deletion (the store groups those into ``IN`` requests). The rows are written again (newer
   timestamps) before every measured side, so each side deletes the same live rows.
@@ -24,6 +26,10 @@ run mean anything on a shared machine):
   store's own ``IN`` requests, which differ in size) with the same concurrency, in their
   fastest form (results as a list, not a generator the caller's thread is woken for), and
   nothing else: no audit, no ledger, no lease, no retries.
+
+Beside each pair, where the deleter's wall clock went: ``deleter_charge_s`` (the ledger's
+charges), ``deleter_audit_s`` (the audit log's writes ahead), both on the caller's thread
+before a group is sent; the rest is the window itself and the driver.
 
 ``deleter_over_floor`` = deleter deletes/s ÷ floor deletes/s of the same pair, and
 ``deleter_over_floor_cpu`` = the floor's CPU seconds ÷ the deleter's (this process, every thread:
@@ -66,6 +72,8 @@ from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST  # n
 from dircleaner.timeutil import now_us  # noqa: E402
 
 BUCKET = "bench"
+#: rows per range delete of ``--shape range``
+RANGE_ROWS = 4
 DEFAULT_URL = "cassandra://127.0.0.1:9042/dcbench"
 
 
@@ -87,10 +95,41 @@ def folder_rows(shape: str, deletes: int, partitions: int) -> list[FolderRow]:
 
 
 def actions_of(shape: str, rows: list[FolderRow]) -> tuple[DeleteAction, ...]:
+    if shape == "range":
+        return tuple(
+            DeleteAction(ActionKind.RANGE, PartitionKey(run[0].token, BUCKET, run[0].parent), run)
+            for run in ranges_of(rows)
+        )
     kind = ActionKind.PARTITION if shape == "partition" else ActionKind.ROW
     return tuple(
         DeleteAction(kind, PartitionKey(row.token, row.bucket, row.parent), (row,)) for row in rows
     )
+
+
+def ranges_of(rows: list[FolderRow]) -> list[tuple[FolderRow, ...]]:
+    """``RANGE_ROWS`` adjacent rows of a partition per range, round-robin across partitions."""
+    by_parent: dict[str, list[FolderRow]] = {}
+    for row in rows:
+        by_parent.setdefault(row.parent, []).append(row)
+    runs = [
+        [
+            tuple(sorted(part, key=lambda r: r.name)[i : i + RANGE_ROWS])
+            for i in range(0, len(part), RANGE_ROWS)
+        ]
+        for part in by_parent.values()
+    ]
+    return [run[i] for i in range(max(map(len, runs))) for run in runs if i < len(run)]
+
+
+class TimedAudit(AuditLog):
+    """The audit log, with the seconds its writes ahead took."""
+
+    seconds = 0.0
+
+    def write_ahead(self, actions: Any) -> None:
+        started = time.perf_counter()
+        super().write_ahead(actions)
+        self.seconds += time.perf_counter() - started
 
 
 def write_rows(store: CassandraStore, rows: list[FolderRow]) -> float:
@@ -110,12 +149,22 @@ def run_deleter(
     concurrency: int,
     scratch: Path,
     charged: bool,
-) -> tuple[float, float]:
+) -> tuple[float, float, float, float]:
+    """Seconds and CPU seconds, and the seconds of the charges and of the audit log."""
     plan = DeletionPlan(actions_of(shape, rows), ())
     ts = now_us()
-    charge = ledger_charger(store, "bench-gen", f"bench-{ts}", 3600.0) if charged else None
+    ledger = ledger_charger(store, "bench-gen", f"bench-{ts}", 3600.0) if charged else None
+    charge_s = 0.0
+
+    def charge(actions: Any) -> None:
+        nonlocal charge_s
+        started = time.perf_counter()
+        assert ledger is not None
+        ledger(actions)
+        charge_s += time.perf_counter() - started
+
     with (scratch / "audit.jsonl").open("w", encoding="utf-8") as stream:
-        audit = AuditLog(stream, "bench-gen", ts)
+        audit = TimedAudit(stream, "bench-gen", ts)
         started, cpu = time.monotonic(), time.process_time()
         stats = execute_plan(
             store,
@@ -123,12 +172,12 @@ def run_deleter(
             ts,
             ThrottleConfig(rate=0.0, concurrency=concurrency),
             audit=audit,
-            charge=charge,
+            charge=charge if ledger is not None else None,
         )
-        seconds = time.monotonic() - started, time.process_time() - cpu
+        seconds, cpu_s = time.monotonic() - started, time.process_time() - cpu
     if stats.directories != len(rows) or stats.failures:
         raise SystemExit(f"the deleter did not delete every row: {stats}")
-    return seconds
+    return seconds, cpu_s, charge_s, audit.seconds
 
 
 def run_floor(
@@ -139,11 +188,19 @@ def run_floor(
     session = store._session
     ts = now_us()
     started, cpu = time.monotonic(), time.process_time()
-    if shape == "row":
-        params = [(ts, *store._key_values(r.bucket, r.parent), r.name) for r in rows]
+    if shape in ("row", "range"):
+        if shape == "row":
+            statement = store._delete_folder_row
+            params = [(ts, *store._key_values(r.bucket, r.parent), r.name) for r in rows]
+        else:
+            statement = store._delete_folder_range
+            params = [
+                (ts, *store._key_values(run[0].bucket, run[0].parent), run[0].name, run[-1].name)
+                for run in ranges_of(rows)
+            ]
         results = execute_concurrent_with_args(
             session,
-            store._delete_folder_row,
+            statement,
             params,
             concurrency=concurrency,
             raise_on_first_error=True,
@@ -184,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default=os.environ.get("DIRCLEANER_CASSANDRA_URL", DEFAULT_URL))
     ap.add_argument("--deletes", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=1000, help="row shape: partitions")
-    ap.add_argument("--shape", choices=("row", "partition"), default="row")
+    ap.add_argument("--shape", choices=("row", "range", "partition"), default="row")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
@@ -208,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
                 for side in order:
                     pair[f"{side}_write_s"] = write_rows(store, rows)
                     if side == "deleter":
-                        seconds, cpu = run_deleter(
+                        seconds, cpu, charge_s, audit_s = run_deleter(
                             store,
                             args.shape,
                             rows,
@@ -216,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
                             Path(tmp),
                             charged=not args.no_charge,
                         )
+                        pair["deleter_charge_s"] = charge_s
+                        pair["deleter_audit_s"] = audit_s
                     else:
                         seconds, cpu = run_floor(store, args.shape, rows, args.concurrency)
                     check_gone(store, rows)
@@ -230,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"pair {i + 1} ({order[0]} first): deleter {pair['deleter_per_s']:,.0f}/s,"
                     f" floor {pair['floor_per_s']:,.0f}/s,"
                     f" ratio {pair['deleter_over_floor']:.2f}"
-                    f" (CPU: {pair['deleter_over_floor_cpu']:.2f})",
+                    f" (CPU: {pair['deleter_over_floor_cpu']:.2f});"
+                    f" deleter {pair['deleter_s']:.2f}s of which charges"
+                    f" {pair['deleter_charge_s']:.2f}s, audit {pair['deleter_audit_s']:.2f}s",
                     flush=True,
                 )
     finally:
