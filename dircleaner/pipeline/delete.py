@@ -38,6 +38,8 @@ from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store
 
 #: the actions that end with a partition deletion (a rewrite's, after its copy)
 _WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
+#: the caller's thread, waiting for a group to be sent, looks again at least this often
+WAKE_S = 0.5
 
 
 class DeleteFailed(DircleanerError):
@@ -170,16 +172,17 @@ def execute_plan(
     removed_before = store.rows_removed
     window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
     window.total_dirs = sum(len(action.rows) for action in plan.actions)
+    size = max(1, throttle.concurrency * max(1, store.deletes_per_request))
+    last: _Group | None = None
     try:
-        for chunk in _chunks(
-            plan.actions, throttle.concurrency * max(1, store.deletes_per_request)
-        ):
+        for chunk in _chunks(plan.actions, size):
             group = _Group(chunk)
             window.prepare(group)
-            # The group before all sent, what has come back so far counted (and the retries it
-            # asks for sent): a group that failed hard stops the run before the next one is
-            # charged, audited or sent, and a killed run has charged at most one unsent group.
-            window.wait_sent()
+            # The group before all sent (the caller's thread sleeps meanwhile: the callbacks
+            # send), what has come back so far counted (and the retries it asks for sent): a
+            # hard failure stops the run before the next group is charged, audited or sent, and
+            # a killed run has charged at most one group it did not send.
+            window.wait_sent(last)
             window.settle()
             keep_going()
             if charge is not None:
@@ -190,6 +193,7 @@ def execute_plan(
                 # them is a no-op).
                 audit.write_ahead(chunk)
             window.send(group)
+            last = group
         window.finish()
     except BaseException:
         # A signal, the lease lost, the ledger or the audit log failing: what was made ready
@@ -223,6 +227,8 @@ class _Group:
     copied: dict[int, int] = field(default_factory=dict)
     #: the first round's requests, built ahead (``_Window.prepare``)
     requests: list[DeleteRequest] | None = None
+    #: its requests made ready and not sent yet (under the window's lock)
+    unsent: int = 0
 
 
 class _Window:
@@ -231,7 +237,11 @@ class _Window:
     As in the driver's ``execute_concurrent``, a request's callback itself sends the next
     ready request (on the driver's thread), so the window never waits for the caller's thread.
     The caller's thread makes requests ready (``send``: in order, each after its share of the
-    rate) and counts the outcomes the callbacks queue (``_take``). A group's round ends when
+    rate) and counts the outcomes the callbacks queue (``_take``) in bulk, between groups: it
+    sleeps while the callbacks send, woken when a group's last request goes (``wait_sent``),
+    not once per request. Requests go in the order they were made ready, and a row or range
+    request waits until no partition deletion made ready before it is in flight (the barrier,
+    ``_launch``); a request that fails for good halts the sending. A group's round ends when
     its last request's outcome is counted; a round with transient failures sends those actions
     again, as one round, after the retry policy's wait (the rate halved once per such round,
     raised once per round without), until the policy's attempts are spent. With a synchronous
@@ -271,6 +281,10 @@ class _Window:
         self.retry_due: list[_Group] = []
         #: the error that stops the run (nothing more is sent once it is set)
         self.stop: BaseException | None = None
+        #: a request failed for good: nothing more is sent (the caller raises once it counts it)
+        self.halted = False
+        #: set when a group's last ready request is sent, or the window halts
+        self.sent_event = threading.Event()
         self.done_dirs = 0
         self.total_dirs = 0
 
@@ -284,10 +298,18 @@ class _Window:
         """Make the group's first round ready and start what the window has room for."""
         self._send_round(group, range(len(group.actions)))
 
-    def wait_sent(self) -> None:
-        """Until every ready request has been sent (or the run stops)."""
-        while self.ready and self.stop is None:
-            self._take(block=True)
+    def wait_sent(self, group: _Group | None) -> None:
+        """Until every request of ``group``, and so of each group before it, has been sent
+        (or the run stops). The caller's thread sleeps meanwhile: the callbacks send."""
+        while group is not None:
+            # What came back is counted at least every WAKE_S: the progress hook, where a
+            # signal stops the run, runs as groups end, not only once this one is all sent.
+            self._drain()
+            with self.lock:
+                if not group.unsent or self.stop is not None or self.halted:
+                    return
+                self.sent_event.clear()
+            self.sent_event.wait(WAKE_S)
 
     def settle(self) -> None:
         """Count every outcome that came back and send the retries due; raise what stops."""
@@ -364,6 +386,7 @@ class _Window:
                 group.outstanding += 1
                 with self.lock:
                     self.ready.append((group, members, request, partition))
+                    group.unsent += 1
                 if paced:
                     self._launch()
             self._launch()
@@ -386,7 +409,12 @@ class _Window:
         try:
             while True:
                 with self.lock:
-                    if self.stop is not None or not self.ready or self.in_flight >= self.limit:
+                    if (
+                        self.stop is not None
+                        or self.halted
+                        or not self.ready
+                        or self.in_flight >= self.limit
+                    ):
                         return
                     group, members, request, partition = self.ready[0]
                     if not partition and self.partitions_in_flight:
@@ -394,6 +422,9 @@ class _Window:
                     self.ready.popleft()
                     self.in_flight += 1
                     self.partitions_in_flight += partition
+                    group.unsent -= 1
+                    if not group.unsent:
+                        self.sent_event.set()
                 done = partial(self._done, group, members, partition)
                 try:
                     request.send(done)
@@ -406,9 +437,13 @@ class _Window:
         self, group: _Group, members: tuple[int, ...], partition: bool, outcome: DeleteOutcome
     ) -> None:
         """A request's callback (any thread): the next request goes, the outcome is queued."""
+        hard = any(e is not None and not isinstance(e, TransientStoreError) for e in outcome)
         with self.lock:
             self.in_flight -= 1
             self.partitions_in_flight -= partition
+            if hard:
+                self.halted = True
+                self.sent_event.set()
         self._launch()
         self.outcomes.put((group, members, outcome))
 
@@ -473,6 +508,7 @@ class _Window:
                 with self.lock:
                     dropped = len(self.ready)
                     self.ready.clear()
+                    self.sent_event.set()
                 self.pending -= dropped
             if not self.pending:
                 return
