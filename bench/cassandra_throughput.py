@@ -15,7 +15,8 @@ run mean anything on a shared machine):
   the same rows deleted ``RANGE_ROWS`` adjacent rows per range delete, round-robin across the
   partitions (deletes/s counts rows); for ``--shape
   partition``, one row in each of ``--deletes`` partitions, each deleted with a partition
-  deletion (the store groups those into ``IN`` requests). The rows are written again (newer
+  deletion (the store groups those into ``IN`` requests), given to the deleter in the ring's
+  token order, as the planner orders them. The rows are written again (newer
   timestamps) before every measured side, so each side deletes the same live rows.
 * **the deleter** — ``execute_plan`` at ``--rate 0`` with ``--concurrency``, with what a real
   clean does around the deletes: the audit log (a scratch file) and the tombstone ledger's
@@ -67,6 +68,7 @@ from dircleaner.pipeline.budget import ledger_charger  # noqa: E402
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan  # noqa: E402
 from dircleaner.pipeline.plan import DeletionPlan  # noqa: E402
 from dircleaner.store.base import murmur_token  # noqa: E402
+from dircleaner.store.cassandra.mapping import partition_tokens  # noqa: E402
 from dircleaner.store.cassandra.store import CassandraStore  # noqa: E402
 from dircleaner.store.cassandra.writes import PARTITION_DELETES_PER_REQUEST  # noqa: E402
 from dircleaner.timeutil import now_us  # noqa: E402
@@ -92,6 +94,17 @@ def folder_rows(shape: str, deletes: int, partitions: int) -> list[FolderRow]:
         for i in range(per)
         for parent in parents
     ][:deletes]
+
+
+def in_ring_order(store: CassandraStore, rows: list[FolderRow]) -> list[FolderRow]:
+    """The rows with the store's own tokens, in token order: the order the planner gives the
+    deleter partition deletions in (a scan's rows carry the cluster's tokens). In any other
+    order a group's partitions spread over every ring range and its ``IN`` requests go part
+    empty, which the floor (chunking every key at once) never pays."""
+    keys = [(row.bucket, row.parent) for row in rows]
+    tokens = {(b, p): t for b, t, _stored, p in partition_tokens(store.config, keys)}
+    out = [FolderRow(tokens[(r.bucket, r.parent)], r.bucket, r.parent, r.name) for r in rows]
+    return sorted(out, key=lambda r: r.token)
 
 
 def actions_of(shape: str, rows: list[FolderRow]) -> tuple[DeleteAction, ...]:
@@ -256,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     # Every request the store sends for the deleter goes at this concurrency, as the floor's.
     store.config = dataclasses.replace(store.config, concurrency=args.concurrency)
     rows = folder_rows(args.shape, args.deletes, args.partitions)
+    if args.shape == "partition":
+        rows = in_ring_order(store, rows)
     pairs: list[dict[str, float]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="dc-throughput-") as tmp:
