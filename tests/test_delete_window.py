@@ -276,6 +276,10 @@ def test_a_hard_error_stops_sending_and_waits_for_the_requests_in_flight() -> No
         run(store, row_plan(400), concurrency=4)
     assert store.in_flight == 0
     assert store.sent < 400  # it stopped: not the whole plan went
+    charged = {r for kind, what in store.events if kind == "charge" for r in cast(list, what)}
+    sent = {what for kind, what in store.events if kind == "send"}
+    assert sent <= charged
+    assert len(charged - sent) <= 4  # at most one group charged and never sent
 
 
 def test_a_signal_between_groups_still_sends_every_audited_delete() -> None:

@@ -438,6 +438,8 @@ class _Window:
     ) -> None:
         """A request's callback (any thread): the next request goes, the outcome is queued."""
         hard = any(e is not None and not isinstance(e, TransientStoreError) for e in outcome)
+        if hard:  # queued before the halt shows, so the caller that sees it counts it
+            self.outcomes.put((group, members, outcome))
         with self.lock:
             self.in_flight -= 1
             self.partitions_in_flight -= partition
@@ -445,7 +447,8 @@ class _Window:
                 self.halted = True
                 self.sent_event.set()
         self._launch()
-        self.outcomes.put((group, members, outcome))
+        if not hard:
+            self.outcomes.put((group, members, outcome))
 
     # -- counting ---------------------------------------------------------------------------------
     def _drain(self) -> None:
