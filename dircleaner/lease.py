@@ -11,7 +11,7 @@ on the same host, the next run sees at once that the holder's process is gone (i
 exists, or now belongs to a process started later) and takes the lease over with a
 compare-and-set on the dead holder's id, so that two runs never both take it.
 A process that lost its lease (paused past the TTL, partitioned away) stops deleting before its
-next batch: the deleter asks ``lease_still_held`` with its own store connection.
+next group of deletes: the deleter asks ``lease_still_held`` with its own store connection.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def lease_check(store: Store, owner: str | None) -> Callable[[], None]:
     """A hook for the delete path: raises LeaseLost once ``owner`` no longer holds the lease.
 
     Asks the store at most once per ``CHECK_INTERVAL_S``; a process paused for longer asks
-    before its very next batch. No owner: no check (a library caller without a lease).
+    before its very next group of deletes. No owner: no check (a library caller without a lease).
     """
     if owner is None:
         return lambda: None

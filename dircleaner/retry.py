@@ -4,8 +4,8 @@ Every wait before a retry in dircleaner comes from ``RetryPolicy.delay``: retry 
 first) waits ``uniform(0, min(cap_s, base_s * 2**n))``, so the mean wait doubles up to half the
 cap and simultaneous clients spread out. The store's requests retry through ``call`` (one
 request, again whole) and ``rerun_failed`` (a batch, only its failed items again); connecting
-uses ``call``. The deleter keeps its own loop over these waits only because each of its rounds
-also steers the adaptive delete rate (``pipeline/delete.py``).
+uses ``call``. The deleter's window, whose requests complete on the driver's threads, asks
+``next_wait`` before it sends a group's failed deletes again (``pipeline/delete.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ class RetryPolicy:
     def delay(self, retry: int, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
         return (rng or _RNG).uniform(0.0, min(self.cap_s, self.base_s * 2**retry))
+
+    def next_wait(self, tries: int, rng: random.Random | None = None) -> float | None:
+        """After ``tries`` failed tries, the wait before the next one; None once the attempts
+        are spent (for a caller whose tries complete on other threads, as the deleter's)."""
+        return None if tries >= self.attempts else self.delay(tries, rng)
 
     def call(
         self,

@@ -406,6 +406,7 @@ def racing(store: CassandraStore, writer: Writer) -> Iterator[None]:
         return delete
 
     names = [
+        "delete_requests",
         "delete_folder_rows",
         "delete_folder_ranges",
         "delete_folder_partitions",

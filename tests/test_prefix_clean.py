@@ -19,11 +19,12 @@ import pytest
 
 from dircleaner.errors import GuardRefused
 from dircleaner.job.prefix import PrefixCleanConfig, run_prefix_clean
+from dircleaner.model import ActionKind
 from dircleaner.paths import directories_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.prefix import FolderIndexLooksCyclic, normalise_prefix
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import DirectoryReads
+from dircleaner.store.base import DeleteRequest, DirectoryReads
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries, expected_dirs, invoke, said, write_lines
 
@@ -348,14 +349,20 @@ def test_a_clean_killed_mid_delete_is_finished_by_running_it_again(
     every, live = expected_dirs(put, dead)
     uninterrupted = listed(backend) - {d for d in every - live if d.startswith(PREFIX)}
     store = backend.store
-    real = store.delete_folder_rows
-    calls = []
+    real = store.delete_requests
+    row_requests = []
 
-    def dies_on_the_third_batch(rows: Any, timestamp_us: int) -> Any:
-        calls.append(len(rows))
-        if len(calls) == 3:
-            raise Killed
-        return real(rows, timestamp_us)
+    def dies_at_the_third_row_request(actions: Sequence[Any], timestamp_us: int) -> Any:
+        requests = real(actions, timestamp_us)
+        for i, request in enumerate(requests):
+            if actions[request.members[0]].kind is ActionKind.ROW:
+                row_requests.append(request)
+                if len(row_requests) == 3:
+                    requests[i] = DeleteRequest(request.members, dies)
+        return requests
+
+    def dies(done: Any) -> None:
+        raise Killed
 
     config = PrefixCleanConfig(
         prefix=PREFIX,
@@ -364,17 +371,17 @@ def test_a_clean_killed_mid_delete_is_finished_by_running_it_again(
         throttle=ThrottleConfig(rate=0, concurrency=2),
         audit_log=tmp_path / "audit.jsonl",
     )
-    store.delete_folder_rows = dies_on_the_third_batch  # type: ignore[method-assign]
-    # Batches of ``concurrency`` actions on both backends, so the third one comes mid-delete
-    # (Cassandra hands concurrency × its partition deletes per request at once); the second
-    # run below deletes in the store's own batches.
+    store.delete_requests = dies_at_the_third_row_request  # type: ignore[method-assign]
+    # Groups of ``concurrency`` actions on both backends, so the third row request comes
+    # mid-delete (Cassandra takes concurrency × its partition deletes per request at once);
+    # the second run below deletes in the store's own groups.
     traits = store.traits
     store.traits = dataclasses.replace(traits, deletes_per_request=1)
     try:
         with pytest.raises(Killed):
             run_prefix_clean(store, config)
     finally:
-        del store.delete_folder_rows
+        del store.delete_requests
         store.traits = traits
     halfway = listed(backend)
     assert uninterrupted < halfway < every  # some deletes landed, not all

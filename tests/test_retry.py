@@ -105,3 +105,10 @@ def test_rerun_failed_of_nothing_runs_nothing() -> None:
 def test_a_policy_makes_at_least_one_attempt() -> None:
     with pytest.raises(ValueError, match="at least one attempt"):
         RetryPolicy(0, 0.1, 1.0)
+
+
+def test_next_wait_is_the_delay_until_the_attempts_are_spent() -> None:
+    policy = RetryPolicy(attempts=3, base_s=1.0, cap_s=100.0)
+    waits = [policy.next_wait(tries, random.Random(7)) for tries in (1, 2, 3, 4)]
+    assert waits[:2] == [policy.delay(n, random.Random(7)) for n in (1, 2)]
+    assert waits[2:] == [None, None]

@@ -220,8 +220,10 @@ clean_options = _apply(
             default=32,
             show_default=True,
             help=(
-                "Deletes per batch (each batch is audited, charged and lease-checked first);"
-                " a Cassandra store sends at most its config's concurrency (16) at once."
+                "Bounds the delete requests in flight at once, per process: the next starts"
+                " as one completes (a request deletes a row, a range, or on Cassandra up to 32"
+                " partitions). Each group of that many requests is lease-checked, charged and"
+                " audited before any of it is sent."
             ),
         ),
         click.option(

@@ -103,8 +103,8 @@ def charged_so_far(
 def ledger_charger(
     store: TombstoneLedger, generation: str, charge_prefix: str, ttl_s: float
 ) -> Callable[[Sequence[DeleteAction]], None]:
-    """A hook for the deleter: charges a batch of actions' tombstones, per partition, before
-    they are issued. Each batch gets its own charge id, so no charge overwrites another."""
+    """A hook for the deleter: charges a group of actions' tombstones, per partition, before
+    they are issued. Each group gets its own charge id, so no charge overwrites another."""
     window = 0
 
     def charge(actions: Sequence[DeleteAction]) -> None:

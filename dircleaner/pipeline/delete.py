@@ -1,19 +1,26 @@
-"""Executing a deletion plan: rate limit, bounded concurrency, backoff, and the audit log.
+"""Executing a deletion plan: rate limit, a sliding window of requests, backoff, the audit log.
 
-The only place that retries deletes: the store returns their transient failures, and this
-module re-sends them in rounds of its own loop, because each round also steers the adaptive
-rate (halved on overload, raised while healthy). The waits between rounds come from the one
-retry policy (``dircleaner.retry``) the store's other requests use. Deletes are issued at
+The store turns actions into requests (``Store.delete_requests``); this module keeps at most
+``concurrency`` of them in flight, starting the next as one completes, as the driver's
+``execute_concurrent`` does. It is the only place that retries deletes: the store reports their
+transient failures, and the window sends a group's failed actions again as one round, after the
+wait and within the attempts of the one retry policy (``dircleaner.retry``); each round also
+steers the adaptive rate (halved on overload, raised while healthy). Deletes are issued at
 timestamp T (the build's start minus ``--min-age``): a tombstone shadows only writes at or before
 T, so a directory that received an object after T keeps its entry whatever this module does.
 """
 
 from __future__ import annotations
 
+import queue
 import random
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import NoReturn
 
 from dircleaner.audit import AuditLog
 from dircleaner.errors import (
@@ -27,7 +34,12 @@ from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
-from dircleaner.store.base import Store
+from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store
+
+#: the actions that end with a partition deletion (a rewrite's, after its copy)
+_WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
+#: the caller's thread, waiting for a group to be sent, looks again at least this often
+WAKE_S = 0.5
 
 
 class DeleteFailed(DircleanerError):
@@ -40,7 +52,9 @@ class ThrottleConfig:
 
     #: deletes per second at most (0 = unlimited)
     rate: float = 1000.0
-    #: deletes in flight at once (also the batch handed to the store)
+    #: delete requests in flight at once, per process (a Cassandra request deletes a row, a
+    #: range or up to ``deletes_per_request`` partitions); a group of this many requests' worth
+    #: of actions is lease-checked, charged and audited before any of it is sent
     concurrency: int = 32
     #: the adaptive rate starts at this fraction of ``rate`` and ramps up while healthy
     start_fraction: float = 0.25
@@ -141,113 +155,376 @@ def execute_plan(
     keep_going: Callable[[], None] = lambda: None,
     charge: Callable[[Sequence[DeleteAction]], None] | None = None,
 ) -> DeleteStats:
-    """Issue the plan's deletes in order, throttled, retrying transient failures with backoff.
+    """Issue the plan's deletes in order through a sliding window of at most ``concurrency``
+    requests in flight, throttled, retrying transient failures with backoff.
 
-    ``keep_going`` runs before each batch and stops the deletes by raising (the run lease's
-    check: a run that lost its lease deletes nothing more). ``charge`` gets each batch before
-    any of its actions is issued (the tombstone ledger). Batch by batch, so a run killed
-    mid-batch has charged at most one batch it did not delete (the next run of the grace period
-    then has that much less budget: over-counted, never under-counted), and each charge expires
-    with, not before, the tombstones it pays for.
+    The plan goes in groups of ``concurrency × deletes_per_request`` actions (a window's worth
+    of requests). Before any request of a group is sent, ``keep_going`` runs (the run lease's
+    check: it stops the deletes by raising, so a run that lost its lease deletes nothing more),
+    ``charge`` gets the group (the tombstone ledger) and the audit log records it. The next
+    group is charged and audited as soon as every request of the one before has been sent,
+    while those are still in flight, so the window never waits for a group's slowest request:
+    a run killed at any point has charged at most one group it did not send (over-counted,
+    never under-counted), and each charge expires with, not before, the tombstones it pays for.
     """
     started = time.monotonic()
     stats = DeleteStats()
-    rate = AdaptiveRate(throttle, sleep=sleep)
-    retry = throttle.retry_policy
-    jitter = rng or random.Random()
-    done = 0
-    total_dirs = sum(len(action.rows) for action in plan.actions)
     removed_before = store.rows_removed
-    # ``concurrency`` requests' worth at once: a store that groups partition deletes into one
-    # request (Cassandra) needs that many actions to keep ``concurrency`` requests busy.
-    per_request = max(1, store.traits.deletes_per_request)
-    for chunk in _chunks(plan.actions, throttle.concurrency * per_request):
-        rate.acquire(len(chunk))
-        keep_going()
-        if charge is not None:
-            charge(chunk)
-        if audit is not None:
-            # Written ahead: nothing is ever deleted without a record, and a run killed mid-batch
-            # leaves at worst a few records of deletes that never ran (restoring them is a no-op).
-            audit.write_ahead(chunk)
-        pending = list(chunk)
-        attempt = 0
-        while pending:
-            copied: dict[int, int] = {}
-            errors = _issue(store, pending, timestamp_us, copied)
-            failed = [a for a, e in zip(pending, errors, strict=True) if e is not None]
-            for i, (action, error) in enumerate(zip(pending, errors, strict=True)):
-                if error is None:
-                    _count(stats, action)
-                    stats.rows_rewritten += copied.get(i, 0)
-            hard = [e for e in errors if e is not None and not isinstance(e, TransientStoreError)]
-            if hard:
-                stats.failures.append(str(hard[0]))
-                if isinstance(hard[0], RewriteUnsupported):
-                    raise hard[0]
-                raise DeleteFailed(f"delete failed: {hard[0]}")
-            if not failed:
-                rate.on_success()
-                break
-            rate.on_overload()
-            attempt += 1
-            if attempt >= retry.attempts:
-                raise StoreUnavailable(
-                    f"{len(failed)} deletes still failing after {throttle.max_retries} retries: "
-                    f"{next(e for e in errors if e is not None)}"
-                )
-            stats.retries += len(failed)
-            sleep(retry.delay(attempt, jitter))
-            pending = failed
-        # Directories, as the summary counts them (a partition or range delete takes several).
-        done += sum(len(action.rows) for action in chunk)
-        progress("clean", done, total_dirs)
+    window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
+    window.total_dirs = sum(len(action.rows) for action in plan.actions)
+    size = max(1, throttle.concurrency * max(1, store.traits.deletes_per_request))
+    last: _Group | None = None
+    try:
+        for chunk in _chunks(plan.actions, size):
+            group = _Group(chunk)
+            window.prepare(group)
+            # The group before all sent (the caller's thread sleeps meanwhile: the callbacks
+            # send), what has come back so far counted (and the retries it asks for sent): a
+            # hard failure stops the run before the next group is charged, audited or sent, and
+            # a killed run has charged at most one group it did not send.
+            window.wait_sent(last)
+            window.settle()
+            keep_going()
+            if charge is not None:
+                charge(chunk)
+            if audit is not None:
+                # Written ahead: nothing is ever deleted without a record, and a run killed
+                # mid-group leaves at worst a few records of deletes that never ran (restoring
+                # them is a no-op).
+                audit.write_ahead(chunk)
+            window.send(group)
+            last = group
+        window.finish()
+    except BaseException:
+        # A signal, the lease lost, the ledger or the audit log failing: what was made ready
+        # (charged and audited) goes and ends first, nothing else is sent.
+        window.abandon()
+        raise
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
-    stats.final_rate = rate.rate
+    stats.final_rate = window.rate.rate
     stats.seconds = time.monotonic() - started
     return stats
 
 
-def _issue(
-    store: Store, actions: Sequence[DeleteAction], timestamp_us: int, copied: dict[int, int]
-) -> list[BaseException | None]:
-    """Send a mixed batch as few store calls, results back in the batch's order.
+@dataclass(eq=False)
+class _Group:
+    """A group of the plan's actions: charged, audited and lease-checked as one."""
 
-    A rewrite copies its partition's other rows at T+1 first; only the partitions whose copy
-    was acknowledged are then deleted at T, with the batch's partition deletes (``copied``
-    gets each rewrite's row count by index).
+    actions: Sequence[DeleteAction]
+    #: rounds sent (the first try and the retries so far)
+    rounds: int = 0
+    #: the retry policy's wait before the group's next round
+    wait_s: float = 0.0
+    #: requests of the current round in flight
+    outstanding: int = 0
+    #: the current round is still being sent (it cannot have ended yet)
+    sending: bool = False
+    #: the actions (by index) of the current round that failed transiently, and one such error
+    failed: list[int] = field(default_factory=list)
+    error: BaseException | None = None
+    #: rows each rewrite (by index) copied
+    copied: dict[int, int] = field(default_factory=dict)
+    #: the first round's requests, built ahead (``_Window.prepare``)
+    requests: list[DeleteRequest] | None = None
+    #: its requests made ready and not sent yet (under the window's lock)
+    unsent: int = 0
+
+
+class _Window:
+    """At most ``concurrency`` delete requests in flight; the next starts as one completes.
+
+    As in the driver's ``execute_concurrent``, a request's callback itself sends the next
+    ready request (on the driver's thread), so the window never waits for the caller's thread.
+    The caller's thread makes requests ready (``send``: in order, each after its share of the
+    rate) and counts the outcomes the callbacks queue (``_take``) in bulk, between groups: it
+    sleeps while the callbacks send, woken when a group's last request goes (``wait_sent``),
+    not once per request. Requests go in the order they were made ready, and a row or range
+    request waits until no partition deletion made ready before it is in flight (the barrier,
+    ``_launch``); a request that fails for good halts the sending. A group's round ends when
+    its last request's outcome is counted; a round with transient failures sends those actions
+    again, as one round, after the retry policy's wait (the rate halved once per such round,
+    raised once per round without), until the policy's attempts are spent. With a synchronous
+    store every outcome is there before ``send`` returns, and a group's rounds run one after
+    the other, as batches would.
     """
-    results: list[BaseException | None] = [None] * len(actions)
-    for i, action in enumerate(actions):
-        if action.kind is ActionKind.REWRITE:
-            names = {row.name for row in action.rows}
-            try:
-                copied[i] = store.rewrite_folder_partition(
-                    action.partition, names, timestamp_us + 1
-                )
-            except DircleanerError as exc:
-                results[i] = exc
-    parts = [
-        i
-        for i, a in enumerate(actions)
-        if a.kind is ActionKind.PARTITION or (a.kind is ActionKind.REWRITE and i in copied)
-    ]
-    rows = [i for i, a in enumerate(actions) if a.kind is ActionKind.ROW]
-    ranges = [i for i, a in enumerate(actions) if a.kind is ActionKind.RANGE]
-    if parts:
-        out = store.delete_folder_partitions([actions[i].partition for i in parts], timestamp_us)
-        for i, error in zip(parts, out, strict=True):
-            results[i] = error
-    if rows:
-        out = store.delete_folder_rows([actions[i].rows[0] for i in rows], timestamp_us)
-        for i, error in zip(rows, out, strict=True):
-            results[i] = error
-    if ranges:
-        out = store.delete_folder_ranges([actions[i].folder_range() for i in ranges], timestamp_us)
-        for i, error in zip(ranges, out, strict=True):
-            results[i] = error
-    return results
+
+    def __init__(
+        self,
+        store: Store,
+        timestamp_us: int,
+        throttle: ThrottleConfig,
+        stats: DeleteStats,
+        progress: Progress,
+        sleep: Callable[[float], None],
+        rng: random.Random,
+    ) -> None:
+        self.store, self.timestamp_us, self.stats = store, timestamp_us, stats
+        self.limit = throttle.concurrency
+        self.rate = AdaptiveRate(throttle, sleep=sleep)
+        self.retry = throttle.retry_policy
+        self.progress, self.sleep, self.rng = progress, sleep, rng
+        #: requests ready to go, in order, and how many are in flight (both under ``lock``)
+        self.lock = threading.Lock()
+        self.ready: deque[tuple[_Group, tuple[int, ...], DeleteRequest, bool]] = deque()
+        self.in_flight = 0
+        #: partition deletions in flight: a row or range request waits for them (the barrier)
+        self.partitions_in_flight = 0
+        #: a thread sending ready requests sends those its own callbacks free (no recursion)
+        self.local = threading.local()
+        #: requests made ready whose outcome is not counted yet (the caller's thread only)
+        self.pending = 0
+        self.outcomes: queue.SimpleQueue[tuple[_Group, tuple[int, ...], DeleteOutcome]] = (
+            queue.SimpleQueue()
+        )
+        #: groups whose round ended with transient failures, in the order they ended
+        self.retry_due: list[_Group] = []
+        #: the error that stops the run (nothing more is sent once it is set)
+        self.stop: BaseException | None = None
+        #: a request failed for good: nothing more is sent (the caller raises once it counts it)
+        self.halted = False
+        #: set when a group's last ready request is sent, or the window halts
+        self.sent_event = threading.Event()
+        self.done_dirs = 0
+        self.total_dirs = 0
+
+    def prepare(self, group: _Group) -> None:
+        """Build the group's requests ahead (no side effect: nothing is sent), unless a
+        rewrite's copy must be acknowledged first."""
+        if not any(action.kind is ActionKind.REWRITE for action in group.actions):
+            group.requests = self.store.delete_requests(group.actions, self.timestamp_us)
+
+    def send(self, group: _Group) -> None:
+        """Make the group's first round ready and start what the window has room for."""
+        self._send_round(group, range(len(group.actions)))
+
+    def wait_sent(self, group: _Group | None) -> None:
+        """Until every request of ``group``, and so of each group before it, has been sent
+        (or the run stops). The caller's thread sleeps meanwhile: the callbacks send."""
+        while group is not None:
+            # What came back is counted at least every WAKE_S: the progress hook, where a
+            # signal stops the run, runs as groups end, not only once this one is all sent.
+            self._drain()
+            with self.lock:
+                if not group.unsent or self.stop is not None or self.halted:
+                    return
+                self.sent_event.clear()
+            self.sent_event.wait(WAKE_S)
+
+    def settle(self) -> None:
+        """Count every outcome that came back and send the retries due; raise what stops."""
+        while True:
+            self._drain()
+            if self.stop is not None:
+                self._wind_down(send_ready=False)
+                self._raise_stop()
+            if not self.retry_due:
+                return
+            group = self.retry_due.pop(0)
+            self.sleep(group.wait_s)
+            self._send_round(group, sorted(group.failed))
+
+    def finish(self) -> None:
+        """Wait for every request, the retries included."""
+        while True:
+            self.settle()
+            if not self.pending:
+                return
+            self._take(block=True)
+
+    def abandon(self) -> None:
+        """The run stops (a signal, the lease, the ledger or the audit log): the requests made
+        ready go (their groups were lease-checked, charged and audited), no retry; wait for
+        them all, whatever their outcome. Interrupted again meanwhile, nothing more is sent
+        (what is in flight may still land: it was charged and audited)."""
+        self.progress = no_progress  # it raises again once a signal has been asked for
+        self.retry_due.clear()
+        try:
+            if self.stop is None:
+                self._launch()
+            self._wind_down(send_ready=True)
+        except BaseException as exc:
+            with self.lock:
+                self.stop = self.stop or exc
+                self.ready.clear()
+            raise
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
+        group.rounds += 1
+        group.failed, group.error, group.sending = [], None, True
+        sendable: list[int] = []
+        for index in indexes:
+            action = group.actions[index]
+            if action.kind is ActionKind.REWRITE:
+                # Its rows are copied at T+1 first; only a partition whose copy was
+                # acknowledged is then deleted at T.
+                names = {row.name for row in action.rows}
+                try:
+                    group.copied[index] = self.store.rewrite_folder_partition(
+                        action.partition, names, self.timestamp_us + 1
+                    )
+                except DircleanerError as exc:
+                    self._failed(group, index, exc)
+                    continue
+            sendable.append(index)
+        whole = len(sendable) == len(group.actions)  # then request members are group indexes
+        if sendable and self.stop is None:
+            requests = group.requests if whole and group.requests is not None else None
+            if requests is None:
+                actions = [group.actions[i] for i in sendable]
+                requests = self.store.delete_requests(actions, self.timestamp_us)
+            group.requests = None
+            paced = bool(self.rate.max_rate)
+            for request in requests:
+                members = request.members if whole else tuple(sendable[m] for m in request.members)
+                self.rate.acquire(len(members))
+                if self.stop is not None:
+                    break
+                partition = group.actions[members[0]].kind in _WHOLE_PARTITION
+                self.pending += 1
+                group.outstanding += 1
+                with self.lock:
+                    self.ready.append((group, members, request, partition))
+                    group.unsent += 1
+                if paced:
+                    self._launch()
+            self._launch()
+        group.sending = False
+        self._round_may_end(group)
+
+    def _launch(self) -> None:
+        """Send ready requests, in order, while the window has room (any thread).
+
+        The barrier: a row or range request is not sent while a partition deletion made ready
+        before it is in flight (it waits at the head of the queue). A directory's partition
+        is deleted only after its children's partitions (the plan's order); the row naming
+        it in its parent's partition goes after them too, so a run killed at any point never
+        leaves a child partition that the walk from its parent's rows can no longer reach.
+        """
+        local = self.local
+        if getattr(local, "launching", False):
+            return  # a synchronous send's callback: the loop below goes on
+        local.launching = True
+        try:
+            while True:
+                with self.lock:
+                    if (
+                        self.stop is not None
+                        or self.halted
+                        or not self.ready
+                        or self.in_flight >= self.limit
+                    ):
+                        return
+                    group, members, request, partition = self.ready[0]
+                    if not partition and self.partitions_in_flight:
+                        return  # the last partition deletion's callback launches it
+                    self.ready.popleft()
+                    self.in_flight += 1
+                    self.partitions_in_flight += partition
+                    group.unsent -= 1
+                    if not group.unsent:
+                        self.sent_event.set()
+                done = partial(self._done, group, members, partition)
+                try:
+                    request.send(done)
+                except BaseException as exc:  # not sent (an interrupt, a client error)
+                    done([exc] * len(members))
+        finally:
+            local.launching = False
+
+    def _done(
+        self, group: _Group, members: tuple[int, ...], partition: bool, outcome: DeleteOutcome
+    ) -> None:
+        """A request's callback (any thread): the next request goes, the outcome is queued."""
+        hard = any(e is not None and not isinstance(e, TransientStoreError) for e in outcome)
+        if hard:  # queued before the halt shows, so the caller that sees it counts it
+            self.outcomes.put((group, members, outcome))
+        with self.lock:
+            self.in_flight -= 1
+            self.partitions_in_flight -= partition
+            if hard:
+                self.halted = True
+                self.sent_event.set()
+        self._launch()
+        if not hard:
+            self.outcomes.put((group, members, outcome))
+
+    # -- counting ---------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while self._take(block=False):
+            pass
+
+    def _take(self, block: bool) -> bool:
+        """Count one request's outcome (waiting for one if ``block``); False if none came."""
+        try:
+            group, members, outcome = self.outcomes.get(block=block)
+        except queue.Empty:
+            return False
+        self.pending -= 1
+        group.outstanding -= 1
+        for index, error in zip(members, outcome, strict=True):
+            if error is None:
+                _count(self.stats, group.actions[index])
+                if group.copied:
+                    self.stats.rows_rewritten += group.copied.get(index, 0)
+            else:
+                self._failed(group, index, error)
+        self._round_may_end(group)
+        return True
+
+    def _failed(self, group: _Group, index: int, error: BaseException) -> None:
+        if isinstance(error, TransientStoreError):
+            group.failed.append(index)
+            group.error = group.error or error
+        elif self.stop is None:
+            self.stats.failures.append(str(error))
+            self.stop = error
+
+    def _round_may_end(self, group: _Group) -> None:
+        if group.sending or group.outstanding or self.stop is not None:
+            return
+        if not group.failed:
+            self.rate.on_success()
+            # Directories, as the summary counts them (a partition or range delete takes several).
+            self.done_dirs += sum(len(action.rows) for action in group.actions)
+            self.progress("clean", self.done_dirs, self.total_dirs)
+            return
+        self.rate.on_overload()
+        wait = self.retry.next_wait(group.rounds, self.rng)
+        if wait is None:
+            self.stop = StoreUnavailable(
+                f"{len(group.failed)} deletes still failing after {self.retry.attempts - 1}"
+                f" retries: {group.error}"
+            )
+            return
+        self.stats.retries += len(group.failed)
+        group.wait_s = wait
+        self.retry_due.append(group)
+
+    # -- stopping ---------------------------------------------------------------------------------
+    def _wind_down(self, send_ready: bool) -> None:
+        """Wait for what is in flight (its deletes count); what is not sent yet is dropped, or
+        with ``send_ready`` sent first, unless an error stops the run."""
+        while True:
+            if self.stop is not None or not send_ready:
+                with self.lock:
+                    dropped = len(self.ready)
+                    self.ready.clear()
+                    self.sent_event.set()
+                self.pending -= dropped
+            if not self.pending:
+                return
+            self._take(block=True)
+
+    def _raise_stop(self) -> NoReturn:
+        error = self.stop
+        assert error is not None
+        if isinstance(error, RewriteUnsupported | StoreUnavailable) or not isinstance(
+            error, Exception
+        ):
+            raise error
+        raise DeleteFailed(f"delete failed: {error}")
 
 
 def _count(stats: DeleteStats, action: DeleteAction) -> None:

@@ -13,16 +13,16 @@ from __future__ import annotations
 import abc
 import re
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import mmh3
 
 from dircleaner.errors import BucketNotFound
-from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
+from dircleaner.model import ActionKind, DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import bookkeeping
@@ -86,6 +86,21 @@ class DirectoryReads:
     #: each directory's folders partition whole, in clustering order (its subdirectories); a
     #: directory without any is absent
     folder_rows: dict[tuple[str, str], list[FolderRow]]
+
+
+#: one delete request's outcome: an error, or None, per action it deletes, in its order
+DeleteOutcome = Sequence[BaseException | None]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRequest:
+    """One request of the deleter's window: what it deletes, and how to send it."""
+
+    #: the indexes, among the actions ``Store.delete_requests`` was given, of those it deletes
+    members: tuple[int, ...]
+    #: sends the request; the callback gets its outcome exactly once, on any thread, possibly
+    #: before ``send`` returns (a store whose deletes are synchronous)
+    send: Callable[[Callable[[DeleteOutcome], None]], None]
 
 
 def murmur_token(bucket: str, parent: str) -> int:
@@ -329,6 +344,29 @@ class Store(abc.ABC):
         self, partitions: Sequence[PartitionKey], timestamp_us: int
     ) -> list[BaseException | None]:
         """Delete whole folders partitions as of ``timestamp_us``. One result per partition."""
+
+    def delete_requests(
+        self, actions: Sequence[DeleteAction], timestamp_us: int
+    ) -> list[DeleteRequest]:
+        """The requests that delete ``actions`` as of ``timestamp_us``, for the deleter to send.
+
+        A REWRITE action goes as the partition deletion it ends with (its rows were copied
+        first). Here one synchronous call per kind (``delete_folder_partitions``, ``…_rows``,
+        ``…_ranges``, in that order); a backend with asynchronous requests returns one per
+        request it sends, so the deleter can keep a window of them in flight.
+        """
+        kinds = (
+            (self.delete_folder_partitions, (ActionKind.PARTITION, ActionKind.REWRITE)),
+            (self.delete_folder_rows, (ActionKind.ROW,)),
+            (self.delete_folder_ranges, (ActionKind.RANGE,)),
+        )
+        requests = []
+        for call, of in kinds:
+            members = tuple(i for i, a in enumerate(actions) if a.kind in of)
+            if members:
+                items = [_delete_item(actions[i]) for i in members]
+                requests.append(DeleteRequest(members, _synchronous(call, items, timestamp_us)))
+        return requests
 
     @abc.abstractmethod
     def rewrite_folder_partition(
@@ -602,3 +640,23 @@ def require_bucket(store: Store, bucket: str | None) -> None:
     problem = missing_bucket(store, bucket)
     if problem is not None:
         raise BucketNotFound(problem)
+
+
+def _delete_item(action: DeleteAction) -> PartitionKey | FolderRow | FolderRange:
+    """What a delete call of the action's kind takes."""
+    if action.kind is ActionKind.ROW:
+        return action.rows[0]
+    if action.kind is ActionKind.RANGE:
+        return action.folder_range()
+    return action.partition
+
+
+def _synchronous(
+    call: Callable[[Any, int], list[BaseException | None]], items: list[Any], timestamp_us: int
+) -> Callable[[Callable[[DeleteOutcome], None]], None]:
+    """A request's ``send`` that makes the call and hands over its outcome before returning."""
+
+    def send(done: Callable[[DeleteOutcome], None]) -> None:
+        done(call(items, timestamp_us))
+
+    return send

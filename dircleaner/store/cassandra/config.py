@@ -261,7 +261,8 @@ class CassandraConfig:
 
     fetch_size: int = 5000
     splits_per_range: int = 8
-    #: requests in flight at once per process (scans, re-check reads, deletes)
+    #: requests in flight at once per process (scans, re-check reads, the ledger's writes; the
+    #: deleter's requests go in a window of the run's ``--concurrency``)
     concurrency: int = 16
     #: partitions per ``IN`` read of the verify re-check (CassandraStore.nonempty_object_partitions)
     verify_batch: int = 100

@@ -14,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dircleaner.errors import SchemaError
-from dircleaner.model import FolderRange, FolderRow, PartitionKey
+from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey
+from dircleaner.store.base import DeleteRequest
+from dircleaner.store.cassandra import window
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,28 @@ class FolderDeletes:
             items.append((bound, ()))
             members.append([i for _, _, parent in chunk for i in at[(bucket, parent)]])
         return items, members
+
+    def delete_requests(
+        self, actions: Sequence[DeleteAction], timestamp_us: int
+    ) -> list[DeleteRequest]:
+        """One asynchronous request per row or range delete, and one per ``IN`` request of
+        partition deletions (as ``delete_folder_partitions`` groups them), the partition
+        deletions first; the deleter keeps them in flight in a window of its own."""
+        return window.delete_requests(
+            self.requests.session,
+            actions,
+            timestamp_us,
+            partition_deletes=self._bound_partition_deletes,
+            row_delete=self.row_delete,
+            range_delete=self.range_delete,
+            key_values=self.requests.key_values,
+        )
+
+    def _bound_partition_deletes(
+        self, partitions: Sequence[PartitionKey], timestamp_us: int
+    ) -> list[tuple[Any, tuple[int, ...]]]:
+        items, members = self.partition_deletes(partitions, timestamp_us)
+        return [(bound, tuple(taken)) for (bound, _), taken in zip(items, members, strict=True)]
 
     def folders_grace_seconds(self) -> tuple[float, str]:
         cfg = self.requests.config

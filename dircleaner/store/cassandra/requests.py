@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 #: pages each running split may read ahead of the consumer
 PAGES_AHEAD = 2
 #: tries per page, per metadata, verify or generator request before giving up (mean waits
-#: 0.1, 0.2, 0.4 s); deletes are retried by the deleter, which also steers the rate
+#: 0.1, 0.2, 0.4 s); the deleter's requests are retried by its window, which also steers the
+#: rate
 REQUEST_RETRY = RetryPolicy(attempts=4, base_s=0.1, cap_s=4.0)
 
 T = TypeVar("T")

@@ -20,10 +20,11 @@ from typing import Any
 
 from cassandra.cluster import Session
 
-from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
+from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store.base import (
     PARTITION_PAGE_ROWS,
+    DeleteRequest,
     DirCountEstimate,
     DirectoryReads,
     Store,
@@ -184,6 +185,11 @@ class CassandraStore(Store):
         self, ranges: Sequence[FolderRange], timestamp_us: int
     ) -> list[BaseException | None]:
         return self.deletes.delete_folder_ranges(ranges, timestamp_us)
+
+    def delete_requests(
+        self, actions: Sequence[DeleteAction], timestamp_us: int
+    ) -> list[DeleteRequest]:
+        return self.deletes.delete_requests(actions, timestamp_us)
 
     def delete_folder_partitions(
         self, partitions: Sequence[PartitionKey], timestamp_us: int
