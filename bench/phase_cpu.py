@@ -18,6 +18,13 @@ counts CPU seconds (what other work on a shared machine disturbs least), in this
 * ``build_loop`` (one worker only): the build's per-batch work alone (``packed_ancestors`` and
   the filter's ``add_ranges``) over the same scan, without sizing or storing.
 
+``--fixed N`` measures instead what each job process pays before its first row, in ``N`` fresh
+interpreters (CPU and wall seconds, min and median): importing numpy, importing numba, importing
+the kernel module, and ``warm_up()`` (loading the kernels' cached machine code: numba sets up
+its typing and lowering tables on the first load, which is most of it; a first run on a machine
+compiles them instead, reported as ``compiled``). The job does this once, in a background
+thread of its first process; the forked workers inherit the loaded kernels.
+
 The fastest of the rounds is kept per step; ``build_over_scan`` and ``sweep_over_scan`` are the
 ratios of CPU seconds. ``--profile`` runs one step under cProfile and prints its top functions.
 
@@ -36,6 +43,9 @@ import json
 import math
 import pstats
 import resource
+import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sized
 from pathlib import Path
@@ -158,6 +168,45 @@ def _drain(store: Store, what: str) -> int:
     return sum(len(batch) for batch in scans[what](Shard()))
 
 
+# One fresh interpreter's fixed cost, step by step: (step, CPU seconds, wall seconds) as JSON.
+_FIXED = """
+import json, time
+marks = [(time.process_time(), time.perf_counter())]
+def mark():
+    marks.append((time.process_time(), time.perf_counter()))
+import numpy
+mark()
+import numba
+mark()
+from dircleaner.filter import kernel
+mark()
+kernel.warm_up()
+mark()
+names = ("import numpy", "import numba", "import the kernel module", "warm_up (load the kernels)")
+steps = {n: (b[0] - a[0], b[1] - a[1]) for n, a, b in zip(names, marks, marks[1:])}
+compiled = any(d.stats.cache_misses for d in (kernel.add_many, kernel.contains_many))
+print(json.dumps({"steps": steps, "compiled": compiled}))
+"""
+
+
+def fixed_cost(processes: int) -> dict[str, Any]:
+    """What a job process pays before its first row, in ``processes`` fresh interpreters."""
+    runs = []
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, "-c", _FIXED], check=True, capture_output=True, text=True
+        ).stdout
+        runs.append(json.loads(out))
+    result: dict[str, Any] = {"processes": processes, "compiled": [r["compiled"] for r in runs]}
+    for step in runs[0]["steps"]:
+        for i, what in enumerate(("cpu_s", "wall_s")):
+            values = [r["steps"][step][i] for r in runs]
+            result[f"{step}: {what} min / median"] = (min(values), statistics.median(values))
+    totals = [sum(cpu for cpu, _ in r["steps"].values()) for r in runs]
+    result["total cpu_s min / median"] = (min(totals), statistics.median(totals))
+    return result
+
+
 def _cpu() -> float:
     """CPU seconds of this process and of its children that have been waited for."""
     own = resource.getrusage(resource.RUSAGE_SELF)
@@ -176,8 +225,15 @@ def main() -> None:
     ap.add_argument("--fpr", type=float, default=0.005)
     ap.add_argument("--profile", choices=("build", "build_loop", "sweep"))
     ap.add_argument("--steps", action="store_true", help="per-row split of the work")
+    ap.add_argument("--fixed", type=int, metavar="N", help="fixed cost in N fresh processes")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
+    if args.fixed:
+        fixed = json.dumps(fixed_cost(args.fixed), indent=2)
+        if args.out:
+            args.out.write_text(fixed + "\n")
+        print(fixed)
+        return
 
     spec = SynthSpec(dirs=args.dirs, seed=args.seed, empty_fraction=args.empty_fraction)
     data, meta = ensure_dataset(args.cache_dir, spec)
