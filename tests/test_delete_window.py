@@ -598,3 +598,31 @@ def test_a_driver_timeout_is_retried_by_the_window(cassandra_url: str) -> None:
         assert stats.retries == 1
         assert stats.directories == len(rows)
         assert not [r for r in store.iter_folder_rows(bucket)]
+
+
+def test_a_paced_group_waits_for_its_rate_before_its_lease_check() -> None:
+    """With --rate set, each group's share of the rate is waited for before the lease check,
+    so the check, the charge, the audit and the sends follow each other with no wait between:
+    a run whose lease went (its Dask client gone) sends nothing it checked before that."""
+    store = WindowStore()
+
+    def sleep(seconds: float) -> None:
+        if seconds > 0:
+            store.event("sleep", seconds)
+
+    stats = execute_plan(
+        cast(Store, store),
+        row_plan(24),
+        DELETE_TS,
+        ThrottleConfig(rate=50.0, concurrency=4),
+        RecordingAudit(store),
+        sleep=sleep,
+        keep_going=lambda: store.event("check", None),
+    )
+    assert stats.row_deletes == 24
+    kinds = [kind for kind, _ in store.events if kind in ("sleep", "check", "audit", "send")]
+    checks = [i for i, kind in enumerate(kinds) if kind == "check"]
+    assert len(checks) == 6 and "sleep" in kinds
+    for at in checks:
+        # the check, the group's audit, then its four sends: no wait among them
+        assert kinds[at : at + 6] == ["check", "audit", "send", "send", "send", "send"], kinds

@@ -184,6 +184,10 @@ def execute_plan(
             # a killed run has charged at most one group it did not send.
             window.wait_sent(last)
             window.settle()
+            # The group's share of --rate is waited for before its lease check, so the check is
+            # the last thing before its requests go: a run that lost its lease (its client
+            # gone) sends nothing it checked before that.
+            window.rate.acquire(len(chunk))
             keep_going()
             if charge is not None:
                 charge(chunk)
@@ -295,8 +299,9 @@ class _Window:
             group.requests = self.store.delete_requests(group.actions, self.timestamp_us)
 
     def send(self, group: _Group) -> None:
-        """Make the group's first round ready and start what the window has room for."""
-        self._send_round(group, range(len(group.actions)))
+        """Make the group's first round ready and start what the window has room for; its
+        share of the rate was waited for before its lease check."""
+        self._send_round(group, range(len(group.actions)), paid=True)
 
     def wait_sent(self, group: _Group | None) -> None:
         """Until every request of ``group``, and so of each group before it, has been sent
@@ -350,7 +355,9 @@ class _Window:
             raise
 
     # -- sending ----------------------------------------------------------------------------------
-    def _send_round(self, group: _Group, indexes: Iterable[int]) -> None:
+    def _send_round(self, group: _Group, indexes: Iterable[int], *, paid: bool = False) -> None:
+        """Send one round of ``group``: its first (``paid``: the rate waited for already) or a
+        retry round, each retried request after its share of the rate."""
         group.rounds += 1
         group.failed, group.error, group.sending = [], None, True
         sendable: list[int] = []
@@ -375,10 +382,11 @@ class _Window:
                 actions = [group.actions[i] for i in sendable]
                 requests = self.store.delete_requests(actions, self.timestamp_us)
             group.requests = None
-            paced = bool(self.rate.max_rate)
+            paced = bool(self.rate.max_rate) and not paid
             for request in requests:
                 members = request.members if whole else tuple(sendable[m] for m in request.members)
-                self.rate.acquire(len(members))
+                if not paid:
+                    self.rate.acquire(len(members))
                 if self.stop is not None:
                     break
                 partition = group.actions[members[0]].kind in _WHOLE_PARTITION
