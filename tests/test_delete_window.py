@@ -287,7 +287,8 @@ def test_a_signal_between_groups_still_sends_every_audited_delete() -> None:
     """The progress hook raises (a signal was asked for) while the window is full and a
     charged, audited group still waits to be sent: it is sent, and waited for, first."""
     store = WindowStore()
-    store.traits = StoreTraits(deletes_per_request=2)  # groups of 4 (one row per request), 2 in flight
+    # groups of 4 (one row per request), 2 in flight
+    store.traits = StoreTraits(deletes_per_request=2)
     interrupted = threading.Event()
 
     def progress(phase: str, done: int, total: int | None) -> None:

@@ -16,51 +16,33 @@ the clean's two phases — stays in the job, the same for both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store
 from dircleaner.workers import local as parallel
+from dircleaner.workers.work import FirstPhase, SecondPhase, ShardTask, TwoPhaseWork
+
+__all__ = [
+    "BUILD",
+    "CLEAN",
+    "FirstPhase",
+    "LocalWorkers",
+    "SecondPhase",
+    "ShardTask",
+    "SliceFailed",
+    "TwoPhaseWork",
+    "Workers",
+    "default_slice_count",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
-
-#: a one-phase task: ``task(store, shard, progress)``
-ShardTask = Callable[[Store, Shard, Progress], R]
-#: first phase: (what the parent needs to decide, what the worker keeps for the second phase)
-FirstPhase = Callable[[Store, Shard, Progress], tuple[T, L]]
-#: second phase: the worker's kept state and the parent's decision in, a result out
-SecondPhase = Callable[[Store, Shard, L, M, Progress], R]
-
-
-def _nothing(_index: int) -> None:
-    """The default ``on_second_done``: nothing to record."""
-
-
-@dataclass(frozen=True)
-class TwoPhaseWork(Generic[T, L, M, R]):
-    """Two phases per slice around one decision the parent takes on every first result.
-
-    ``first`` and ``second`` run wherever the workers are (each slice's second phase where its
-    first phase ran, with what that kept: ``L``); ``decide`` and ``on_second_done`` run in the
-    parent. ``T`` is what a first phase reports, ``M`` the decision, ``R`` a second phase's result.
-    """
-
-    first: FirstPhase[T, L]
-    #: every slice's first result → the one message every second phase gets; raising stops the
-    #: work before any second phase starts
-    decide: Callable[[list[T]], M]
-    second: SecondPhase[L, M, R]
-    #: the two phases' names, for progress and errors
-    phases: tuple[str, str]
-    #: called with the slice's position as each second phase succeeds
-    on_second_done: Callable[[int], None] = _nothing
 
 
 #: what the job cuts into slices for: the build stores one full-size partial filter per slice,

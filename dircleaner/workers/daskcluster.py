@@ -34,7 +34,8 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.workers.base import ShardTask, SliceFailed, TwoPhaseWork, default_slice_count
+from dircleaner.workers.base import SliceFailed, default_slice_count
+from dircleaner.workers.work import ShardTask, TwoPhaseWork
 
 R = TypeVar("R")
 T = TypeVar("T")

@@ -21,16 +21,14 @@ import pickle
 import signal
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from dircleaner.errors import DircleanerError
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import Store, open_store
 from dircleaner.workers import interrupt
-
-if TYPE_CHECKING:  # the protocol's module imports this one
-    from dircleaner.workers.base import FirstPhase, SecondPhase, ShardTask, TwoPhaseWork
+from dircleaner.workers.work import FirstPhase, SecondPhase, ShardTask, TwoPhaseWork
 
 R = TypeVar("R")
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Self-contained: it takes the session and what builds the bound statements, and returns
 ``DeleteRequest`` values (``store/base.py``) that the deleter sends, at most ``--concurrency``
 in flight, the next as one completes. The partition deletions come first, as the store's own
-``IN`` requests (``CassandraWrites._partition_deletes``), then one request per row or range
+``IN`` requests (``FolderDeletes.partition_deletes``), then one request per row or range
 delete, in the actions' order.
 """
 
