@@ -4,17 +4,19 @@ with the same filter, perfect precision, a worker killed mid-clean, the client k
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,7 +29,7 @@ from dircleaner.job.sweep import SweepConfig
 from dircleaner.lease import CHECK_INTERVAL_S
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row, directories_of
-from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.build import BuildConfig, BuildResult, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
@@ -77,6 +79,8 @@ class Dataset:
     bucket: str
     live: set[str]
     every: set[str]
+    #: the SQLite file (None: a Cassandra bucket)
+    path: Path | None = None
 
 
 def keys_of(n: int) -> tuple[list[str], list[str]]:
@@ -86,7 +90,10 @@ def keys_of(n: int) -> tuple[list[str], list[str]]:
     return keys, sorted(dead)
 
 
-def fill(store: Store, bucket: str, n: int) -> tuple[set[str], set[str]]:
+N = 1500
+
+
+def fill(store: Store, bucket: str, n: int = N) -> tuple[set[str], set[str]]:
     keys, dead = keys_of(n)
     store.put_objects(bucket, keys, OLD)
     store.delete_objects(bucket, dead, OLD)
@@ -103,15 +110,15 @@ def dataset(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Dataset]
         url = f"sqlite:///{tmp_path / 'meta.db'}"
         bucket = "default"
         with open_store(url, create=True) as store:
-            every, live = fill(store, bucket, 1500)
-        yield Dataset(url, bucket, live, every)
+            every, live = fill(store, bucket)
+        yield Dataset(url, bucket, live, every, tmp_path / "meta.db")
         return
     from tests.test_cassandra_end_to_end import _init_keyspace, forget_bucket
 
     url = _init_keyspace(request.getfixturevalue("cassandra_url"), "dask")
     bucket = f"{request.node.name}-{SESSION}"
     with open_store(url) as store:
-        every, live = fill(store, bucket, 1500)
+        every, live = fill(store, bucket)
         try:
             yield Dataset(url, bucket, live, every)
         finally:
@@ -144,31 +151,69 @@ def assert_precise(data: Dataset) -> set[str]:
     return left
 
 
+@contextlib.contextmanager
+def copy_of(data: Dataset, built: BuildResult, tmp_path: Path) -> Iterator[str]:
+    """A second store holding the dataset and its filter as they are now (its URL).
+
+    SQLite: a copy of the file (the workers' writes included). Cassandra: the same keys in a
+    keyspace of its own, under the same bucket name, and the same generation of the filter
+    (salt, snapshot and size: the same bits as the workers' shards OR-merged)."""
+    if data.path is not None:
+        copy = tmp_path / "copy.db"
+        with (
+            contextlib.closing(sqlite3.connect(data.path)) as source,
+            contextlib.closing(sqlite3.connect(copy)) as target,
+        ):
+            source.backup(target)
+        yield f"sqlite:///{copy}"
+        return
+    from tests.test_cassandra_end_to_end import _init_keyspace, forget_bucket
+
+    url = _init_keyspace(data.url, "copy")
+    header = built.header
+    with open_store(url) as store:
+        try:
+            fill(store, data.bucket)
+            config = BuildConfig(
+                fpr=header.target_p,
+                expected_dirs=header.expected_n,
+                bucket=data.bucket,
+                generation=built.generation,
+            )
+            copied = build_filter(store, config).header
+            assert (copied.salt, copied.m, copied.k) == (header.salt, header.m, header.k)
+            yield url
+        finally:
+            forget_bucket(store, data.bucket)  # type: ignore[arg-type]
+
+
 def test_same_filter_same_deletes_as_one_process(
     dataset: Dataset, workers: DaskWorkers, tmp_path: Path
 ) -> None:
     with open_store(dataset.url) as store:
         built = build_filter(store, BuildConfig(fpr=0.01, bucket=dataset.bucket), workers=workers)
-        # The build's slices are shards of one generation, merged at load.
-        assert built.header.shard_count == workers.parallelism == 2
-        config = clean_config(dataset, tmp_path / "audit.jsonl")
-        one = run_clean(store, replace(config, dry_run=True))  # one process, deletes nothing
-        assert one.deletion_plan is not None
-        planned = sorted(
-            dir_of_row(r.parent, r.name) for a in one.deletion_plan.actions for r in a.rows
-        )
-        many = run_clean(store, config, workers=workers)
-    assert len(planned) > 100
+    # The build's slices are shards of one generation, merged at load.
+    assert built.header.shard_count == workers.parallelism == 2
+    one_audit, many_audit = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
+    with copy_of(dataset, built, tmp_path) as copy_url:
+        # One process, for real, on the copy; then the workers on the dataset itself.
+        with open_store(copy_url) as copy:
+            one = run_clean(copy, clean_config(dataset, one_audit))
+        left_in_copy = listed(copy_url, dataset.bucket)
+    with open_store(dataset.url) as store:
+        many = run_clean(store, clean_config(dataset, many_audit), workers=workers)
+    by_one = sorted(e["dir"] for e in audit_entries(one_audit))
+    # The whole plan went, each directory once.
+    assert len(by_one) == len(set(by_one)) == one.plan.directories > 100
     assert many.sweep.loaded.generation == one.sweep.loaded.generation == built.generation
     # The same directories; the form may differ: a partition whose own directory is a false
     # positive but whose row is a candidate of its (absent) parent's partition goes by a
     # partition delete when one process sees both, by row deletes when a slice sees only it.
     assert many.plan.directories == one.plan.directories
     assert many.sweep.result.candidates == one.sweep.result.candidates
-    deleted = sorted(e["dir"] for e in audit_entries(tmp_path / "audit.jsonl"))
-    assert deleted == planned
+    assert sorted(e["dir"] for e in audit_entries(many_audit)) == by_one
     left = assert_precise(dataset)
-    assert left == listed_expected(dataset, set(planned))
+    assert left == listed_expected(dataset, set(by_one)) == left_in_copy
 
 
 def listed_expected(data: Dataset, deleted: set[str]) -> set[str]:

@@ -50,7 +50,7 @@ from dircleaner.pipeline.guards import (
     check_scan_consistency,
     check_sweep,
 )
-from dircleaner.pipeline.plan import DeletionPlan, PlanSummary
+from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import (
     DeleteOrders,
     ShardCleaned,
@@ -118,8 +118,6 @@ class CleanReport:
     dry_run: bool
     deleted: DeleteStats | None
     phase_seconds: dict[str, float]
-    #: the whole plan, kept only by an in-process clean (one worker) for callers that inspect it
-    deletion_plan: DeletionPlan | None = None
     #: slices of the ring an interrupted attempt had finished, not swept again
     slices_already_clean: tuple[int, ...] = ()
     #: the per-partition tombstone budget over the grace period, and where it came from
@@ -197,7 +195,6 @@ def clean(
         throttle=rate_share(config.throttle, running),
         lease_owner=lease_owner,
         run_started_us=started_us,
-        keep_plan=len(schedule.todo) == 1,
     )
     # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
     decision = CleanDecision(loaded.header, config, schedule, checkpoint)
@@ -321,7 +318,6 @@ def summary(
         dry_run=dry_run,
         deleted=outcome.deleted,
         phase_seconds=outcome.phases,
-        deletion_plan=cleaned[0].deletion_plan if len(cleaned) == 1 else None,
         slices_already_clean=tuple(sorted(schedule.previous.done)),
         budget=orders.budget,
         would_be_refused=verdict,

@@ -53,7 +53,6 @@ def delete_orders(
     throttle: ThrottleConfig,
     lease_owner: str | None,
     run_started_us: int,
-    keep_plan: bool = False,
 ) -> Orders:
     """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders.
 
@@ -72,7 +71,6 @@ def delete_orders(
         throttle=throttle,
         audit_log=config.audit_log,
         dry_run=config.dry_run,
-        keep_plan=keep_plan,
         lease_owner=lease_owner,
         audit_scope=audit_scope(store),
         run_started_us=run_started_us,

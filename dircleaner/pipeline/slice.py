@@ -69,8 +69,6 @@ class DeleteOrders:
     throttle: ThrottleConfig
     audit_log: Path | None
     dry_run: bool
-    #: return the whole plan (only worth it in-process, for callers that inspect it)
-    keep_plan: bool = False
     #: the run lease's owner: each slice stops deleting once the store shows another holder
     lease_owner: str | None = None
     #: the store every audit record names (``audit_scope``), and when this run started (µs)
@@ -85,7 +83,6 @@ class ShardCleaned:
     plan: PlanSummary
     deleted: DeleteStats | None
     delete_s: float
-    deletion_plan: DeletionPlan | None = None
     #: reading the budget ledger and planning, before the deletes
     plan_s: float = 0.0
 
@@ -143,7 +140,6 @@ def plan_and_delete(
         PlanSummary.of(plan),
         deleted,
         time.monotonic() - started,
-        plan if orders.keep_plan else None,
         started - planning,
     )
 
