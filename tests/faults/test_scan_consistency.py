@@ -77,6 +77,11 @@ def lagging_replica(tmp_path: Path) -> Iterator[tuple[Path, set[str], set[str]]]
         )
         assert put.exit_code == 0, put.output
         node("start-node", 3)
+        # Node 3 must be up in the driver's eyes too before the build, or the build's reads of
+        # its ranges go to the next replica, which holds every object, and nothing is missed.
+        deadline = time.monotonic() + 60
+        while not three_nodes_up() and time.monotonic() < deadline:
+            time.sleep(1)
         _, live = expected_dirs([*seen, *hidden], empty)
         hidden_dirs = {d for d in live if d.startswith("hidden/")}
         yield tmp_path, live, hidden_dirs
