@@ -63,10 +63,10 @@ from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionKey
 from dircleaner.pipeline.budget import ledger_charger
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan
-from dircleaner.store.base import murmur_token
 from dircleaner.store.cassandra.deletes import PARTITION_DELETES_PER_REQUEST
 from dircleaner.store.cassandra.mapping import partition_tokens
 from dircleaner.store.cassandra.store import CassandraStore
+from dircleaner.store.records import murmur_token
 from dircleaner.timeutil import now_us
 
 BUCKET = "bench"

@@ -31,13 +31,12 @@ from dircleaner.store.base import (
     MARKER_SEQ,
     IndexWriter,
     Store,
-    StoreTraits,
-    TombstoneCharge,
     TombstoneCounter,
     missing_bucket,
     require_bucket,
 )
 from dircleaner.store.kv import MAX_VALUE_BYTES
+from dircleaner.store.records import StoreTraits, TombstoneCharge
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue

@@ -9,8 +9,8 @@ import pytest
 
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
-from dircleaner.store.base import DirectoryReads
 from dircleaner.store.cassandra.walkreads import WalkReads, _mapped, _Read
+from dircleaner.store.records import DirectoryReads
 
 
 def read(probe: bool) -> _Read:

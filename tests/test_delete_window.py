@@ -34,15 +34,9 @@ from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.delete import DeleteFailed, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.store import open_store
-from dircleaner.store.base import (
-    DeleteOutcome,
-    DeleteRequest,
-    Store,
-    StoreTraits,
-    TombstoneCounter,
-    murmur_token,
-)
+from dircleaner.store.base import Store, TombstoneCounter
 from dircleaner.store.cassandra.store import CassandraStore
+from dircleaner.store.records import DeleteOutcome, DeleteRequest, StoreTraits, murmur_token
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries, expected_dirs, invoke
 

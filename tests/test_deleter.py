@@ -29,7 +29,7 @@ from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import AdaptiveRate, DeleteFailed, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, plan_deletions
-from dircleaner.store.base import murmur_token
+from dircleaner.store.records import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

@@ -22,7 +22,8 @@ from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, murmur_token
+from dircleaner.store.base import Store
+from dircleaner.store.records import murmur_token
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers
 from tests.helpers import tombstones_per_partition

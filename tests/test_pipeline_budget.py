@@ -13,7 +13,7 @@ from dircleaner.pipeline.budget import (
     ledger_charger,
     resolve_budget,
 )
-from dircleaner.store.base import TombstoneCharge
+from dircleaner.store.records import TombstoneCharge
 
 
 class Settings:

@@ -31,7 +31,7 @@ from dircleaner.pipeline.plan import (
     round_robin,
     with_ancestors,
 )
-from dircleaner.store.base import murmur_token
+from dircleaner.store.records import murmur_token
 
 B = "bkt"
 

@@ -24,7 +24,7 @@ from dircleaner.paths import directories_of
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.prefix import FolderIndexLooksCyclic, normalise_prefix
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import DeleteRequest, DirectoryReads
+from dircleaner.store.records import DeleteRequest, DirectoryReads
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries, expected_dirs, invoke, said, write_lines
 

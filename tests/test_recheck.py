@@ -12,7 +12,8 @@ from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.pipeline import recheck
 from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, murmur_token
+from dircleaner.store.base import Store
+from dircleaner.store.records import murmur_token
 
 B = "b"
 

@@ -25,7 +25,8 @@ from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionFacts
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import plan_deletions
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, murmur_token
+from dircleaner.store.base import Store
+from dircleaner.store.records import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 
 BUCKET = "bkt"

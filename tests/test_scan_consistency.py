@@ -14,7 +14,8 @@ import pytest
 from dircleaner.errors import UsageError
 from dircleaner.pipeline.guards import check_scan_consistency
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, StoreTraits
+from dircleaner.store.base import Store
+from dircleaner.store.records import StoreTraits
 from tests.helpers import invoke, write_toml
 
 

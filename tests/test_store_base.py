@@ -10,7 +10,8 @@ from typing import Any, cast
 import pytest
 
 from dircleaner.store import open_store
-from dircleaner.store.base import IndexWriter, Store, StoreTraits, index_writer
+from dircleaner.store.base import IndexWriter, Store, index_writer
+from dircleaner.store.records import StoreTraits
 from dircleaner.store.sqlite import SqliteStore
 
 #: the index primitives every backend writes

@@ -11,7 +11,8 @@ import pytest
 from dircleaner.errors import SchemaError, StoreNotFound, StoreUrlError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, TombstoneCharge, murmur_token
+from dircleaner.store.base import Store
+from dircleaner.store.records import TombstoneCharge, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
 from dircleaner.store.sqlite.schema import _open_read_only
 from tests.store_contract import T0, StoreContract, folder_rows

@@ -123,7 +123,7 @@ def test_result_counts_match_the_store(ds: Dataset) -> None:
 
 
 def test_rows_carry_the_spec_timestamp_and_token(ds: Dataset) -> None:
-    from dircleaner.store.base import murmur_token
+    from dircleaner.store.records import murmur_token
 
     assert {row[4] for row in ds.folder_rows + ds.object_rows} == {TS}
     for token, bucket, parent, _name, _ts in ds.folder_rows[::97] + ds.object_rows[::97]:

@@ -14,7 +14,8 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from dircleaner.store.base import DirCountEstimate, Store
+from dircleaner.store.base import Store
+from dircleaner.store.records import DirCountEstimate
 
 #: The filter's target false-positive rate: 11.0 bits and 8 hashes per directory. At 0.01 (9.6
 #: bits, 7 hashes) the false positives alone held a run's recall at 0.99, and a synthetic 30M

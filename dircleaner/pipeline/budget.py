@@ -23,7 +23,7 @@ from typing import Protocol
 
 from dircleaner.model import DeleteAction, PartitionFacts
 from dircleaner.pipeline.plan import dead_partitions
-from dircleaner.store.base import TombstoneCharge
+from dircleaner.store.records import TombstoneCharge
 
 #: Cassandra's default tombstone_warn_threshold, when the node does not say
 DEFAULT_WARN_THRESHOLD = 1000

@@ -49,8 +49,9 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.scanrate import merge as merge_scans
-from dircleaner.store.base import DirCountEstimate, Store
+from dircleaner.store.base import Store
 from dircleaner.store.packed import ObjectKeys
+from dircleaner.store.records import DirCountEstimate
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import BUILD, LocalWorkers, Workers
 

@@ -34,7 +34,8 @@ from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
-from dircleaner.store.base import DeleteOutcome, DeleteRequest, Store
+from dircleaner.store.base import Store
+from dircleaner.store.records import DeleteOutcome, DeleteRequest
 
 #: the actions that end with a partition deletion (a rewrite's, after its copy)
 _WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})

@@ -15,18 +15,23 @@ import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
-
-import mmh3
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import ActionKind, DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
-from dircleaner.scanrate import ScanRate, ScanThrottle
+from dircleaner.scanrate import ScanThrottle
 from dircleaner.store import bookkeeping
 from dircleaner.store.kv import ANY, Entry, Expect
+from dircleaner.store.records import (
+    DeleteOutcome,
+    DeleteRequest,
+    DirCountEstimate,
+    DirectoryReads,
+    StoreTraits,
+    TombstoneCharge,
+)
 
 if TYPE_CHECKING:  # numpy is imported only by the commands that build or sweep
     from dircleaner.store.packed import FolderKeys, ObjectKeys
@@ -46,97 +51,6 @@ DEFAULT_GRACE_S = 864_000.0
 # completion marker live at these negative seqs so one range read fetches both.
 HEADER_SEQ = -1
 MARKER_SEQ = -2
-
-
-class TombstoneCharge(NamedTuple):
-    """One entry of the tombstone ledger: what a run charged one live folders partition.
-
-    Written before the deletes it pays for and kept for the folders table's grace period (the
-    time Cassandra keeps a tombstone), so every run of that window, resumed or on another host,
-    sees what the partition already holds.
-    """
-
-    bucket: str
-    parent: str
-    generation: str
-    #: unique per write (run, slice, window): two charges never overwrite each other
-    charge_id: str
-    #: tombstones charged: 1 per row delete, 2 per range delete
-    cost: int
-
-
-@dataclass(frozen=True, slots=True)
-class DirCountEstimate:
-    """How many directories the folder index holds, and how we know."""
-
-    count: int
-    method: str
-    #: an exact count (cheap in SQLite) rather than an estimate
-    exact: bool = False
-    #: the exact number of folder rows, when it was counted (the sizing may scale it)
-    folder_rows: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class DirectoryReads:
-    """The prefix walk's two reads of a wave of directories ``(bucket, parent)``."""
-
-    #: the directories whose objects partition holds a row (as ``nonempty_object_partitions``)
-    with_objects: set[tuple[str, str]]
-    #: each directory's folders partition whole, in clustering order (its subdirectories); a
-    #: directory without any is absent
-    folder_rows: dict[tuple[str, str], list[FolderRow]]
-
-
-#: one delete request's outcome: an error, or None, per action it deletes, in its order
-DeleteOutcome = Sequence[BaseException | None]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRequest:
-    """One request of the deleter's window: what it deletes, and how to send it."""
-
-    #: the indexes, among the actions ``Store.delete_requests`` was given, of those it deletes
-    members: tuple[int, ...]
-    #: sends the request; the callback gets its outcome exactly once, on any thread, possibly
-    #: before ``send`` returns (a store whose deletes are synchronous)
-    send: Callable[[Callable[[DeleteOutcome], None]], None]
-
-
-def murmur_token(bucket: str, parent: str) -> int:
-    """The embedded store's partition token: signed 64-bit MurmurHash3 of the partition key."""
-    return int(mmh3.hash64((bucket + "\0" + parent).encode("utf-8"), 0, signed=True)[0])
-
-
-@dataclass(frozen=True, slots=True)
-class StoreTraits:
-    """What a store can do and how the job should drive it: one value per store, set when it is
-    built (the Cassandra store's depend on its config)."""
-
-    #: URL scheme this backend is registered under
-    scheme: str = ""
-    #: whether estimate_directory_count is an exact count cheap enough to run every build
-    cheap_exact_count: bool = False
-    #: whether a deletion plan interleaves its row deletes across partitions (replicas share the
-    #: load, no partition takes a burst); False runs them in key order instead
-    spread_deletes: bool = True
-    #: whether the sweep's reads see every row written before they began: a range delete
-    #: removes any row between its bounds, seen or not, so the plan only uses ranges where this
-    #: holds (a row delete spares what the sweep did not see)
-    sweep_sees_every_write: bool = True
-    #: whether the build's scan sees every object written before it began; where it may not
-    #: (a Cassandra build read below a quorum), only the verify re-check keeps a directory whose
-    #: objects it missed, so a clean needs the re-check and a sweep that sees every write
-    build_sees_every_write: bool = True
-    #: partition deletes the store sends in one request (Cassandra: one ``DELETE … parent IN``
-    #: of one ring range's partitions); the deleter hands it ``concurrency`` times this many
-    deletes_per_request: int = 1
-    #: how fast the scans read when the job does not say (a Cassandra config file's
-    #: ``scan_rate`` and ``scan_slow_page_s``)
-    scan_defaults: ScanRate = field(default_factory=ScanRate)
-    #: opened read-only (an embedded store on a read-only mount): it can be inspected and
-    #: swept, and every write fails
-    read_only: bool = False
 
 
 class Store(abc.ABC):

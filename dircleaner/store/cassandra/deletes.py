@@ -15,9 +15,9 @@ from typing import Any
 
 from dircleaner.errors import SchemaError
 from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey
-from dircleaner.store.base import DeleteRequest
 from dircleaner.store.cassandra import window
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
+from dircleaner.store.records import DeleteRequest
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from dircleaner.store.base import TombstoneCharge
 from dircleaner.store.cassandra.mapping import _q, padded_in
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements, Params
 from dircleaner.store.cassandra.session import _ttl
+from dircleaner.store.records import TombstoneCharge
 
 #: partitions per read of the tombstone ledger (one request per chunk, not per partition)
 LEDGER_READ_KEYS = 64

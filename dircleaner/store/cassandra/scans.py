@@ -17,10 +17,10 @@ from typing import Any
 
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.scanrate import ScanThrottle
-from dircleaner.store.base import DirCountEstimate
 from dircleaner.store.cassandra.requests import CassandraRequests
 from dircleaner.store.cassandra.ring import cql_token_bounds
 from dircleaner.store.cassandra.session import TRANSIENT_ERRORS, _one_line
+from dircleaner.store.records import DirCountEstimate
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,7 @@ from cassandra.cluster import Session
 
 from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.scanrate import ScanRate, ScanThrottle
-from dircleaner.store.base import (
-    PARTITION_PAGE_ROWS,
-    DeleteRequest,
-    DirCountEstimate,
-    DirectoryReads,
-    Store,
-    StoreTraits,
-    TombstoneCharge,
-)
+from dircleaner.store.base import PARTITION_PAGE_ROWS, Store
 from dircleaner.store.cassandra.config import (
     CassandraConfig,
     load_cassandra_config,
@@ -48,6 +40,13 @@ from dircleaner.store.cassandra.session import _connect
 from dircleaner.store.cassandra.walkreads import WalkReads
 from dircleaner.store.cassandra.writes import IndexWrites
 from dircleaner.store.kv import ANY, Entry, Expect
+from dircleaner.store.records import (
+    DeleteRequest,
+    DirCountEstimate,
+    DirectoryReads,
+    StoreTraits,
+    TombstoneCharge,
+)
 
 __all__ = ["CassandraStore"]
 

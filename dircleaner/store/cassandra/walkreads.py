@@ -28,11 +28,11 @@ from cassandra.query import PreparedStatement
 
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
-from dircleaner.store.base import DirectoryReads
 from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.reads import PartitionReads
 from dircleaner.store.cassandra.requests import CassandraRequests, InStatements
 from dircleaner.store.cassandra.session import map_error
+from dircleaner.store.records import DirectoryReads
 
 
 class _Read(NamedTuple):

@@ -15,8 +15,8 @@ from typing import Any
 from cassandra.query import PreparedStatement
 
 from dircleaner.model import ActionKind, DeleteAction, PartitionKey
-from dircleaner.store.base import DeleteOutcome, DeleteRequest
 from dircleaner.store.cassandra.session import map_error
+from dircleaner.store.records import DeleteOutcome, DeleteRequest
 
 #: the actions that end with a partition deletion (a rewrite's, after its copy)
 WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})

@@ -10,8 +10,8 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
-from dircleaner.store.base import murmur_token
 from dircleaner.store.bookkeeping import STATE_SPACE
+from dircleaner.store.records import murmur_token
 
 log = logging.getLogger(__name__)
 

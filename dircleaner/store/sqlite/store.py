@@ -20,16 +20,9 @@ from dircleaner.errors import SchemaError, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
-from dircleaner.store.base import (
-    DEFAULT_GRACE_S,
-    PARTITION_PAGE_ROWS,
-    DirCountEstimate,
-    Store,
-    StoreTraits,
-    TombstoneCharge,
-    murmur_token,
-)
+from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
+from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
