@@ -93,7 +93,12 @@ def _ahead_of_time() -> Any:
     """The kernels compiled ahead of time for this source, or None (then numba's path)."""
     from dircleaner.filter import aot
 
-    return aot.load()
+    kernels = aot.load()
+    if kernels is not None:
+        # As on numba's path: the process's long-lived objects (its imports) out of the
+        # collected generations, so that a full collection does not walk them again.
+        gc.freeze()
+    return kernels
 
 
 def compiled() -> Any:
