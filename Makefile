@@ -14,7 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+## install: the venv, and the filter kernels compiled ahead of time (a process then loads them
+## without importing numba; without them, numba compiles and caches them on first use)
 install: $(STAMP)
+	$(BIN)/python -m dircleaner.filter.aot \
+		|| echo "make install: no ahead-of-time filter kernels; numba compiles them on first use"
 
 ## tools: promtool, node_exporter and systemd-analyze, which the deploy/ tests run: Debian's
 ## packages, installed with apt-get when missing (as root, or through sudo)

@@ -19,11 +19,13 @@ counts CPU seconds (what other work on a shared machine disturbs least), in this
   the filter's ``add_ranges``) over the same scan, without sizing or storing.
 
 ``--fixed N`` measures instead what each job process pays before its first row, in ``N`` fresh
-interpreters (CPU and wall seconds, min and median): importing numpy, importing numba, importing
-the kernel module, and ``warm_up()`` (loading the kernels' cached machine code: numba sets up
-its typing and lowering tables on the first load, which is most of it; a first run on a machine
-compiles them instead, reported as ``compiled``). The job does this once, in a background
-thread of its first process; the forked workers inherit the loaded kernels.
+interpreters (CPU and wall seconds, min and median): importing numpy, then ``load_kernels()`` as
+the job calls it (the kernels compiled ahead of time by ``make install``, without numba, where
+built: ``ahead_of_time``), then numba's path for comparison: importing numba, importing the
+kernel module, and ``warm_up()`` (loading the kernels' cached machine code: numba sets up its
+typing and lowering tables on the first load, which is most of it; a first run on a machine
+compiles them instead, reported as ``compiled``). The job loads the kernels once, in its first
+process; the forked workers inherit them.
 
 The fastest of the rounds is kept per step; ``build_over_scan`` and ``sweep_over_scan`` are the
 ratios of CPU seconds. ``--profile`` runs one step under cProfile and prints its top functions.
@@ -170,22 +172,27 @@ def _drain(store: Store, what: str) -> int:
 
 # One fresh interpreter's fixed cost, step by step: (step, CPU seconds, wall seconds) as JSON.
 _FIXED = """
-import json, time
+import json, sys, time
 marks = [(time.process_time(), time.perf_counter())]
 def mark():
     marks.append((time.process_time(), time.perf_counter()))
 import numpy
 mark()
+from dircleaner.filter import aot, bloom
+bloom.load_kernels()
+mark()
+ahead = isinstance(bloom.compiled(), aot.Compiled) and "numba" not in sys.modules
 import numba
 mark()
 from dircleaner.filter import kernel
 mark()
 kernel.warm_up()
 mark()
-names = ("import numpy", "import numba", "import the kernel module", "warm_up (load the kernels)")
+names = ("import numpy", "load_kernels (as a job process)", "import numba",
+         "import the kernel module", "warm_up (load the kernels)")
 steps = {n: (b[0] - a[0], b[1] - a[1]) for n, a, b in zip(names, marks, marks[1:])}
 compiled = any(d.stats.cache_misses for d in (kernel.add_many, kernel.contains_many))
-print(json.dumps({"steps": steps, "compiled": compiled}))
+print(json.dumps({"steps": steps, "compiled": compiled, "ahead_of_time": ahead}))
 """
 
 
@@ -197,13 +204,22 @@ def fixed_cost(processes: int) -> dict[str, Any]:
             [sys.executable, "-c", _FIXED], check=True, capture_output=True, text=True
         ).stdout
         runs.append(json.loads(out))
-    result: dict[str, Any] = {"processes": processes, "compiled": [r["compiled"] for r in runs]}
+    result: dict[str, Any] = {
+        "processes": processes,
+        "compiled": [r["compiled"] for r in runs],
+        "ahead_of_time": [r["ahead_of_time"] for r in runs],
+    }
     for step in runs[0]["steps"]:
         for i, what in enumerate(("cpu_s", "wall_s")):
             values = [r["steps"][step][i] for r in runs]
             result[f"{step}: {what} min / median"] = (min(values), statistics.median(values))
-    totals = [sum(cpu for cpu, _ in r["steps"].values()) for r in runs]
-    result["total cpu_s min / median"] = (min(totals), statistics.median(totals))
+    job = [sum(r["steps"][step][0] for step in list(r["steps"])[:2]) for r in runs]
+    result["job process cpu_s min / median"] = (min(job), statistics.median(job))
+    jit = [
+        sum(cpu for step, (cpu, _) in r["steps"].items() if step != list(r["steps"])[1])
+        for r in runs
+    ]
+    result["numba path cpu_s min / median"] = (min(jit), statistics.median(jit))
     return result
 
 

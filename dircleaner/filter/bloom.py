@@ -9,8 +9,9 @@ numpy operations on chunks of keys so temporaries stay small.
 
 The batch paths (``add_many``, ``contains_many`` and their packed forms, which take the keys as one
 byte buffer plus offsets) run compiled kernels (``dircleaner.filter.kernel``: the same MurmurHash3,
-written for numba, bit for bit equal to ``mmh3``) once ``load_kernels()`` has loaded them; until
-then, and wherever numba is missing, they take the ``mmh3`` path, which sets the same bits.
+written for numba, bit for bit equal to ``mmh3``; compiled ahead of time where ``make install``
+built them, see ``dircleaner.filter.aot``) once ``load_kernels()`` has loaded them; until then,
+and wherever numba is missing, they take the ``mmh3`` path, which sets the same bits.
 
 The pybloom-live reference engine and the registry of engines by name are in
 ``dircleaner.filter.engines``; both engines derive from ``FilterEngine``.
@@ -61,15 +62,19 @@ _kernels_lock = threading.Lock()
 
 
 def load_kernels() -> bool:
-    """Load the compiled batch kernels (compiling them on a first run); True once loaded.
+    """Load the compiled batch kernels; True once loaded.
 
-    Costs about a second per process (importing numba, loading the cached machine code), so the
-    job starts it in a background thread (``start_loading_kernels``) and forks its workers after
-    it (they inherit it).
+    Where ``make install`` compiled them ahead of time (``dircleaner.filter.aot``) for this
+    kernel source, they load in milliseconds without numba. Otherwise numba loads them from its
+    on-disk cache (compiling them on a first run): about 0.4 s of CPU per process (importing
+    numba, initialising its compiler), so the job starts that in a background thread
+    (``start_loading_kernels``) and forks its workers after it (they inherit it).
     """
     global _kernels
     with _kernels_lock:
         if _kernels is None and sys.byteorder == "little":  # the kernels read words natively
+            _kernels = _ahead_of_time()
+        if _kernels is None and sys.byteorder == "little":
             try:
                 from dircleaner.filter import kernel as bloomkernel
 
@@ -84,6 +89,18 @@ def load_kernels() -> bool:
     return _kernels is not None
 
 
+def _ahead_of_time() -> Any:
+    """The kernels compiled ahead of time for this source, or None (then numba's path)."""
+    from dircleaner.filter import aot
+
+    kernels = aot.load()
+    if kernels is not None:
+        # As on numba's path: the process's long-lived objects (its imports) out of the
+        # collected generations, so that a full collection does not walk them again.
+        gc.freeze()
+    return kernels
+
+
 def compiled() -> Any:
     """The compiled kernel module once ``load_kernels()`` has loaded it, else None."""
     return _kernels
@@ -96,8 +113,10 @@ def start_loading_kernels() -> None:
     """``load_kernels()`` in a daemon thread (once per process), so that it overlaps the work
     before the first batch (sizing, reading the filter); the batch paths take the mmh3 path
     until it is done."""
-    global _loader
+    global _kernels, _loader
     with _kernels_lock:
+        if _kernels is None and _loader is None and sys.byteorder == "little":
+            _kernels = _ahead_of_time()  # milliseconds: no thread to wait for
         if _loader is None and _kernels is None:
             _loader = threading.Thread(target=load_kernels, name="bloom-kernels", daemon=True)
             _loader.start()

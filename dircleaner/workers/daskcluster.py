@@ -83,8 +83,9 @@ class DaskWorkers:
                 f"the Dask scheduler at {address} has no worker (start 'dask worker {address}')"
             ) from exc
         # A worker started for this run gets ready now (its malloc setting; the compiled
-        # filter kernels, about a second, loading in the background while this client sizes
-        # or reads the filter) instead of in its first task; a long-lived worker already is.
+        # filter kernels: milliseconds where compiled ahead of time, else numba's load, about
+        # half a second, in the background while this client sizes or reads the filter)
+        # instead of in its first task; a long-lived worker already is.
         prepared = self.client.run(_prepare_worker, on_error="return")  # returns at once
         nthreads = self.client.nthreads()
         busy = sum(1 for answer in prepared.values() if answer is True)
@@ -362,7 +363,8 @@ def _one_phase(
 ) -> R:
     """A task on a worker: its own store connection, the task, progress sent as events."""
     # A worker process is no fork of the client: it loads the compiled filter kernels itself
-    # (once; about a second), or every build and sweep task hashes key by key with mmh3.
+    # (once; through numba, about half a second), or every build and sweep task hashes key by
+    # key with mmh3.
     tune_malloc_under_nanny()
     load_kernels()
     store = open_store(url, config_path=config_path)
