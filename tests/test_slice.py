@@ -3,30 +3,25 @@ still empty (phase 2); and the slices' delete statistics merged into one."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dircleaner.filter.engines import Filter
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, Shard
+from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row
-from dircleaner.pipeline.budget import LedgerRead, charged_so_far, ledger_keys
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.slice import (
     DeleteOrders,
     merge_delete_stats,
     plan_and_delete,
-    plan_slice,
     sweep_and_recheck,
-    sweep_recheck_and_read_ledger,
 )
 from dircleaner.progress import no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.store.records import TombstoneCharge
 from dircleaner.timeutil import now_us
 
 B = "b"
@@ -91,64 +86,6 @@ def test_a_dry_run_plans_and_deletes_nothing(swept: tuple[Store, Filter]) -> Non
     cleaned = plan_and_delete(store, facts, first.nonempty, orders(dry_run=True), no_progress)
     assert cleaned.deleted is None and cleaned.plan.directories == 3
     assert listed(store) == before
-
-
-def test_a_store_read_from_threads_reads_the_ledger_during_the_recheck(
-    swept: tuple[Store, Filter],
-) -> None:
-    """Where reads overlap, phase 1 reads the candidates' ledger charges while it re-checks;
-    phase 2 plans on them as it would have on its own reads."""
-    store, filt = swept
-    store.charge_tombstones([TombstoneCharge(B, "", "old", "c1", 7)], 3600.0)
-    _first, facts_alone, alone = sweep_recheck_and_read_ledger(
-        store, Shard(), None, filt, True, no_progress
-    )
-    assert alone is None  # SQLite runs one statement at a time: nothing to overlap
-    store.traits = dataclasses.replace(store.traits, concurrent_reads=True)
-    first, facts, ledger = sweep_recheck_and_read_ledger(
-        store, Shard(), None, filt, True, no_progress
-    )
-    assert ledger is not None
-    assert ledger.keys == frozenset(ledger_keys(facts)) == {(B, "")}
-    assert ledger.charged == {(B, ""): 7}
-    ahead = plan_slice(store, facts, first.nonempty, orders(), ledger)
-    assert ahead == plan_slice(store, facts_alone, first.nonempty, orders())
-
-
-def test_the_plan_reads_only_the_partitions_the_read_ahead_missed() -> None:
-    """A partition the read ahead skipped (dead then, live once a non-empty find from another
-    slice dropped a row) is read by the plan; the others are not read again."""
-    asked: list[list[tuple[str, str]]] = []
-
-    class Ledger:
-        def tombstones_charged(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
-            asked.append(list(keys))
-            return {key: 3 for key in keys}
-
-    facts = _facts_of_two_partitions()
-    read = LedgerRead(frozenset({(B, "live/")}), {(B, "live/"): 5})
-    charged = charged_so_far(Ledger(), facts, read)
-    assert asked == [[(B, "dead/")]]
-    assert charged == {(B, "live/"): 5, (B, "dead/"): 3}
-
-
-def _facts_of_two_partitions() -> list[PartitionFacts]:
-    """A live partition (one of its two rows a candidate) and one that a dropped row left
-    live (not every row a candidate any more)."""
-    return [
-        PartitionFacts(
-            key=PartitionKey(1, B, "live/"),
-            total_rows=2,
-            candidates=(FolderRow(1, B, "live/", "a"),),
-            ordinals=(0,),
-        ),
-        PartitionFacts(
-            key=PartitionKey(2, B, "dead/"),
-            total_rows=2,
-            candidates=(FolderRow(2, B, "dead/", "b"),),
-            ordinals=(1,),
-        ),
-    ]
 
 
 def test_merged_delete_stats_add_up_and_rates_sum() -> None:

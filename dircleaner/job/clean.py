@@ -41,7 +41,7 @@ from dircleaner.job.sliceorder import (
 from dircleaner.job.sweep import LoadedFilter, SweepConfig, expected_sweep, load_filter
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.model import BucketDir, PartitionFacts, Shard
-from dircleaner.pipeline.budget import LedgerRead, TombstoneBudget
+from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import scope_of, swept_count_key
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
 from dircleaner.pipeline.guards import (
@@ -57,7 +57,7 @@ from dircleaner.pipeline.slice import (
     ShardSwept,
     merge_delete_stats,
     plan_and_delete,
-    sweep_recheck_and_read_ledger,
+    sweep_and_recheck,
 )
 from dircleaner.pipeline.sweep import SweepTotals
 from dircleaner.progress import Progress, expecting, no_progress
@@ -70,9 +70,8 @@ from dircleaner.workers.base import CLEAN, LocalWorkers, TwoPhaseWork, Workers
 #: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
 DEFAULT_MAX_REWRITE_ROWS = 100_000
 
-#: what a slice's first phase keeps for its second: its candidates, its own non-empty finds and
-#: the ledger's charges it read ahead (if it did)
-Kept = tuple[list[PartitionFacts], frozenset[BucketDir], LedgerRead | None]
+#: what a slice's first phase keeps for its second: its candidates and its own non-empty finds
+Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
 
 
 @dataclass(frozen=True)
@@ -467,10 +466,10 @@ class SliceWork:
 
     def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
         """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
-        swept, facts, ledger = sweep_recheck_and_read_ledger(
+        swept, facts = sweep_and_recheck(
             store, shard, self.bucket, self.shared.get(store), self.verify, report, self.scan
         )
-        return swept, (facts, swept.nonempty, ledger)
+        return swept, (facts, swept.nonempty)
 
     def clean(
         self,
@@ -482,10 +481,10 @@ class SliceWork:
     ) -> ShardCleaned:
         """Phase 2: plan the slice's deletes (the pure planner, within the budgets the ledger
         leaves), keeping every non-empty find, and delete."""
-        facts, own_nonempty, ledger = kept
+        facts, own_nonempty = kept
         # A first phase run again (its worker was lost) may have found more than the decision
         # pooled: its own finds stay too.
-        return plan_and_delete(store, facts, nonempty | own_nonempty, self.orders, report, ledger)
+        return plan_and_delete(store, facts, nonempty | own_nonempty, self.orders, report)
 
 
 class CleanDecision:

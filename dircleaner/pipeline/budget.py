@@ -90,40 +90,14 @@ def resolve_budget(
 
 
 def charged_so_far(
-    store: TombstoneLedger, facts: Iterable[PartitionFacts], read: LedgerRead | None = None
+    store: TombstoneLedger, facts: Iterable[PartitionFacts]
 ) -> dict[tuple[str, str], int]:
     """What the ledger holds for every partition of ``facts`` that may take tombstones (a
-    dead partition goes with a partition deletion, which costs none); with ``read``, the
-    partitions it already read are not read again."""
-    keys = ledger_keys(facts)
-    if read is None:
-        return store.tombstones_charged(keys) if keys else {}
-    missing = [key for key in keys if key not in read.keys]
-    charged = store.tombstones_charged(missing) if missing else {}
-    return {**read.charged, **charged}
-
-
-@dataclass(frozen=True)
-class LedgerRead:
-    """The ledger's charges of some partitions, read ahead (``read_ledger_ahead``)."""
-
-    keys: frozenset[tuple[str, str]]
-    charged: dict[tuple[str, str], int]
-
-
-def read_ledger_ahead(store: TombstoneLedger, facts: Iterable[PartitionFacts]) -> LedgerRead:
-    """The charges of the partitions of ``facts`` that may take tombstones, read before the
-    non-empty finds are known: dropping them later only turns a dead partition live, and
-    ``charged_so_far`` then reads just those."""
-    keys = ledger_keys(facts)
-    return LedgerRead(frozenset(keys), store.tombstones_charged(keys) if keys else {})
-
-
-def ledger_keys(facts: Iterable[PartitionFacts]) -> list[tuple[str, str]]:
-    """The partitions of ``facts`` that may take tombstones: all but the dead ones."""
+    dead partition goes with a partition deletion, which costs none)."""
     facts = list(facts)
     dead = dead_partitions(facts)
-    return [(f.key.bucket, f.key.parent) for f in facts if (f.key.bucket, f.key.parent) not in dead]
+    keys = [(f.key.bucket, f.key.parent) for f in facts if (f.key.bucket, f.key.parent) not in dead]
+    return store.tombstones_charged(keys) if keys else {}
 
 
 def ledger_charger(

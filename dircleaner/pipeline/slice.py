@@ -20,19 +20,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.lease import lease_check
 from dircleaner.model import BucketDir, PartitionFacts, Shard
-from dircleaner.pipeline.budget import (
-    LedgerRead,
-    charged_so_far,
-    ledger_charger,
-    read_ledger_ahead,
-)
+from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
 from dircleaner.pipeline.recheck import find_nonempty
@@ -103,24 +97,6 @@ def sweep_and_recheck(
     scan: ScanRate | None = None,
 ) -> tuple[ShardSwept, list[PartitionFacts]]:
     """Phase 1: the slice's candidates (kept) and what the parent must know of them."""
-    swept, facts, _ledger = sweep_recheck_and_read_ledger(
-        store, shard, bucket, filt, verify, progress, scan
-    )
-    return swept, facts
-
-
-def sweep_recheck_and_read_ledger(
-    store: Store,
-    shard: Shard,
-    bucket: str | None,
-    filt: MembershipFilter,
-    verify: bool,
-    progress: Progress,
-    scan: ScanRate | None = None,
-) -> tuple[ShardSwept, list[PartitionFacts], LedgerRead | None]:
-    """Phase 1, and on a store read from several threads at once, the ledger's charges of the
-    candidates' partitions, read while the re-check reads (both wait on the store): the plan
-    then reads only the partitions the non-empty finds turned live (``charged_so_far``)."""
     from dircleaner.filter.bloom import finish_loading_kernels
 
     # The kernels loaded while the filter was read; a loader still importing numba would hold
@@ -131,14 +107,9 @@ def sweep_recheck_and_read_ledger(
     scanned = throttle.stats()
     nonempty: set[BucketDir] = set()
     checked = parents = 0
-    ledger = None
     started = time.monotonic()
     if verify:
-        ahead = store.traits.concurrent_reads and bool(result.facts)
-        with ThreadPoolExecutor(1, thread_name_prefix="dircleaner-ledger") as pool:
-            reading = pool.submit(read_ledger_ahead, store, result.facts) if ahead else None
-            rechecked = find_nonempty(store, result.facts)
-            ledger = reading.result() if reading is not None else None
+        rechecked = find_nonempty(store, result.facts)
         nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
         progress("verify", checked, checked)
     swept = ShardSwept(
@@ -149,7 +120,7 @@ def sweep_recheck_and_read_ledger(
         parents,
         scanned,
     )
-    return swept, result.facts, ledger
+    return swept, result.facts
 
 
 def plan_and_delete(
@@ -158,12 +129,10 @@ def plan_and_delete(
     nonempty: frozenset[BucketDir],
     orders: DeleteOrders,
     progress: Progress,
-    ledger: LedgerRead | None = None,
 ) -> ShardCleaned:
-    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``).
-    ``ledger``: the charges phase 1 read ahead, if it did."""
+    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``)."""
     planning = time.monotonic()
-    plan = plan_slice(store, facts, nonempty, orders, ledger)
+    plan = plan_slice(store, facts, nonempty, orders)
     del facts  # the plan holds what is still needed
     started = time.monotonic()
     deleted = delete_slice(store, plan, orders, progress)
@@ -180,7 +149,6 @@ def plan_slice(
     facts: list[PartitionFacts],
     nonempty: frozenset[BucketDir],
     orders: DeleteOrders,
-    ledger: LedgerRead | None = None,
 ) -> DeletionPlan:
     """Phase 2, the plan: drop what must stay (the directories found non-empty in any slice,
     and their ancestors) and plan within the budgets (the pure planner, on what the ledger
@@ -189,7 +157,7 @@ def plan_slice(
         facts = drop_nonempty(facts, nonempty)
     # What every run of the grace period already spent (this generation's killed attempts
     # included), read from the store before planning.
-    used = charged_so_far(store, facts, ledger)
+    used = charged_so_far(store, facts)
     return plan_deletions(
         facts,
         orders.max_row_tombstones,

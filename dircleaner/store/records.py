@@ -102,6 +102,3 @@ class StoreTraits:
     #: opened read-only (an embedded store on a read-only mount): it can be inspected and
     #: swept, and every write fails
     read_only: bool = False
-    #: whether reads from several threads at once overlap (a Cassandra session's requests do;
-    #: an SQLite connection runs one statement at a time)
-    concurrent_reads: bool = False

@@ -64,7 +64,6 @@ def cassandra_traits(cfg: CassandraConfig) -> StoreTraits:
         build_sees_every_write=cfg.consistency.build in QUORUM_READS,
         deletes_per_request=PARTITION_DELETES_PER_REQUEST,
         scan_defaults=ScanRate(cfg.scan_rate, cfg.scan_slow_page_s),
-        concurrent_reads=True,
     )
 
 
