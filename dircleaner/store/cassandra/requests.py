@@ -66,6 +66,21 @@ CAPPED_PAGE_SECONDS = 0.25
 MIN_CAPPED_PAGE_ROWS = 100
 
 
+def release_rows(result: Any) -> None:
+    """Let go of a read page's rows held by the driver, once copied out.
+
+    The driver's response future sits in a reference cycle (its request timer holds a bound
+    method of it) and keeps the page's rows: with the cyclic GC paused through a scan, as the
+    build and the sweep pause it, every row read stays alive until the pause ends, and the
+    first collection then walks and frees them all at once (a second per million rows). The
+    list the result hands out is the one the future holds: emptied, the rows go by reference
+    counting as soon as their consumer drops its copy.
+    """
+    rows = result.current_rows
+    if isinstance(rows, list):
+        rows.clear()
+
+
 class _Done:
     """End of one split's pages."""
 
@@ -301,11 +316,14 @@ class CassandraRequests:
                 throttle=throttle,
             )
             rows = result.current_rows
+            paging_state = result.paging_state
             if throttle is not None:
                 throttle.page(len(rows), throttle.now() - began, reserved)
-            if rows:
-                yield list(rows)
-            paging_state = result.paging_state
+            page = list(rows)
+            release_rows(result)
+            del result, rows
+            if page:
+                yield page
             if not paging_state:
                 return
 
