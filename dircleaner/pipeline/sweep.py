@@ -84,7 +84,7 @@ class _PartitionRun:
         self.candidates: list[FolderRow] = []
         self.ordinals: list[int] = []
 
-    def facts(self) -> PartitionFacts | None:
+    def facts(self, shared: dict[tuple[int, ...], tuple[int, ...]]) -> PartitionFacts | None:
         if not self.candidates and not self.absent:
             return None
         return PartitionFacts(
@@ -92,9 +92,21 @@ class _PartitionRun:
             self.total,
             tuple(self.candidates),
             self.absent,
-            tuple(self.ordinals),
+            _shared_ordinals(self.ordinals, shared),
             self.parent_absent,
         )
+
+
+def _shared_ordinals(
+    ordinals: list[int], shared: dict[tuple[int, ...], tuple[int, ...]]
+) -> tuple[int, ...]:
+    """``ordinals`` as a tuple, one tuple for all the partitions with the same common shape: a
+    lone candidate (``(k,)``), two, or every row from the first (``0 … n-1``: an absent
+    partition's). Candidates are kept until the deletes, and most partitions have one of these."""
+    ords = tuple(ordinals)
+    if len(ords) <= 2 or ords[-1] == len(ords) - 1:
+        return shared.setdefault(ords, ords)
+    return ords
 
 
 def sweep(
@@ -122,6 +134,7 @@ def sweep(
     swept = partitions = 0
     run: _PartitionRun | None = None
     buckets: dict[str, str] = {}
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
     for batch in batches:
         if not isinstance(batch, FolderKeys):
             batch = FolderKeys.of_rows(batch)
@@ -171,7 +184,7 @@ def sweep(
                 first = 1
             if first == 0 or nseg > 1:
                 partitions += 1
-                if (done := run.facts()) is not None:
+                if (done := run.facts(shared)) is not None:
                     facts.append(done)
                 run = None
         if first < nseg:
@@ -186,7 +199,7 @@ def sweep(
                             lens[seg],
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
-                            tuple(seg_ords[seg]),
+                            _shared_ordinals(seg_ords[seg], shared),
                             not parent_present[seg],
                         )
                     )
@@ -203,7 +216,7 @@ def sweep(
         progress("sweep", swept, None)
     if run is not None:
         partitions += 1
-        if (done := run.facts()) is not None:
+        if (done := run.facts(shared)) is not None:
             facts.append(done)
     return SweepResult(facts, swept, partitions, time.monotonic() - started)
 
