@@ -104,6 +104,16 @@ def test_no_facts_give_an_empty_plan() -> None:
     assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (0, 0, 0)
 
 
+def test_a_lone_candidates_row_delete_holds_its_facts_tuple_not_a_copy() -> None:
+    """The plan lives beside the candidates until the deletes: a live partition's lone
+    candidate (the common case) is deleted by an action holding the fact's own one-row tuple."""
+    lone = facts("p/", 5, ["b"], ordinals=[1])
+    apart = facts("q/", 5, ["a", "c"], ordinals=[0, 2])
+    plan = plan_deletions([lone, apart], max_row_tombstones=10)
+    assert plan.actions == (rowdel("p/", "b"), rowdel("q/", "a"), rowdel("q/", "c"))
+    assert plan.actions[0].rows is lone.candidates
+
+
 def test_negative_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="max_row_tombstones must be >= 0"):
         plan_deletions([facts("a/", 3, ["k"])], -1)

@@ -328,7 +328,11 @@ def _live_deletes(
                 done += 1
             break
         fits = run[: budget - spent]
-        out.extend(DeleteAction(row_kind, key, (row,)) for row in fits)
+        if len(fits) == 1:
+            # Already a one-row tuple (a lone candidate's is the fact's own): no copy per row.
+            out.append(DeleteAction(row_kind, key, fits))
+        else:
+            out.extend(DeleteAction(row_kind, key, (row,)) for row in fits)
         spent += len(fits)
         done += len(fits)
         if len(fits) < len(run):
