@@ -96,6 +96,22 @@ def test_partition_facts_allow_as_many_candidates_as_rows() -> None:
     assert len(facts("x/", 2, ["a", "b"]).candidates) == 2
 
 
+def test_unchecked_facts_are_the_facts_the_class_builds() -> None:
+    """The sweep's constructor sets every field, equal and pickled alike; a new field added to
+    the class without it fails here."""
+    from dataclasses import fields
+
+    from dircleaner.model import unchecked_facts
+
+    args = (key("x/"), 4, (row("x/", "a"), row("x/", "c")), True, (0, 2), True)
+    fact = unchecked_facts(*args)
+    assert fact == PartitionFacts(*args)
+    assert [getattr(fact, f.name) for f in fields(PartitionFacts)] == list(args)
+    assert pickle.loads(pickle.dumps(fact)) == fact
+    with pytest.raises(AttributeError):
+        fact.total_rows = 5  # type: ignore[misc]
+
+
 def test_no_facts_give_an_empty_plan() -> None:
     plan = plan_deletions([], 10)
     assert plan.actions == ()

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, unchecked_facts
 from dircleaner.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class _PartitionRun:
     def facts(self, shared: dict[tuple[int, ...], tuple[int, ...]]) -> PartitionFacts | None:
         if not self.candidates and not self.absent:
             return None
-        return PartitionFacts(
+        return unchecked_facts(
             self.key,
             self.total,
             tuple(self.candidates),
@@ -135,6 +135,7 @@ def sweep(
     run: _PartitionRun | None = None
     buckets: dict[str, str] = {}
     shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    new_row = tuple.__new__
     for batch in batches:
         if not isinstance(batch, FolderKeys):
             batch = FolderKeys.of_rows(batch)
@@ -168,12 +169,13 @@ def sweep(
             name_lo = batch.prefix_ends[cand_idx].tolist()
             name_hi = (offsets[cand_idx + 1] - 1).tolist()
             rows: list[FolderRow] = []
-            key = PartitionKey(0, "", "")
+            token, bucket, parent = 0, "", ""
             for seg, lo, hi in zip(segs.tolist(), name_lo, name_hi, strict=True):
                 if seg not in seg_rows:
-                    key = key_of(seg)
+                    token, bucket, parent = key_of(seg)
                     rows = seg_rows[seg] = []
-                rows.append(FolderRow(key.token, key.bucket, key.parent, raw[lo:hi].decode()))
+                # FolderRow(...) without the named tuple's Python-level __new__
+                rows.append(new_row(FolderRow, (token, bucket, parent, raw[lo:hi].decode())))
         lens = lengths.tolist()
         first = 0
         if run is not None:
@@ -194,7 +196,7 @@ def sweep(
             for seg in sorted(seg_rows):
                 if first <= seg < last:
                     facts.append(
-                        PartitionFacts(
+                        unchecked_facts(
                             key_of(seg),
                             lens[seg],
                             tuple(seg_rows[seg]),
