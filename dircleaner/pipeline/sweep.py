@@ -161,6 +161,7 @@ def sweep(
         goes_on = run if run is not None and run.packed == _packed_key(batch, raw, 0) else None
         key_of = _SegmentKeys(batch, raw, starts, buckets, goes_on.key if goes_on else None).key
         seg_rows: dict[int, list[FolderRow]] = {}
+        seg_keys: dict[int, PartitionKey] = {}
         seg_ords: dict[int, list[int]] = {}
         cand_idx = np.flatnonzero(candidate)
         if cand_idx.size:
@@ -172,7 +173,7 @@ def sweep(
             token, bucket, parent = 0, "", ""
             for seg, lo, hi in zip(segs.tolist(), name_lo, name_hi, strict=True):
                 if seg not in seg_rows:
-                    token, bucket, parent = key_of(seg)
+                    token, bucket, parent = seg_keys[seg] = key_of(seg)
                     rows = seg_rows[seg] = []
                 # FolderRow(...) without the named tuple's Python-level __new__
                 rows.append(new_row(FolderRow, (token, bucket, parent, raw[lo:hi].decode())))
@@ -197,7 +198,7 @@ def sweep(
                 if first <= seg < last:
                     facts.append(
                         unchecked_facts(
-                            key_of(seg),
+                            seg_keys[seg],
                             lens[seg],
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
@@ -247,7 +248,9 @@ class _SegmentKeys:
             # one bucket string) instead of holding a copy each.
             bucket, _, parent = self._raw[self._lo[seg] : self._hi[seg]].decode().partition("\0")
             bucket = self._buckets.setdefault(bucket, bucket)
-            key = self._keys[seg] = PartitionKey(self._tokens[seg], bucket, parent)
+            # PartitionKey(...) without the named tuple's Python-level __new__
+            key = tuple.__new__(PartitionKey, (self._tokens[seg], bucket, parent))
+            self._keys[seg] = key
         return key
 
 
