@@ -122,7 +122,7 @@ def test_data_persists_across_reopen(tmp_path: Path) -> None:
 def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back(
     tmp_path: Path, bucket: str | None
 ) -> None:
-    """A whole-table count visits each page once: filling the connection's 128 MiB cache with
+    """A whole-table count visits each page once: filling the connection's cache with
     them only costs fresh memory, and dropping them when the workers write."""
     from dircleaner.store.sqlite.schema import CACHE_KIB, COUNT_CACHE_KIB
 
@@ -149,9 +149,9 @@ def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back
 def test_scans_and_the_recheck_read_through_a_small_cache_and_give_the_big_one_back(
     tmp_path: Path,
 ) -> None:
-    """The slice scans and the re-check visit each page once: through the connection's 128 MiB
-    cache, the job's one process held pages it never read again (and a full cache besides the
-    candidates at its peak). A scan abandoned half way gives the big cache back too."""
+    """The slice scans and the re-check visit each page once: through the connection's cache,
+    the job's one process held pages it never read again (a full cache beside the candidates at
+    its peak). A scan abandoned half way gives the big cache back too."""
     from dircleaner.store.sqlite.schema import CACHE_KIB, SCAN_CACHE_KIB
 
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
