@@ -96,12 +96,38 @@ def test_partition_facts_allow_as_many_candidates_as_rows() -> None:
     assert len(facts("x/", 2, ["a", "b"]).candidates) == 2
 
 
+def test_unchecked_facts_are_the_facts_the_class_builds() -> None:
+    """The sweep's constructor sets every field, equal and pickled alike; a new field added to
+    the class without it fails here."""
+    from dataclasses import fields
+
+    from dircleaner.model import unchecked_facts
+
+    args = (key("x/"), 4, (row("x/", "a"), row("x/", "c")), True, (0, 2), True)
+    fact = unchecked_facts(*args)
+    assert fact == PartitionFacts(*args)
+    assert [getattr(fact, f.name) for f in fields(PartitionFacts)] == list(args)
+    assert pickle.loads(pickle.dumps(fact)) == fact
+    with pytest.raises(AttributeError):
+        fact.total_rows = 5  # type: ignore[misc]
+
+
 def test_no_facts_give_an_empty_plan() -> None:
     plan = plan_deletions([], 10)
     assert plan.actions == ()
     assert plan.deferred == ()
     assert dict(plan.row_tombstones) == {}
     assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (0, 0, 0)
+
+
+def test_a_lone_candidates_row_delete_holds_its_facts_tuple_not_a_copy() -> None:
+    """The plan lives beside the candidates until the deletes: a live partition's lone
+    candidate (the common case) is deleted by an action holding the fact's own one-row tuple."""
+    lone = facts("p/", 5, ["b"], ordinals=[1])
+    apart = facts("q/", 5, ["a", "c"], ordinals=[0, 2])
+    plan = plan_deletions([lone, apart], max_row_tombstones=10)
+    assert plan.actions == (rowdel("p/", "b"), rowdel("q/", "a"), rowdel("q/", "c"))
+    assert plan.actions[0].rows is lone.candidates
 
 
 def test_negative_budget_is_refused() -> None:

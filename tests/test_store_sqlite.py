@@ -122,7 +122,7 @@ def test_data_persists_across_reopen(tmp_path: Path) -> None:
 def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back(
     tmp_path: Path, bucket: str | None
 ) -> None:
-    """A whole-table count visits each page once: filling the connection's 128 MiB cache with
+    """A whole-table count visits each page once: filling the connection's cache with
     them only costs fresh memory, and dropping them when the workers write."""
     from dircleaner.store.sqlite.schema import CACHE_KIB, COUNT_CACHE_KIB
 
@@ -144,6 +144,50 @@ def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back
         assert len(counts) == 1 and small and restored
         assert small[-1] < counts[0] < restored[0]
         assert conn.execute("PRAGMA cache_size").fetchone()[0] == -CACHE_KIB
+
+
+def test_scans_and_the_recheck_read_through_a_small_cache_and_give_the_big_one_back(
+    tmp_path: Path,
+) -> None:
+    """The slice scans and the re-check visit each page once: through the connection's cache,
+    the job's one process held pages it never read again (a full cache beside the candidates at
+    its peak). A scan abandoned half way gives the big cache back too."""
+    from dircleaner.store.sqlite.schema import CACHE_KIB, SCAN_CACHE_KIB
+
+    with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
+        store.put_objects("b", ["a/b/c", "x/y"], T0)
+        conn = store._conn
+
+        def cache() -> int:
+            return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+        for scan in (
+            store.scan_object_partitions,
+            store.scan_folder_rows,
+            store.scan_object_keys,
+            store.scan_folder_keys,
+        ):
+            batches = iter(scan(Shard()))
+            next(batches)
+            assert cache() == -SCAN_CACHE_KIB, scan.__name__
+            assert list(batches) == []
+            assert cache() == -CACHE_KIB, scan.__name__
+        abandoned = iter(store.scan_folder_rows(Shard()))
+        next(abandoned)
+        abandoned.close()  # type: ignore[attr-defined]
+        assert cache() == -CACHE_KIB
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        try:
+            assert store.nonempty_object_partitions([("b", "a/b/"), ("b", "q/")]) == {("b", "a/b/")}
+        finally:
+            conn.set_trace_callback(None)
+        probes = [i for i, sql in enumerate(seen) if "SELECT 1 FROM objects" in sql]
+        small = [i for i, sql in enumerate(seen) if f"cache_size=-{SCAN_CACHE_KIB}" in sql]
+        restored = [i for i, sql in enumerate(seen) if f"cache_size=-{CACHE_KIB}" in sql]
+        assert probes and small and restored
+        assert small[0] < probes[0] and probes[-1] < restored[-1]
+        assert cache() == -CACHE_KIB
 
 
 def test_tokens_are_murmur_of_the_partition_key(tmp_path: Path) -> None:

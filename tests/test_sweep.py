@@ -132,6 +132,33 @@ def test_a_partition_spanning_several_batches_carries_its_offset() -> None:
     assert fact.ordinals == (5, 6, 7, 12, 20, 21, 22)
 
 
+@pytest.mark.parametrize("size", [1, 3, 1000])
+def test_partitions_of_the_same_common_shape_share_one_ordinals_tuple(size: int) -> None:
+    """Candidates stay in memory until the deletes: the partitions with a lone candidate at the
+    same position, or with every row a candidate (from 0), hold one tuple, not one each."""
+    rows = [
+        *partition(1, "p/", ["a", "b"]),
+        *partition(2, "q/", ["a", "b"]),
+        *partition(3, "r/", ["a", "b", "c"]),
+        *partition(4, "s/", ["a", "b", "c"]),
+        *partition(5, "t/", ["a", "b", "c", "d", "e"]),
+        *partition(6, "u/", ["a", "b", "c", "d", "e"]),
+    ]
+    # p/ and q/: b alone; r/ and s/ absent (every row); t/ and u/: a, c and e (not shared).
+    present = SetFilter(
+        [
+            *(dir_key("b", d) for d in ("p/", "q/", "t/", "u/", "p/a/", "q/a/")),
+            *(dir_key("b", f"{d}{n}/") for d in ("t/", "u/") for n in "bd"),
+        ]
+    )
+    result = sweep(batches_of(rows, every(rows, size)), present)
+    assert result.facts == expected_facts(rows, present)
+    by = {f.key.parent: f.ordinals for f in result.facts}
+    assert by["p/"] == (1,) and by["p/"] is by["q/"]
+    assert by["r/"] == (0, 1, 2) and by["r/"] is by["s/"]
+    assert by["t/"] == by["u/"] == (0, 2, 4)
+
+
 def test_empty_batches_change_nothing() -> None:
     cuts = [0, 0, 4, 4, 9, 30, 30, len(ROWS)]
     assert sweep(batches_of(ROWS, cuts), PRESENT).facts == expected_facts(ROWS, PRESENT)

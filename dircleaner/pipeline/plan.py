@@ -41,7 +41,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import TypeVar
 
 from dircleaner.model import (
@@ -258,7 +257,11 @@ def plan_deletions(
         DeleteAction(ActionKind.PARTITION, fact.key, fact.candidates)
         for fact in sorted(dead, key=_partition_order)
     ]
-    per_partition: list[list[DeleteAction]] = []
+    # Live deletes: partition by partition, or (spread) each partition's first, then the rest
+    # round-robin over the partitions with more than one; no list per partition is kept (most
+    # have a single delete, and there are as many as live partitions with candidates).
+    ordered: list[DeleteAction] = []
+    rests: list[list[DeleteAction]] = []
     rewrites: list[DeleteAction] = []
     rewrite_rows = 0
     deferred: list[FolderRow] = []
@@ -278,10 +281,16 @@ def plan_deletions(
         planned, spent, held = _live_deletes(fact, budget, min_range)
         deferred.extend(held)
         if planned:
-            per_partition.append(planned)
             budget_used[(key.bucket, key.parent)] = spent
+            if not spread:
+                ordered.extend(planned)
+                continue
+            ordered.append(planned[0])
+            if len(planned) > 1:
+                rests.append(planned[1:])
     actions[:0] = rewrites
-    actions.extend(round_robin(per_partition) if spread else chain.from_iterable(per_partition))
+    actions.extend(ordered)
+    actions.extend(round_robin(rests))
     return DeletionPlan(tuple(actions), tuple(deferred), budget_used, rewrite_rows)
 
 
@@ -328,7 +337,11 @@ def _live_deletes(
                 done += 1
             break
         fits = run[: budget - spent]
-        out.extend(DeleteAction(row_kind, key, (row,)) for row in fits)
+        if len(fits) == 1:
+            # Already a one-row tuple (a lone candidate's is the fact's own): no copy per row.
+            out.append(DeleteAction(row_kind, key, fits))
+        else:
+            out.extend(DeleteAction(row_kind, key, (row,)) for row in fits)
         spent += len(fits)
         done += len(fits)
         if len(fits) < len(run):

@@ -130,10 +130,15 @@ def plan_and_delete(
     orders: DeleteOrders,
     progress: Progress,
 ) -> ShardCleaned:
-    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``)."""
+    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``).
+
+    ``facts`` is emptied once planned: the plan holds what the deletes need (the partitions'
+    keys and candidate rows), and the rest (the facts themselves, their ordinals) goes before
+    the deletes, whoever else holds the list (the worker's state between the phases).
+    """
     planning = time.monotonic()
     plan = plan_slice(store, facts, nonempty, orders)
-    del facts  # the plan holds what is still needed
+    facts.clear()
     started = time.monotonic()
     deleted = delete_slice(store, plan, orders, progress)
     return ShardCleaned(

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, unchecked_facts
 from dircleaner.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -84,17 +84,29 @@ class _PartitionRun:
         self.candidates: list[FolderRow] = []
         self.ordinals: list[int] = []
 
-    def facts(self) -> PartitionFacts | None:
+    def facts(self, shared: dict[tuple[int, ...], tuple[int, ...]]) -> PartitionFacts | None:
         if not self.candidates and not self.absent:
             return None
-        return PartitionFacts(
+        return unchecked_facts(
             self.key,
             self.total,
             tuple(self.candidates),
             self.absent,
-            tuple(self.ordinals),
+            _shared_ordinals(self.ordinals, shared),
             self.parent_absent,
         )
+
+
+def _shared_ordinals(
+    ordinals: list[int], shared: dict[tuple[int, ...], tuple[int, ...]]
+) -> tuple[int, ...]:
+    """``ordinals`` as a tuple, one tuple for all the partitions with the same common shape: a
+    lone candidate (``(k,)``), two, or every row from the first (``0 … n-1``: an absent
+    partition's). Candidates are kept until the deletes, and most partitions have one of these."""
+    ords = tuple(ordinals)
+    if len(ords) <= 2 or ords[-1] == len(ords) - 1:
+        return shared.setdefault(ords, ords)
+    return ords
 
 
 def sweep(
@@ -122,6 +134,8 @@ def sweep(
     swept = partitions = 0
     run: _PartitionRun | None = None
     buckets: dict[str, str] = {}
+    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+    new_row = tuple.__new__
     for batch in batches:
         if not isinstance(batch, FolderKeys):
             batch = FolderKeys.of_rows(batch)
@@ -147,6 +161,7 @@ def sweep(
         goes_on = run if run is not None and run.packed == _packed_key(batch, raw, 0) else None
         key_of = _SegmentKeys(batch, raw, starts, buckets, goes_on.key if goes_on else None).key
         seg_rows: dict[int, list[FolderRow]] = {}
+        seg_keys: dict[int, PartitionKey] = {}
         seg_ords: dict[int, list[int]] = {}
         cand_idx = np.flatnonzero(candidate)
         if cand_idx.size:
@@ -155,12 +170,13 @@ def sweep(
             name_lo = batch.prefix_ends[cand_idx].tolist()
             name_hi = (offsets[cand_idx + 1] - 1).tolist()
             rows: list[FolderRow] = []
-            key = PartitionKey(0, "", "")
+            token, bucket, parent = 0, "", ""
             for seg, lo, hi in zip(segs.tolist(), name_lo, name_hi, strict=True):
                 if seg not in seg_rows:
-                    key = key_of(seg)
+                    token, bucket, parent = seg_keys[seg] = key_of(seg)
                     rows = seg_rows[seg] = []
-                rows.append(FolderRow(key.token, key.bucket, key.parent, raw[lo:hi].decode()))
+                # FolderRow(...) without the named tuple's Python-level __new__
+                rows.append(new_row(FolderRow, (token, bucket, parent, raw[lo:hi].decode())))
         lens = lengths.tolist()
         first = 0
         if run is not None:
@@ -171,7 +187,7 @@ def sweep(
                 first = 1
             if first == 0 or nseg > 1:
                 partitions += 1
-                if (done := run.facts()) is not None:
+                if (done := run.facts(shared)) is not None:
                     facts.append(done)
                 run = None
         if first < nseg:
@@ -181,12 +197,12 @@ def sweep(
             for seg in sorted(seg_rows):
                 if first <= seg < last:
                     facts.append(
-                        PartitionFacts(
-                            key_of(seg),
+                        unchecked_facts(
+                            seg_keys[seg],
                             lens[seg],
                             tuple(seg_rows[seg]),
                             not dir_present[seg],
-                            tuple(seg_ords[seg]),
+                            _shared_ordinals(seg_ords[seg], shared),
                             not parent_present[seg],
                         )
                     )
@@ -203,7 +219,7 @@ def sweep(
         progress("sweep", swept, None)
     if run is not None:
         partitions += 1
-        if (done := run.facts()) is not None:
+        if (done := run.facts(shared)) is not None:
             facts.append(done)
     return SweepResult(facts, swept, partitions, time.monotonic() - started)
 
@@ -232,7 +248,9 @@ class _SegmentKeys:
             # one bucket string) instead of holding a copy each.
             bucket, _, parent = self._raw[self._lo[seg] : self._hi[seg]].decode().partition("\0")
             bucket = self._buckets.setdefault(bucket, bucket)
-            key = self._keys[seg] = PartitionKey(self._tokens[seg], bucket, parent)
+            # PartitionKey(...) without the named tuple's Python-level __new__
+            key = tuple.__new__(PartitionKey, (self._tokens[seg], bucket, parent))
+            self._keys[seg] = key
         return key
 
 

@@ -27,6 +27,7 @@ from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
     COUNT_CACHE_KIB,
+    SCAN_CACHE_KIB,
     open_database,
     path_from_url,
 )
@@ -109,15 +110,28 @@ class SqliteStore(Store):
         self._conn.close()
 
     # -- scans ------------------------------------------------------------------------------------
-    def _stream(self, sql: str, params: Sequence[object]) -> Iterator[list[tuple[object, ...]]]:
-        cursor = self._conn.execute(sql, params)
+    @contextlib.contextmanager
+    def _read_once(self) -> Iterator[None]:
+        """Through a small page cache, as the sizing count: for reads that visit each page once
+        (the slice scans, the re-check's probes in key order). Shrinking the cache also lets go
+        of the pages an earlier read left in it; the big one is back after."""
+        self._conn.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
         try:
-            while batch := cursor.fetchmany(SCAN_BATCH):
-                yield batch
+            yield
         finally:
             # A stream abandoned by an error may be finalised after the store was closed.
             with contextlib.suppress(sqlite3.ProgrammingError):
-                cursor.close()
+                self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+
+    def _stream(self, sql: str, params: Sequence[object]) -> Iterator[list[tuple[object, ...]]]:
+        with self._read_once():
+            cursor = self._conn.execute(sql, params)
+            try:
+                while batch := cursor.fetchmany(SCAN_BATCH):
+                    yield batch
+            finally:
+                with contextlib.suppress(sqlite3.ProgrammingError):
+                    cursor.close()
 
     def _scan_slice(
         self, select: str, order: str, shard: Shard, bucket: str | None, group: bool = False
@@ -303,20 +317,23 @@ class SqliteStore(Store):
             " (token INTEGER NOT NULL, bucket TEXT NOT NULL, parent TEXT NOT NULL)"
         )
         try:
-            for start in range(0, len(keys), RECHECK_CHUNK):
-                rows = sorted(
-                    (murmur_token(bucket, parent), bucket, parent)
-                    for bucket, parent in keys[start : start + RECHECK_CHUNK]
-                )
-                # A deferred transaction: only the temp table is written, so the metastore's
-                # writers are never locked out by a re-check.
-                conn.execute("BEGIN")
-                try:
-                    conn.execute("DELETE FROM temp.dircleaner_recheck")
-                    conn.executemany("INSERT INTO temp.dircleaner_recheck VALUES (?, ?, ?)", rows)
-                    found.update((str(b), str(p)) for b, p in conn.execute(_RECHECK_PROBE))
-                finally:
-                    conn.execute("COMMIT")
+            with self._read_once():
+                for start in range(0, len(keys), RECHECK_CHUNK):
+                    rows = sorted(
+                        (murmur_token(bucket, parent), bucket, parent)
+                        for bucket, parent in keys[start : start + RECHECK_CHUNK]
+                    )
+                    # A deferred transaction: only the temp table is written, so the metastore's
+                    # writers are never locked out by a re-check.
+                    conn.execute("BEGIN")
+                    try:
+                        conn.execute("DELETE FROM temp.dircleaner_recheck")
+                        conn.executemany(
+                            "INSERT INTO temp.dircleaner_recheck VALUES (?, ?, ?)", rows
+                        )
+                        found.update((str(b), str(p)) for b, p in conn.execute(_RECHECK_PROBE))
+                    finally:
+                        conn.execute("COMMIT")
         finally:
             conn.execute("DROP TABLE IF EXISTS temp.dircleaner_recheck")
         return found
