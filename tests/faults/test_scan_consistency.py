@@ -7,10 +7,11 @@ LOCAL_QUORUM: their rows land on nodes 1 and 2 only, and node 3 never hears of t
 node 3 is the first replica of about a third of the ring, and the build's LOCAL_ONE reads of a
 range go to its first replica (``RangeAwarePolicy``), which reads its own copy (the test nodes
 keep ring order: SimpleSnitch, no dynamic snitch). The fixture checks that node 3 lacks them;
-the build misses the objects in node 3's ranges, so their directories are absent from the filter and become candidates. The objects
-were written before the run (``--min-age 0``: T is the build's start), so the delete timestamp
-alone would not save them; the re-check at LOCAL_QUORUM reads two replicas, at least one of
-which holds each object, and keeps every one of those directories (precision 1).
+the build misses the objects in node 3's ranges, so their directories are absent from the filter
+and become candidates. The objects were written before the run (``--min-age 0``: T is the
+build's start), so the delete timestamp alone would not save them; the re-check at LOCAL_QUORUM
+reads two replicas, at least one of which holds each object, and keeps every one of those
+directories (precision 1).
 """
 
 from __future__ import annotations
