@@ -198,9 +198,11 @@ def clean(
     )
     # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
     decision = CleanDecision(loaded.header, config, schedule, checkpoint)
+    # The progress's total (a count where the last run left none) is read before the clock
+    # starts: it is no part of the sweep.
+    first_expected = expected_sweep(store, config.sweep) if not schedule.previous.done else None
     clock = PhaseClock(decision.decide)
     work = clean_work(store, config, loaded, orders, running, clock, decision)
-    first_expected = expected_sweep(store, config.sweep) if not schedule.previous.done else None
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in schedule.todo],
