@@ -21,6 +21,13 @@
    * the size of an exact Python ``set`` of the directories (sampled and extrapolated).
 4. Writes JSON (``--out``) and prints a Markdown table.
 
+Each pass against its own scan (``build_over_scan``, ``sweep_over_scan``) is taken from a floor at
+the job's parallelism measured right before the job. With ``--repeat N`` the floor/job pair runs N
+times, each on a fresh copy after its own previous night's build, and each per-phase figure is the
+median of the rounds with every round's value beside it: at 1M a pass lasts about a second, and one
+pair alone says more about the machine's minute than about the job. ``--ratios-only`` measures only
+those pairs (no single-process floor, engine comparison nor set sample).
+
 Speed is a ratio (``run_over_scan``) measured in one run: absolute seconds on a shared machine are
 noise.
 """
@@ -35,6 +42,7 @@ import os
 import random
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -682,6 +690,98 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def measure_round(
+    data: Path, db: Path, args: argparse.Namespace, work: Path, truth: set[str], first: bool
+) -> dict[str, Any]:
+    """One floor/job pair on a fresh copy: the previous night's build (untimed), the floor at the
+    job's parallelism right before the job, then the job; its per-phase ratios and scores. The
+    first round also takes the single-process floor (full mode)."""
+    copy_s = copy_dataset(data / "meta.db", db)
+    print(f"copied the dataset in {copy_s:.1f}s (not timed)", file=sys.stderr)
+    floor = None
+    if first and not args.ratios_only:
+        store = open_store(store_url(db))
+        try:
+            floor = scan_floor(store)
+        finally:
+            store.close()
+        print(f"scan-only floor: {floor['scan_only_s']:.1f}s", file=sys.stderr)
+    warmup_s = None
+    if not args.no_warmup:
+        warmup_s = previous_night(db, args)
+        print(f"previous night's build: {warmup_s:.1f}s (not timed)", file=sys.stderr)
+    load_before = os.getloadavg()
+    floor_par = scan_floor_parallel(db, args.workers)
+    print(
+        f"scan-only floor, {floor_par['processes']} processes: {floor_par['scan_only_s']:.1f}s",
+        file=sys.stderr,
+    )
+    ran = run_job(db, args, work)
+    print(f"run: {ran['run_s']:.1f}s", file=sys.stderr)
+    summary = ran["summary"]
+    phase_s = {"build": summary["build"]["seconds"], **summary["clean"]["phase_seconds"]}
+    deferred = summary["clean"]["plan"]["deferred"]
+    return {
+        "copy_s_untimed": copy_s,
+        "previous_night_build_s_untimed": warmup_s,
+        "floor": floor,
+        "floor_same_parallelism": floor_par,
+        "ran": ran,
+        "phase_s": phase_s,
+        "ratios": phase_ratios(ran["run_s"], phase_s, floor_par),
+        "scores": score_deletes(ran["audit_log"], truth, DEFAULT_BUCKET, deferred),
+        "loadavg_before_floor": load_before,
+        "loadavg_after_run": os.getloadavg(),
+    }
+
+
+#: the per-phase figures reported as the median of the rounds, each with its list
+ROUND_FIGURES = (
+    "build_over_scan",
+    "sweep_over_scan",
+    "startup_s",
+    "recheck_s",
+    "plan_s",
+    "delete_s",
+)
+
+
+def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each per-phase figure as the median of the rounds, with every round's value beside it
+    (``<figure>_runs``), the run's worst memory and worst precision."""
+    out: dict[str, Any] = {}
+    for name in ROUND_FIGURES:
+        values = [r["ratios"][name] for r in rounds]
+        out[name] = statistics.median(values)
+        out[f"{name}_runs"] = [round(v, 3) for v in values]
+    out["run_s"] = statistics.median(r["ran"]["run_s"] for r in rounds)
+    out["run_s_runs"] = [round(r["ran"]["run_s"], 3) for r in rounds]
+    out["peak_rss_mb"] = max(
+        max(r["ran"]["peak_rss_single_mb"], r["ran"]["peak_rss_single_sampled_mb"]) for r in rounds
+    )
+    out["precision"] = min(r["scores"]["precision"] for r in rounds)
+    out["loadavg_runs"] = [
+        [round(x, 2) for x in r["loadavg_before_floor"][:1] + r["loadavg_after_run"][:1]]
+        for r in rounds
+    ]
+    return out
+
+
+def ratios_markdown(r: dict[str, Any]) -> str:
+    """The per-phase table of a ``--ratios-only`` run: the median, then every round."""
+    lines = ["| figure | median | rounds | target | met |", "|---|---:|---|---|---|"]
+    for name in ROUND_FIGURES:
+        target = "≤ 1.3" if name.endswith("_over_scan") else ""
+        met = ("yes" if r[name] <= 1.3 else "**no**") if target else ""
+        runs = " / ".join(f"{v:.2f}" for v in r[f"{name}_runs"])
+        lines.append(f"| {name} | {r[name]:.2f} | {runs} | {target} | {met} |")
+    lines.append(f"| peak_rss_mb (largest process) | {r['peak_rss_mb']:.0f} | | ≤ 1024 | |")
+    lines.append(f"| precision (worst round) | {r['precision']:.6f} | | = 1.0 | |")
+    loads = " / ".join("–".join(f"{x:.1f}" for x in pair) for pair in r["loadavg_runs"])
+    lines.append(f"| load (before floor – after run) | | {loads} | | |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--dirs", type=int, required=True, help="directories in the dataset")
@@ -709,7 +809,20 @@ def main() -> None:
         action="store_true",
         help="skip the previous night's build (the run then sizes for every folder row)",
     )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="floor/job rounds, each on a fresh copy; per-phase figures are their median",
+    )
+    ap.add_argument(
+        "--ratios-only",
+        action="store_true",
+        help="only the per-phase figures: no single-process floor, engines nor set sample",
+    )
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
 
     spec = SynthSpec(dirs=args.dirs, seed=args.seed, empty_fraction=args.empty_fraction)
     data, meta = ensure_dataset(args.cache_dir, spec)
@@ -719,46 +832,42 @@ def main() -> None:
     work = (args.work_dir or args.cache_dir) / f"run-d{args.dirs}-s{args.seed}"
     work.mkdir(parents=True, exist_ok=True)
     db = work / "meta.db"
-    log = sys.stderr
-
-    copy_s = copy_dataset(data / "meta.db", db)
-    print(f"copied the dataset in {copy_s:.1f}s (not timed)", file=log)
-    store = open_store(store_url(db))
-    try:
-        floor = scan_floor(store)
-    finally:
-        store.close()
-    print(f"scan-only floor: {floor['scan_only_s']:.1f}s", file=log)
-    floor_par = scan_floor_parallel(db, args.workers)
-    print(
-        f"scan-only floor, {floor_par['processes']} processes: {floor_par['scan_only_s']:.1f}s",
-        file=log,
-    )
-    warmup_s = None
-    if not args.no_warmup:
-        warmup_s = previous_night(db, args)
-        print(f"previous night's build: {warmup_s:.1f}s (not timed)", file=log)
-    ran = run_job(db, args, work)
-    summary = ran["summary"]
-    print(f"run: {ran['run_s']:.1f}s", file=log)
-
     truth = read_truth(data / "truth.txt")
-    bucket = DEFAULT_BUCKET
+    rounds = []
+    for index in range(args.repeat):
+        print(f"round {index + 1} of {args.repeat}", file=sys.stderr)
+        rounds.append(measure_round(data, db, args, work, truth, first=index == 0))
+    per_phase = over_rounds(rounds)
+
+    if args.ratios_only:
+        result: dict[str, Any] = {
+            "dirs": meta["dirs"],
+            "workers": args.workers,
+            "rounds": args.repeat,
+            **per_phase,
+            "details": [_round_details(r) for r in rounds],
+        }
+        if not args.keep_copy:
+            _remove_copy(db)
+        if args.out is not None:
+            args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print(ratios_markdown(result))
+        return
+
+    last = rounds[-1]
+    floor, floor_par, ran = rounds[0]["floor"], last["floor_same_parallelism"], last["ran"]
+    summary = ran["summary"]
     build = summary["build"]
-    quality = filter_quality(db, build["generation"], truth, bucket)
-    deferred = summary["clean"]["plan"]["deferred"]
-    scores = score_deletes(ran["audit_log"], truth, bucket, deferred)
-    print("scored; timing the filter engines ...", file=log)
+    quality = filter_quality(db, build["generation"], truth, DEFAULT_BUCKET)
+    scores = last["scores"]
+    print("scored; timing the filter engines ...", file=sys.stderr)
     eng = engines(data / "meta.db", quality["n_sized"], args.fpr, args.filter_sample)
     exact = exact_set_size(data / "meta.db", meta["dirs"], args.set_sample, args.seed)
     if not args.keep_copy:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        _remove_copy(db)
 
     self_usage = resource.getrusage(resource.RUSAGE_SELF)
-    phase_s = {"build": build["seconds"], **summary["clean"]["phase_seconds"]}
-    per_phase = phase_ratios(ran["run_s"], phase_s, floor_par)
-    result: dict[str, Any] = {
+    result = {
         "dirs": meta["dirs"],
         "dirs_requested": args.dirs,
         "empty_dirs": meta["empty_dirs"],
@@ -774,7 +883,7 @@ def main() -> None:
         # floor processes'): what a core does per row, robust to a machine shared with others.
         "run_over_scan_cpu": ran["run_cpu_s"] / floor_par["scan_only_cpu_s"],
         **per_phase,
-        "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
+        "rounds": args.repeat,
         "peak_rss_sum_mb": ran["peak_rss_sum_mb"],
         "peak_pss_sum_mb": ran["peak_pss_sum_mb"],
         "filter_bytes": build["filter_bytes"],
@@ -783,7 +892,6 @@ def main() -> None:
         "fpr_target": args.fpr,
         "fpr_measured": quality["fpr_measured"],
         "fpr_estimated_from_fill": quality["fpr_estimated_from_fill"],
-        "precision": scores["precision"],
         "recall": scores["recall"],
         "recall_with_deferred": scores["recall_with_deferred"],
         "tombstones_per_live_partition_max": scores["tombstones_per_live_partition_max"],
@@ -799,17 +907,13 @@ def main() -> None:
         "mem_gb": round(mem_gb(), 1),
         "details": {
             "floor": floor,
-            "floor_same_parallelism": floor_par,
-            "copy_s_untimed": copy_s,
-            "previous_night_build_s_untimed": warmup_s,
-            "run": {k: v for k, v in ran.items() if k not in ("summary", "audit_log")},
-            "run_phase_s": phase_s,
+            "rounds": [_round_details(r) for r in rounds],
+            "run_summary": summary,
             "filter": quality,
             "scores": scores,
             "engines": eng["filter_sample"],
             "exact_set": exact,
             "generation": meta,
-            "run_summary": summary,
             "options": {
                 "fpr": args.fpr,
                 "concurrency": args.concurrency,
@@ -825,6 +929,17 @@ def main() -> None:
     if args.out is not None:
         args.out.write_text(text + "\n")
     print(markdown(result))
+
+
+def _round_details(r: dict[str, Any]) -> dict[str, Any]:
+    """A round's JSON: everything but the run's summary and the audit log's path."""
+    ran = {k: v for k, v in r["ran"].items() if k not in ("summary", "audit_log")}
+    return {**{k: v for k, v in r.items() if k != "ran"}, "run": ran}
+
+
+def _remove_copy(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
