@@ -112,6 +112,44 @@ def test_unchecked_facts_are_the_facts_the_class_builds() -> None:
         fact.total_rows = 5  # type: ignore[misc]
 
 
+def test_unchecked_facts_takes_the_fields_in_field_order() -> None:
+    import inspect
+    from dataclasses import fields
+
+    from dircleaner.model import unchecked_facts
+
+    params = list(inspect.signature(unchecked_facts).parameters)
+    assert params == [f.name for f in fields(PartitionFacts)]
+
+
+def test_a_field_unchecked_facts_does_not_take_is_refused() -> None:
+    """A field added to the class, one moved, or a parameter renamed: the setters are refused
+    (at import, for ``PartitionFacts``) rather than leaving a field unset or set from another."""
+    from dataclasses import dataclass
+
+    from dircleaner.model import _field_setters, unchecked_facts
+
+    @dataclass(frozen=True, slots=True)
+    class Grown(PartitionFacts):
+        extra: int = 0
+
+    with pytest.raises(TypeError, match="does not take Grown's fields"):
+        _field_setters(Grown, unchecked_facts)
+
+    def moved(
+        key: object,
+        total_rows: object,
+        candidates: object,
+        ordinals: object,
+        dir_absent: object,
+        parent_dir_absent: object,
+    ) -> PartitionFacts:
+        raise AssertionError("never called")
+
+    with pytest.raises(TypeError, match=r"^moved\('key', 'total_rows', 'candidates', 'ordinals'"):
+        _field_setters(PartitionFacts, moved)
+
+
 def test_no_facts_give_an_empty_plan() -> None:
     plan = plan_deletions([], 10)
     assert plan.actions == ()

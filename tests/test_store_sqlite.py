@@ -190,6 +190,40 @@ def test_scans_and_the_recheck_read_through_a_small_cache_and_give_the_big_one_b
         assert cache() == -CACHE_KIB
 
 
+def test_interleaved_reads_keep_the_small_cache_until_the_last_one_ends(tmp_path: Path) -> None:
+    """Reads on one connection nest or overlap (a scan's generator left open while another scan
+    or the re-check runs): the first one to end must not give the big cache back under the
+    others, whichever order they end in."""
+    from dircleaner.store.sqlite.schema import CACHE_KIB, SCAN_CACHE_KIB
+
+    with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
+        store.put_objects("b", ["a/b/c", "x/y"], T0)
+        conn = store._conn
+
+        def cache() -> int:
+            return int(conn.execute("PRAGMA cache_size").fetchone()[0])
+
+        outer = iter(store.scan_folder_rows(Shard()))
+        next(outer)
+        inner = iter(store.scan_object_partitions(Shard()))
+        next(inner)
+        assert list(inner) == []  # the inner scan ends first
+        assert cache() == -SCAN_CACHE_KIB
+        assert store.nonempty_object_partitions([("b", "a/b/")]) == {("b", "a/b/")}
+        assert cache() == -SCAN_CACHE_KIB
+        assert list(outer) == []
+        assert cache() == -CACHE_KIB
+
+        first = iter(store.scan_folder_rows(Shard()))
+        next(first)
+        second = iter(store.scan_folder_rows(Shard()))
+        next(second)
+        first.close()  # type: ignore[attr-defined]  # the scan that started first ends first
+        assert cache() == -SCAN_CACHE_KIB
+        assert list(second) == []
+        assert cache() == -CACHE_KIB
+
+
 def test_tokens_are_murmur_of_the_partition_key(tmp_path: Path) -> None:
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c"], T0)

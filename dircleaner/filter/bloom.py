@@ -72,9 +72,7 @@ def load_kernels() -> bool:
     """
     global _kernels
     with _kernels_lock:
-        if _kernels is None and sys.byteorder == "little":  # the kernels read words natively
-            _kernels = _ahead_of_time()
-        if _kernels is None and sys.byteorder == "little":
+        if _try_ahead_of_time() and _kernels is None:
             try:
                 from dircleaner.filter import kernel as bloomkernel
 
@@ -87,6 +85,18 @@ def load_kernels() -> bool:
             gc.freeze()
             _kernels = bloomkernel
     return _kernels is not None
+
+
+def _try_ahead_of_time() -> bool:
+    """Under ``_kernels_lock``: the kernels compiled ahead of time into ``_kernels`` unless some
+    are loaded already; False where no compiled kernels can run (they read words natively, so
+    little-endian machines only: the mmh3 path sets the same bits everywhere)."""
+    global _kernels
+    if sys.byteorder != "little":
+        return False
+    if _kernels is None:
+        _kernels = _ahead_of_time()
+    return True
 
 
 def _ahead_of_time() -> Any:
@@ -113,13 +123,13 @@ def start_loading_kernels() -> None:
     """``load_kernels()`` in a daemon thread (once per process), so that it overlaps the work
     before the first batch (sizing, reading the filter); the batch paths take the mmh3 path
     until it is done."""
-    global _kernels, _loader
+    global _loader
     with _kernels_lock:
-        if _kernels is None and _loader is None and sys.byteorder == "little":
-            _kernels = _ahead_of_time()  # milliseconds: no thread to wait for
-        if _loader is None and _kernels is None:
-            _loader = threading.Thread(target=load_kernels, name="bloom-kernels", daemon=True)
-            _loader.start()
+        if _loader is None:
+            _try_ahead_of_time()  # milliseconds: no thread to wait for
+            if _kernels is None:
+                _loader = threading.Thread(target=load_kernels, name="bloom-kernels", daemon=True)
+                _loader.start()
 
 
 def finish_loading_kernels() -> None:

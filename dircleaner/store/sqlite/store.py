@@ -75,6 +75,8 @@ class SqliteStore(Store):
         self.rows_removed: int | None = 0
         self._encoding: str | None = None
         self._kv = SqliteKV(path, conn, read_only=False)
+        #: reads open through ``_read_once`` (a scan generator may be left open across others)
+        self._read_depth = 0
 
     @classmethod
     def open(
@@ -114,14 +116,20 @@ class SqliteStore(Store):
     def _read_once(self) -> Iterator[None]:
         """Through a small page cache, as the sizing count: for reads that visit each page once
         (the slice scans, the re-check's probes in key order). Shrinking the cache also lets go
-        of the pages an earlier read left in it; the big one is back after."""
-        self._conn.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
+        of the pages an earlier read left in it; the big one is back after the last of the reads
+        open on the connection ends (they interleave: a scan's generator may be left open while
+        another read starts and ends), so the outermost shrinks it and the outermost restores it."""
+        if self._read_depth == 0:
+            self._conn.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
+        self._read_depth += 1
         try:
             yield
         finally:
-            # A stream abandoned by an error may be finalised after the store was closed.
-            with contextlib.suppress(sqlite3.ProgrammingError):
-                self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self._read_depth -= 1
+            if self._read_depth == 0:
+                # A stream abandoned by an error may be finalised after the store was closed.
+                with contextlib.suppress(sqlite3.ProgrammingError):
+                    self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
 
     def _stream(self, sql: str, params: Sequence[object]) -> Iterator[list[tuple[object, ...]]]:
         with self._read_once():
