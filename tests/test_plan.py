@@ -108,6 +108,8 @@ def test_unchecked_facts_are_the_facts_the_class_builds() -> None:
     assert fact == PartitionFacts(*args)
     assert [getattr(fact, f.name) for f in fields(PartitionFacts)] == list(args)
     assert pickle.loads(pickle.dumps(fact)) == fact
+    # Pickling names every field (a field it left out would come back as its default).
+    assert fact.__reduce__()[1] == tuple(getattr(fact, f.name) for f in fields(PartitionFacts))
     with pytest.raises(AttributeError):
         fact.total_rows = 5  # type: ignore[misc]
 

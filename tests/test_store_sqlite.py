@@ -211,6 +211,8 @@ def test_interleaved_reads_keep_the_small_cache_until_the_last_one_ends(tmp_path
         assert cache() == -SCAN_CACHE_KIB
         assert store.nonempty_object_partitions([("b", "a/b/")]) == {("b", "a/b/")}
         assert cache() == -SCAN_CACHE_KIB
+        assert store.estimate_directory_count().count == 3  # the sizing count, too
+        assert cache() == -SCAN_CACHE_KIB
         assert list(outer) == []
         assert cache() == -CACHE_KIB
 

@@ -26,7 +26,6 @@ from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCha
 from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
-    COUNT_CACHE_KIB,
     SCAN_CACHE_KIB,
     open_database,
     path_from_url,
@@ -216,18 +215,15 @@ class SqliteStore(Store):
                 yield packed
 
     def estimate_directory_count(self, bucket: str | None = None) -> DirCountEstimate:
-        # Through a small cache: the count reads every page of the table once, and a full cache
-        # would be dropped anyway at this connection's next read after the workers write.
-        self._conn.execute(f"PRAGMA cache_size=-{COUNT_CACHE_KIB}")
-        try:
+        # Through the small cache: the count reads every page of the table once, and a full
+        # cache would be dropped anyway at this connection's next read after the workers write.
+        with self._read_once():
             if bucket is None:
                 (count,) = self._conn.execute("SELECT count(*) FROM folders").fetchone()
             else:
                 (count,) = self._conn.execute(
                     "SELECT count(*) FROM folders WHERE bucket = ?", (bucket,)
                 ).fetchone()
-        finally:
-            self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         return DirCountEstimate(
             int(count), "exact count of folder rows", exact=True, folder_rows=int(count)
         )
