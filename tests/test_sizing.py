@@ -90,3 +90,29 @@ def test_a_missing_or_unreadable_record_falls_back_to_the_folder_rows(
         store.put_state(f"sizing|{scope_of(store, None)}", broken)
         built = build_filter(store, BuildConfig(salt=2))
         assert built.sizing.count == store.estimate_directory_count().count
+
+
+def test_a_run_counts_the_folder_rows_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build counts the folder rows to size its filter; the sweep's progress then expects
+    that count instead of counting the table a second time (no sweep has left its own count)."""
+    with make_store(tmp_path) as store:
+        rows = store.estimate_directory_count().count
+        counts: list[int] = []
+        count = store.estimate_directory_count
+
+        def counting(bucket: str | None = None) -> object:
+            counts.append(1)
+            return count(bucket)
+
+        monkeypatch.setattr(store, "estimate_directory_count", counting)
+        totals: list[int | None] = []
+
+        def progress(phase: str, done: int, total: int | None) -> None:
+            if phase == "sweep":
+                totals.append(total)
+
+        clean = CleanConfig(min_age_s=0, dry_run=True)
+        clean = replace(clean, sweep=SweepConfig(guards=GuardConfig(force=True)))
+        run_job(store, BuildConfig(salt=1), clean, progress)
+        assert len(counts) == 1
+        assert totals and set(totals) == {rows}

@@ -149,6 +149,7 @@ def run_clean(
     workers: Workers | None = None,
     *,
     loaded: LoadedFilter | None = None,
+    expected_rows: int | None = None,
 ) -> CleanReport:
     """Sweep, guard, re-check, plan and (unless a dry run) delete.
 
@@ -156,15 +157,20 @@ def run_clean(
     reports each slice as it finishes. A clean that deletes holds the store's lease: the
     caller's (``lease_owner``, held by a ``Lease`` it keeps alive), or one taken here (LeaseHeld
     when another run has it). ``loaded``: the filter to use, not read from the store (a dry
-    run's, never stored).
+    run's, never stored). ``expected_rows``: the folder rows the sweep's progress expects, where
+    the caller knows them (a run's build has just counted them).
     """
     check_scan_consistency(store, config.verify)
     pool = workers or LocalWorkers(config.sweep.workers)
     with cyclic_gc_paused():
         if config.dry_run or lease_owner is not None:
-            return clean(store, config, pool, lease_owner, progress, checkpoint, loaded)
+            return clean(
+                store, config, pool, lease_owner, progress, checkpoint, loaded, expected_rows
+            )
         with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-            return clean(store, config, pool, lease.owner, progress, checkpoint, loaded)
+            return clean(
+                store, config, pool, lease.owner, progress, checkpoint, loaded, expected_rows
+            )
 
 
 def clean(
@@ -175,6 +181,7 @@ def clean(
     progress: Progress = no_progress,
     checkpoint: CleanCheckpoint | None = None,
     loaded: LoadedFilter | None = None,
+    expected_rows: int | None = None,
 ) -> CleanReport:
     """One clean with the lease held (or a dry run): the steps of the module's docstring."""
     started_us = config.started_us or now_us()
@@ -200,7 +207,11 @@ def clean(
     decision = CleanDecision(loaded.header, config, schedule, checkpoint)
     # The progress's total (a count where the last run left none) is read before the clock
     # starts: it is no part of the sweep.
-    first_expected = expected_sweep(store, config.sweep) if not schedule.previous.done else None
+    first_expected = None
+    if not schedule.previous.done:
+        first_expected = (
+            expected_rows if expected_rows is not None else expected_sweep(store, config.sweep)
+        )
     clock = PhaseClock(decision.decide)
     work = clean_work(store, config, loaded, orders, running, clock, decision)
     tallies, cleaned = pool.run_two_phases(

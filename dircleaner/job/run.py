@@ -133,6 +133,10 @@ def _run_job(
 
     # Clean with exactly this generation, never a newer one from another host.
     sweep_config = replace(clean.sweep, bucket=build.bucket, generation=generation)
+    # The build counted the folder rows it sized for moments ago (where counting is cheap): the
+    # sweep's progress expects as many rather than counting the table again.
+    whole = build.shard.count == 1 and sweep_config.shard.count == 1
+    counted = built.sizing.folder_rows if built is not None and whole else None
     checkpoint = CleanCheckpoint(previous, partial(_save_clean, store, scope, generation))
     try:
         cleaned = run_clean(
@@ -143,6 +147,7 @@ def _run_job(
             lease_owner,
             workers,
             loaded=loaded,
+            expected_rows=counted,
         )
     except DircleanerError as exc:
         exc.details.setdefault("generation", generation)
