@@ -59,6 +59,9 @@ _digest: Callable[[bytes, int], bytes] = getattr(mmh3, "mmh3_x64_128_digest", _f
 
 _kernels: Any = None
 _kernels_lock = threading.Lock()
+#: where compiled kernels can run: they read words natively, so little-endian machines only
+#: (elsewhere the mmh3 path sets the same bits)
+_NATIVE_WORDS = sys.byteorder == "little"
 
 
 def load_kernels() -> bool:
@@ -72,7 +75,8 @@ def load_kernels() -> bool:
     """
     global _kernels
     with _kernels_lock:
-        if _try_ahead_of_time() and _kernels is None:
+        _load_ahead_of_time()
+        if _kernels is None and _NATIVE_WORDS:
             try:
                 from dircleaner.filter import kernel as bloomkernel
 
@@ -87,16 +91,12 @@ def load_kernels() -> bool:
     return _kernels is not None
 
 
-def _try_ahead_of_time() -> bool:
-    """Under ``_kernels_lock``: the kernels compiled ahead of time into ``_kernels`` unless some
-    are loaded already; False where no compiled kernels can run (they read words natively, so
-    little-endian machines only: the mmh3 path sets the same bits everywhere)."""
+def _load_ahead_of_time() -> None:
+    """Under ``_kernels_lock``: the kernels compiled ahead of time into ``_kernels``, unless some
+    are loaded already or none can run here."""
     global _kernels
-    if sys.byteorder != "little":
-        return False
-    if _kernels is None:
+    if _kernels is None and _NATIVE_WORDS:
         _kernels = _ahead_of_time()
-    return True
 
 
 def _ahead_of_time() -> Any:
@@ -126,7 +126,7 @@ def start_loading_kernels() -> None:
     global _loader
     with _kernels_lock:
         if _loader is None:
-            _try_ahead_of_time()  # milliseconds: no thread to wait for
+            _load_ahead_of_time()  # milliseconds: no thread to wait for
             if _kernels is None:
                 _loader = threading.Thread(target=load_kernels, name="bloom-kernels", daemon=True)
                 _loader.start()
