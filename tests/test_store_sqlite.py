@@ -124,7 +124,7 @@ def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back
 ) -> None:
     """A whole-table count visits each page once: filling the connection's cache with
     them only costs fresh memory, and dropping them when the workers write."""
-    from dircleaner.store.sqlite.schema import CACHE_KIB, COUNT_CACHE_KIB
+    from dircleaner.store.sqlite.schema import CACHE_KIB, SCAN_CACHE_KIB
 
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c", "x/y"], T0)
@@ -139,7 +139,7 @@ def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back
         expected = len([r for r in folder_rows(store) if bucket is None or r.bucket == bucket])
         assert estimate.count == expected and estimate.exact
         counts = [i for i, sql in enumerate(seen) if "count(*)" in sql]
-        small = [i for i, sql in enumerate(seen) if f"cache_size=-{COUNT_CACHE_KIB}" in sql]
+        small = [i for i, sql in enumerate(seen) if f"cache_size=-{SCAN_CACHE_KIB}" in sql]
         restored = [i for i, sql in enumerate(seen) if f"cache_size=-{CACHE_KIB}" in sql]
         assert len(counts) == 1 and small and restored
         assert small[-1] < counts[0] < restored[0]

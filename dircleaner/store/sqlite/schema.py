@@ -122,14 +122,12 @@ def path_from_url(url: str) -> Path:
 #: the candidates and the plan at the job's peak (at 1M, deletes' CPU 0.83-0.92 s with 128 MiB,
 #: 0.81-0.97 s with 32)
 CACHE_KIB = 32768
-#: the cache a whole-table count reads through: it visits each page once, and a full cache would
-#: only cost fresh memory to fill and time to drop when another process writes (at 2M: the
-#: count 0.048-0.13 -> 0.035-0.038 s, and 0.043 s saved on the next write)
-COUNT_CACHE_KIB = 2048
-#: the cache the slice scans (build, sweep) read through, for the same reason: a scan visits each
-#: page once, and through the full cache the job's one process held it full of pages it never
-#: read again until its deletes
-SCAN_CACHE_KIB = COUNT_CACHE_KIB
+#: the cache the reads that visit each page once go through (the sizing count, the slice scans
+#: of the build and the sweep, the re-check): a full cache would only cost fresh memory to fill
+#: and time to drop when another process writes (at 2M: the count 0.048-0.13 -> 0.035-0.038 s,
+#: and 0.043 s saved on the next write), and through it the job's one process held it full of
+#: pages it never read again until its deletes
+SCAN_CACHE_KIB = 2048
 
 
 def open_database(
