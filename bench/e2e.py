@@ -136,11 +136,16 @@ def store_url(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
+def _remove_copy(db: Path) -> None:
+    """A scratch copy of the database, with its WAL and shared-memory files."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+
+
 def copy_dataset(src: Path, dst: Path) -> float:
     """Copy the database file (the dataset is checkpointed: no WAL to carry over)."""
     started = time.perf_counter()
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{dst}{suffix}").unlink(missing_ok=True)
+    _remove_copy(dst)
     shutil.copyfile(src, dst)
     # Flush the copy's dirty pages now: writeback running during the floor would slow it down
     # and flatter run_over_scan.
@@ -935,11 +940,6 @@ def _round_details(r: dict[str, Any]) -> dict[str, Any]:
     """A round's JSON: everything but the run's summary and the audit log's path."""
     ran = {k: v for k, v in r["ran"].items() if k not in ("summary", "audit_log")}
     return {**{k: v for k, v in r.items() if k != "ran"}, "run": ran}
-
-
-def _remove_copy(db: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 if __name__ == "__main__":
