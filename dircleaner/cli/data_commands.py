@@ -30,6 +30,7 @@ from dircleaner.cli.context import (
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
+from dircleaner.cli.values import FiniteFloat
 from dircleaner.errors import UsageError
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
@@ -210,7 +211,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
 @click.option("--truth", type=click.Path(dir_okay=False), help="Write every empty directory here.")
 @click.option(
     "--empty-fraction",
-    type=click.FloatRange(0, 0.5),
+    type=FiniteFloat(0, 0.5),
     default=0.05,
     show_default=True,
     help="Share of directories left empty.",

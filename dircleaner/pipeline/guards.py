@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,15 @@ class GuardConfig:
     #: refuse a filter whose effective false-positive rate exceeds target × this factor
     max_fpr_factor: float = 4.0
     force: bool = False
+
+    def __post_init__(self) -> None:
+        # ``not (a <= x <= b)`` holds for nan too: a nan fraction would pass every comparison.
+        if not 0 <= self.max_delete_fraction <= 1:
+            raise UsageError(
+                f"--max-delete-fraction must be from 0 to 1, not {self.max_delete_fraction}"
+            )
+        if not 0 <= self.max_filter_age_s < math.inf:
+            raise UsageError("--max-filter-age must be a finite duration of at least 0")
 
 
 def check_scan_consistency(store: Store, verify: bool) -> None:

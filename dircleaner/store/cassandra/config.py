@@ -23,6 +23,7 @@ tool's mapping must not silently fall back to a default). Precedence:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import tomllib
@@ -352,6 +353,9 @@ def _typed(hint: Any, key: str, value: object) -> object:
     options = [o for o in (get_args(hint) if union else (hint,)) if o is not type(None)]
     for option in options:
         if option is float and isinstance(value, int | float) and not isinstance(value, bool):
+            # TOML has nan and inf literals: each would pass every check a setting gets.
+            if not math.isfinite(value):
+                raise UsageError(f"config key {key} must be a finite number, not {value}")
             return float(value)
         if option is Path and isinstance(value, str):
             return Path(value).expanduser()
