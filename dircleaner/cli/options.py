@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from dircleaner.cli.context import note_json, note_metrics_file
-from dircleaner.cli.values import FiniteFloat
+from dircleaner.cli.values import Duration, FiniteFloat
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
@@ -153,6 +153,7 @@ sweep_options = _apply(
         click.option("--generation", help="Filter generation to use (default: newest complete)."),
         click.option(
             "--max-filter-age",
+            type=Duration(),
             default="24h",
             show_default=True,
             help="Refuse a filter older than this (e.g. 90m, 24h).",
@@ -164,9 +165,11 @@ clean_options = _apply(
     [
         click.option(
             "--min-age",
+            type=Duration(),
             default="10m",
             show_default=True,
-            help="Delete at (build start - this): entries written later always survive.",
+            help="Delete at (build start - this, with its unit: 10m, 90s): entries written later"
+            " always survive.",
         ),
         click.option(
             "--max-tombstones-per-partition",
@@ -190,6 +193,7 @@ clean_options = _apply(
         ),
         click.option(
             "--grace-period",
+            type=Duration(),
             default=None,
             hidden=True,
             help="How long a tombstone counts (default: the table's gc_grace_seconds; 10d).",
@@ -236,6 +240,7 @@ clean_options = _apply(
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
         click.option(
             "--lease-ttl",
+            type=Duration(),
             default="60s",
             hidden=True,
             help="How long the run lease outlives its last heartbeat (tests shorten it).",

@@ -1,7 +1,7 @@
 """Option value types that refuse what a typo would otherwise turn into a guard switched off: a
 number that is not finite (``nan`` passes every comparison a guard makes), a duration without
-its unit (``--min-age 10`` meant minutes more often than seconds). Every float option and every
-duration option of every command takes one of these (a test walks them all)."""
+its unit (``--min-age 10`` meant minutes as often as seconds). Every float option and every
+duration option of every command takes one of these (tests/test_cli_values.py walks them)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from dircleaner.errors import UsageError
+from dircleaner.timeutil import parse_duration
 
 
 def option_name(param: click.Parameter | None) -> str:
@@ -47,3 +48,19 @@ class FiniteFloat(click.FloatRange):
         if low:
             return f"one of at least {low}"
         return "a finite one"
+
+
+class Duration(click.types.StringParamType):
+    """A duration with its unit (``90s``, ``10m``, ``2h``, ``1d``; a bare ``0`` is zero),
+    checked when the option is parsed (one line, exit 2, before any store is opened) and passed
+    on as typed, for the summary to show as given."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(super().convert(value, param, ctx)).strip()
+        try:
+            parse_duration(text)
+        except UsageError as exc:
+            raise UsageError(f"{option_name(param)}: {exc}") from None
+        return text
