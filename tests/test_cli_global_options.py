@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from dircleaner.cli import cli
@@ -45,3 +46,31 @@ def test_every_command_lists_them() -> None:
     for command in leaves(cli):
         names = {opt for param in command.params for opt in param.opts}
         assert {"--store", "--config", "--log-level"} <= names, command.name
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-v", "-q", "list-dirs"),
+        ("list-dirs", "-v", "-q"),
+        ("list-dirs", "-q", "-vv"),
+        ("-v", "list-dirs", "-q"),
+        ("-q", "list-dirs", "--verbose"),
+        ("-q", "filters", "list", "-v"),
+        ("run", "-n", "--quiet", "-v"),
+    ],
+)
+def test_v_with_q_is_refused_wherever_each_is_given(tmp_path: Path, args: tuple[str, ...]) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--store", url, "import-keys", "-"], input="a/b\n").exit_code == 0
+    result = runner.invoke(cli, ["--store", url, *args])
+    assert (result.exit_code, result.stderr, result.stdout) == (
+        2,
+        "Error: -v and -q contradict each other: give one of them\n",
+        "",
+    )
+    alone = runner.invoke(
+        cli, ["--store", url, *(a for a in args if a not in ("-v", "-vv", "--verbose"))]
+    )
+    assert alone.exit_code == 0, alone.output

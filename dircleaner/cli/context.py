@@ -253,11 +253,15 @@ _handler: logging.Handler | None = None
 _level = "warning"
 
 
+#: the one line of ``-v`` given with ``-q``, before or after the command
+VERBOSE_AND_QUIET = "-v and -q contradict each other: give one of them"
+
+
 def set_verbosity(level: str | None, verbose: int, be_quiet: bool) -> None:
     """--log-level, then ``-v`` (once per step towards debug) or ``-q`` (errors only, and no
     progress or notes on stderr)."""
     if verbose and be_quiet:
-        raise DircleanerUsageError("-v and -q contradict each other: give one of them")
+        raise DircleanerUsageError(VERBOSE_AND_QUIET)
     set_quiet(be_quiet)
     if be_quiet:
         configure_logging("error")
