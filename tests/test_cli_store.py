@@ -122,6 +122,25 @@ def test_a_command_on_a_file_of_someone_elses_changes_nothing(
     assert tables(other) == ["invoices"]
 
 
+#: the commands that create a store
+LOADING = [["import-keys", "-"], ["gen", "--dirs", "20"], ["init-schema"]]
+
+
+@pytest.mark.parametrize("command", OPENING + LOADING)
+def test_a_directory_is_named_as_one(tmp_path: Path, command: list[str]) -> None:
+    """Not 'create one with gen', which then failed 'unable to open database file'."""
+    where = tmp_path / "stores"
+    where.mkdir()
+    audit = write_lines(tmp_path / "audit.jsonl", [])
+    result = invoke(str(where), *[str(audit) if a == "AUDIT" else a for a in command], input="k\n")
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: {where} is a directory, not an SQLite file: name the file, e.g."
+        f" --store {where}/meta.db\n",
+    )
+    assert list(where.iterdir()) == []
+
+
 def test_a_file_without_tables_is_no_metastore(tmp_path: Path) -> None:
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()

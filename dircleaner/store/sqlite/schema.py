@@ -142,6 +142,11 @@ def open_database(
     metastore is changed. A file this process cannot write (a read-only mount) is opened for
     reading, unless ``create`` says the command writes to it.
     """
+    if path.is_dir():
+        raise StoreUrlError(
+            f"{path} is a directory, not an SQLite file: name the file, e.g."
+            f" --store {path / 'meta.db'}"
+        )
     if not create and not path.is_file():
         raise StoreNotFound(
             f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
