@@ -195,7 +195,7 @@ def test_json_of_import_keys_and_delete_keys(tmp_path: Path) -> None:
         "did_not_exist": 1,
         "rejected_lines": 1,
         "crlf_lines_stripped": 0,
-        "error": "rejected 1 lines (see stderr)",
+        "error": "rejected 1 line (see stderr)",
         "exit_code": 1,
     }
 

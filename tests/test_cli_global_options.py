@@ -15,7 +15,7 @@ def test_store_after_the_command(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/meta.db"
     runner = CliRunner()
     put = runner.invoke(cli, ["import-keys", "-", "--store", url], input="a/b/c\n")
-    assert (put.exit_code, put.stdout) == (0, "put 1 keys in bucket 'default'; rejected 0 lines\n")
+    assert (put.exit_code, put.stdout) == (0, "put 1 key in bucket 'default'; rejected 0 lines\n")
     listed = runner.invoke(cli, ["list-dirs", "--bucket", "default", "--sort", "--store", url])
     assert (listed.exit_code, listed.output) == (0, "a/\na/b/\n")
 

@@ -30,6 +30,7 @@ from dircleaner.cli.context import (
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
+from dircleaner.cli.report import counted
 from dircleaner.cli.values import FiniteFloat
 from dircleaner.errors import UsageError
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
@@ -99,7 +100,7 @@ def _apply_keys(
     if endings.crlf:
         note(
             f"CRLF line endings (a Windows file): stripped the carriage return of"
-            f" {endings.stripped:,} lines"
+            f" {counted(endings.stripped, 'line')}"
         )
     return KeysApplied(verb, bucket, done, found, rejected, endings.stripped)
 
@@ -107,11 +108,14 @@ def _apply_keys(
 def _report_keys(applied: KeysApplied, as_json: bool) -> None:
     """The summary (one line, or JSON); exit 1 if any line was rejected."""
     found, done = applied.found, applied.keys
-    missing = "" if found is None else f" ({done - found:,} did not exist)"
+    if not done:
+        missing = " (the file holds no valid key)"
+    else:
+        missing = "" if found is None else f" ({done - found:,} did not exist)"
     count = done if found is None else found
     line = (
-        f"{applied.verb} {count:,} keys in bucket {applied.bucket!r}{missing};"
-        f" rejected {applied.rejected_lines:,} lines"
+        f"{applied.verb} {counted(count, 'key')} in bucket {applied.bucket!r}{missing};"
+        f" rejected {counted(applied.rejected_lines, 'line')}"
     )
     summary: dict[str, object] = {
         "bucket": applied.bucket,
@@ -123,7 +127,8 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
     if found is not None:
         summary["did_not_exist"] = done - found
     if applied.rejected_lines:
-        summary.update(error=f"rejected {applied.rejected_lines:,} lines (see stderr)", exit_code=1)
+        rejected = counted(applied.rejected_lines, "line")
+        summary.update(error=f"rejected {rejected} (see stderr)", exit_code=1)
     emit(summary, [line], as_json, ok=not applied.rejected_lines)
     if applied.rejected_lines:
         sys.exit(1)
@@ -382,17 +387,20 @@ def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[s
         first, last = format_utc(issued[0]), format_utc(issued[1])
         when = f"; deletes issued {first}" + ("" if first == last else f" to {last}")
     of = f"(by {vias}; generations: {', '.join(plan.generations) or 'none'}{when})"
+    entries = "directory entry", "directory entries"
     if restored is None:
-        lines = [f"would restore {len(plan.rows):,} directory entries into {scope} {of}"]
+        lines = [f"would restore {counted(len(plan.rows), *entries)} into {scope} {of}"]
     else:
-        lines = [f"restored {restored:,} directory entries {of}"]
+        lines = [f"restored {counted(restored, *entries)} {of}"]
     if plan.repeated:
-        lines.append(f"  {plan.repeated:,} more entries named a directory already counted")
+        more = counted(plan.repeated, "more entry", "more entries")
+        lines.append(f"  {more} named a directory already counted")
     for other, count in sorted(plan.other_scopes.items()):
-        lines.append(f"  skipped {count:,} entries of another store: {other}")
+        lines.append(f"  skipped {counted(count, 'entry', 'entries')} of another store: {other}")
     if plan.unscoped:
         lines.append(
-            f"  skipped {plan.unscoped:,} entries that record no store (--force restores them)"
+            f"  skipped {counted(plan.unscoped, 'entry', 'entries')} that record no store"
+            " (--force restores them)"
         )
     return lines
 
