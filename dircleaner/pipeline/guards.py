@@ -79,7 +79,7 @@ def check_filter(
         raise FilterTooFull(
             f"the filter's effective false-positive rate {estimated_fpr:.4g} is over"
             f" {config.max_fpr_factor:g}x its target {header.target_p:g} (it was sized for"
-            f" {header.expected_n} directories); rebuild with a larger --expected-dirs"
+            f" {header.expected_n:,} directories); rebuild with a larger --expected-dirs"
         )
 
 
@@ -91,14 +91,14 @@ def check_sweep(
         return
     if header.items == 0:
         raise FilterSuspiciouslyEmpty(
-            f"the filter holds no directory while the folder index has {swept_rows} rows"
+            f"the filter holds no directory while the folder index has {swept_rows:,} rows"
             " (is the objects table empty or the mapping wrong?); if everything really went,"
             " rerun with --force"
         )
     fraction = candidates / swept_rows
     if fraction > config.max_delete_fraction:
         raise TooManyCandidates(
-            f"{candidates} of {swept_rows} directories ({fraction:.1%}) would be deleted, over"
+            f"{candidates:,} of {swept_rows:,} directories ({fraction:.1%}) would be deleted, over"
             f" --max-delete-fraction {config.max_delete_fraction:g}; check the store, then rerun"
             " with a higher --max-delete-fraction or --force",
             details={
