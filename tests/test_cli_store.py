@@ -210,3 +210,14 @@ def test_every_command_that_writes_names_its_store_first(tmp_path: Path) -> None
         f"store: sqlite:///{tmp_path}/gen.db",
         f"created SQLite metastore {tmp_path}/gen.db",
     ]
+
+
+@pytest.mark.parametrize("command", LOADING)
+def test_q_drops_what_a_loading_command_created_too(tmp_path: Path, command: list[str]) -> None:
+    """-q is errors only: the line saying what was created is a note like the store line."""
+    result = invoke(f"sqlite:///{tmp_path}/new.db", "-q", *command, input="a/b\n")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert (tmp_path / "new.db").is_file()
+    other = someone_elses(tmp_path / "other.db")
+    forced = invoke(str(other), *command, "--force", "-q", input="a/b\n")
+    assert (forced.exit_code, forced.stderr) == (0, ""), forced.output

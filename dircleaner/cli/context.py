@@ -237,10 +237,10 @@ class AppContext:
 
 def announce_store(url: str, created: Sequence[str] = ()) -> None:
     """The first line of a command that writes: which store (never a credential), then what
-    it created there, if anything (``-q`` drops the first, never the second)."""
+    it created there, if anything (``-q`` drops both: errors only)."""
     note(f"store: {shown_url(url)}")
     for name in created:
-        click.echo(f"created {name}", err=True)
+        note(f"created {name}")
 
 
 #: --log-level's choices, most verbose first (-v steps towards the first, -q goes to the last)
