@@ -248,6 +248,32 @@ def test_a_bad_time_is_one_line_with_an_example(two_nights: tuple[str, Path]) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("since", "until"),
+    [
+        ("2026-11-26 07:28", "2026-11-25 07:28"),
+        ("2026-11-26T07:28:00Z", "2026-11-26T09:28:00+02:00"),  # the same moment
+    ],
+)
+def test_since_not_before_until_is_refused(
+    two_nights: tuple[str, Path], tmp_path: Path, since: str, until: str
+) -> None:
+    """It only warned that nothing matched, and exited 0 with nothing restored."""
+    url, log = two_nights
+    metrics = tmp_path / "restore.prom"
+    before = dirs(url)
+    result = invoke(
+        url, "restore", str(log), "--since", since, "--until", until, "--metrics-file", str(metrics)
+    )
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"Error: --since {since} is not before --until {until}: no delete was issued in between"
+        " (are they the wrong way round?)\n"
+    )
+    assert dirs(url) == before
+    assert "dircleaner_last_run_success 0" in metrics.read_text()
+
+
 def test_the_help_shows_an_example_time_not_a_pattern() -> None:
     text = " ".join(invoke("sqlite:///x.db", "restore", "--help").output.split())
     assert "2026-11-26T07:28:00Z" in text

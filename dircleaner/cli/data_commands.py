@@ -312,12 +312,14 @@ def restore_cmd(
     """
     if bucket is not None:
         validate_bucket(bucket)
-    selection = AuditSelection(
-        generation,
-        None if since is None else _time_option(since, "--since"),
-        None if until is None else _time_option(until, "--until"),
-        bucket,
-    )
+    since_us = None if since is None else _time_option(since, "--since")
+    until_us = None if until is None else _time_option(until, "--until")
+    if since_us is not None and until_us is not None and since_us >= until_us:
+        raise UsageError(
+            f"--since {since} is not before --until {until}: no delete was issued in between"
+            " (are they the wrong way round?)"
+        )
+    selection = AuditSelection(generation, since_us, until_us, bucket)
     name = audit_log.name
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
