@@ -284,7 +284,8 @@ def gen(
 @click.option(
     "--force",
     is_flag=True,
-    help="Also restore the entries of an old log that does not record its store.",
+    help="Also restore the entries of an old log that does not record its store, or of a log"
+    " holding only the deletes of this store's tables at another location (a moved file).",
 )
 @json_option
 @metrics_option
@@ -324,7 +325,12 @@ def restore_cmd(
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
-            decoded_lines(audit_log, name), selection, scope, force=force, name=name
+            decoded_lines(audit_log, name),
+            selection,
+            scope,
+            force=force,
+            name=name,
+            moved_from=_vacated_file if store.traits.scheme == "sqlite" else None,
         )
         if not plan.rows and selection != AuditSelection() and plan.logged_generations:
             _warn_nothing_selected(name, plan.logged_generations)
@@ -339,6 +345,12 @@ def restore_cmd(
         restore_lines(plan, scope, restored),
         as_json,
     )
+
+
+def _vacated_file(scope: str) -> bool:
+    """Whether an SQLite store's recorded location holds no file any more: this store may be
+    that file, moved (a path where a store still is names another store)."""
+    return not Path(scope.partition("@")[2]).exists()
 
 
 def _time_option(text: str, option: str) -> int:
@@ -377,6 +389,7 @@ def restore_summary(
         "skipped_other_stores": dict(sorted(plan.other_scopes.items())),
         "skipped_no_store": plan.unscoped,
         "skipped": plan.skipped,
+        "adopted_store": plan.adopted_scope,
     }
 
 
@@ -394,6 +407,11 @@ def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[s
         lines = [f"would restore {counted(len(plan.rows), *entries)} into {scope} {of}"]
     else:
         lines = [f"restored {counted(restored, *entries)} {of}"]
+    if plan.adopted_scope is not None:
+        lines.append(
+            f"  --force: the entries of store {plan.adopted_scope}, the same tables elsewhere"
+            " (a moved store), taken as this store's"
+        )
     if plan.repeated:
         more = counted(plan.repeated, "more entry", "more entries")
         lines.append(f"  {more} named a directory already counted")
