@@ -8,7 +8,6 @@ import os
 import sqlite3
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -216,18 +215,15 @@ class AppContext:
         object.__setattr__(self, "store_url", store_url(self.store_url))
 
     def config(self) -> Path | None:
-        """The --config file, checked to be TOML whatever the store (a SQLite store reads
-        nothing from it, but a broken file must not pass unnoticed until the day it is used)."""
+        """The --config file, checked as a Cassandra store loads it (TOML, no unknown key, every
+        value of its type) whatever the store: an SQLite store reads nothing from it, but a
+        broken or typo'd file must not pass unnoticed until the day it is used."""
         if self.config_path is None:
             return None
+        from dircleaner.store.cassandra.config import check_config_file
+
         path = Path(self.config_path)
-        try:
-            with path.open("rb") as stream:
-                tomllib.load(stream)
-        except OSError as exc:
-            raise DircleanerUsageError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise DircleanerUsageError(f"config file {path} is not valid TOML: {exc}") from exc
+        check_config_file(path)
         return path
 
     def open(self, *, writes: bool = False, create: bool = False, force: bool = False) -> Store:
@@ -241,10 +237,10 @@ class AppContext:
 
 def announce_store(url: str, created: Sequence[str] = ()) -> None:
     """The first line of a command that writes: which store (never a credential), then what
-    it created there, if anything (``-q`` drops the first, never the second)."""
+    it created there, if anything (``-q`` drops both: errors only)."""
     note(f"store: {shown_url(url)}")
     for name in created:
-        click.echo(f"created {name}", err=True)
+        note(f"created {name}")
 
 
 #: --log-level's choices, most verbose first (-v steps towards the first, -q goes to the last)
@@ -253,11 +249,15 @@ _handler: logging.Handler | None = None
 _level = "warning"
 
 
+#: the one line of ``-v`` given with ``-q``, before or after the command
+VERBOSE_AND_QUIET = "-v and -q contradict each other: give one of them"
+
+
 def set_verbosity(level: str | None, verbose: int, be_quiet: bool) -> None:
     """--log-level, then ``-v`` (once per step towards debug) or ``-q`` (errors only, and no
     progress or notes on stderr)."""
     if verbose and be_quiet:
-        raise DircleanerUsageError("-v and -q contradict each other: give one of them")
+        raise DircleanerUsageError(VERBOSE_AND_QUIET)
     set_quiet(be_quiet)
     if be_quiet:
         configure_logging("error")
