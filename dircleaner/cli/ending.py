@@ -99,8 +99,6 @@ def check_writable(path: Path) -> None:
     systemd's sandboxing alike."""
     directory = path.parent
     try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a directory", str(path))
         directory.mkdir(parents=True, exist_ok=True)
         probe = directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.probe"
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
