@@ -12,7 +12,9 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -153,6 +155,72 @@ def test_the_store_label_is_the_store_as_operators_see_it(monkeypatch: pytest.Mo
 
 
 # -- a metrics file that cannot be written ---------------------------------------------------------
+
+#: the service user of the tests that run dircleaner as another user than root
+SERVICE_UID = 990
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory every user may traverse (pytest's are root's alone), for a test that runs
+    dircleaner as ``SERVICE_UID``: only root can, so elsewhere the test skips."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("runs dircleaner as another user: needs root and setpriv (util-linux)")
+    where = Path(tempfile.mkdtemp(prefix="dircleaner-"))
+    where.chmod(0o755)
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where)
+
+
+def as_service_user(store_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dircleaner --store STORE_PATH ARGS`` as ``SERVICE_UID`` (its own group, no other)."""
+    setpriv = [str(shutil.which("setpriv")), f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}"]
+    command = [*setpriv, "--clear-groups", sys.executable, "-m", "dircleaner"]
+    home = str(store_path.parent)
+    env = {**os.environ, "HOME": home, "XDG_STATE_HOME": f"{home}/.local/state"}
+    return subprocess.run(
+        [*command, "--store", str(store_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+
+
+def service_user_home(shared: Path) -> Path:
+    home = shared / "home" / "meta"
+    home.mkdir(parents=True)
+    os.chown(home, SERVICE_UID, SERVICE_UID)
+    return home
+
+
+def test_a_file_of_another_user_in_a_sticky_directory_is_refused_before_anything_is_read(
+    shared_dir: Path,
+) -> None:
+    """Root ran it once by hand: the service user can create files in the sticky directory
+    but cannot rename over root's, so the run's last write would fail after its deletes."""
+    home = service_user_home(shared_dir)
+    made = as_service_user(home / "meta.db", "gen", "--dirs", "200", "--seed", "1")
+    assert made.returncode == 0, made.stderr
+    textfile = shared_dir / "textfile"
+    textfile.mkdir()
+    textfile.chmod(0o1777)
+    metrics = textfile / "dircleaner.prom"
+    metrics.write_text(OLD)  # root's
+    refused = as_service_user(home / "meta.db", "build", "--metrics-file", str(metrics))
+    assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+    assert refused.stderr == (
+        f"Error: --metrics-file {metrics}: cannot replace it: it belongs to uid 0 in a sticky"
+        f" directory; remove it (or chown it to uid {SERVICE_UID}) and rerun\n"
+    )
+    assert metrics.read_text() == OLD
+    metrics.unlink()
+    built = as_service_user(home / "meta.db", "build", "--metrics-file", str(metrics))
+    assert built.returncode == 0, built.stderr
+    assert metrics.stat().st_uid == SERVICE_UID
 
 
 def without_dac_override() -> list[str]:

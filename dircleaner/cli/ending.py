@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -96,7 +97,8 @@ def check_writable(path: Path) -> None:
     """Refuse (exit 2) a metrics file that could not be written, before the command does
     anything: its directory is created if missing (as the write would), and a file is
     created and removed there, the one test that sees permissions, ACLs, read-only mounts and
-    systemd's sandboxing alike."""
+    systemd's sandboxing alike; in a sticky directory (``chmod +t``), the file must be ours to
+    replace."""
     directory = path.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -111,3 +113,21 @@ def check_writable(path: Path) -> None:
     os.close(fd)
     with suppress(OSError):
         probe.unlink()
+    owner = _owner_if_not_replaceable(path)
+    if owner is not None:
+        raise DircleanerUsageError(
+            f"--metrics-file {path}: cannot replace it: it belongs to uid {owner} in a sticky"
+            f" directory; remove it (or chown it to uid {os.geteuid()}) and rerun"
+        )
+
+
+def _owner_if_not_replaceable(path: Path) -> int | None:
+    """The owner of ``path`` when a sticky directory keeps us from renaming over it (the
+    atomic write does): only the file's owner, the directory's, or root may."""
+    try:
+        mine, directory, target = os.geteuid(), path.parent.stat(), path.stat()
+    except OSError:
+        return None  # no file yet: creating one was just shown to work
+    if not directory.st_mode & stat.S_ISVTX or mine in (0, target.st_uid, directory.st_uid):
+        return None
+    return target.st_uid
