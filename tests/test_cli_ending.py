@@ -127,18 +127,19 @@ def test_success_writes_a_successful_run(tmp_path: Path) -> None:
         (["--store", "x.db", "run", "--metrics-file=m.prom", "--json"], "m.prom", True, "run"),
         (["-v", "clean", "--prefix", "a/", "--metrics-file", "p"], "p", False, "clean --prefix"),
         (["clean", "--bogus", "--metrics-file", "c.prom", "x"], "c.prom", False, "clean"),
-        (["sweep", "--out", "--metrics-file", "--json"], None, True, "sweep"),
-        (["gen", "--json", "--metrics-file", "m.prom"], None, True, "gen"),
-        (["filters", "list", "--json"], None, True, "filters list"),
+        (["sweep", "--out", "--metrics-file", "--json"], None, True, None),
+        (["gen", "--json", "--metrics-file", "m.prom"], None, True, None),
+        (["filters", "list", "--json"], None, True, None),
         (["--store", "--metrics-file", "m.prom"], None, False, None),
-        (["run", "--metrics-file"], None, False, "run"),
+        (["run", "--metrics-file"], None, False, None),
     ],
 )
 def test_the_command_line_is_read_as_click_reads_it(
     args: list[str], metrics_file: str | None, as_json: bool, command: str | None
 ) -> None:
     """A value that looks like an option is the option's value; an option the command does not
-    have names no metrics file; a command line that ends early names nothing."""
+    have names no metrics file; a command line that ends early names nothing (and without a
+    metrics file, no labels are worked out)."""
     ending = ending_of(cli, args)
     assert (ending.metrics_file, ending.as_json) == (metrics_file, as_json)
     assert ending.labels.get("command") == command
@@ -148,10 +149,11 @@ def test_the_store_label_is_the_store_as_operators_see_it(monkeypatch: pytest.Mo
     """The store of the command line (after the command wins), else DIRCLEANER_STORE; with
     no credential."""
     monkeypatch.setenv("DIRCLEANER_STORE", "cassandra://u:secret@10.0.0.1:9042/ks")
-    assert ending_of(cli, ["run"]).labels["store"] == "cassandra://10.0.0.1:9042/ks"
-    args = ["--store", "/a.db", "run", "--store", "/b.db"]
+    named = ["--metrics-file", "m.prom"]
+    assert ending_of(cli, ["run", *named]).labels["store"] == "cassandra://10.0.0.1:9042/ks"
+    args = ["--store", "/a.db", "run", "--store", "/b.db", *named]
     assert ending_of(cli, args).labels["store"] == "sqlite:////b.db"
-    assert ending_of(cli, ["--store", "sqlite:x", "run"]).labels["store"] == "sqlite:x"
+    assert ending_of(cli, ["--store", "sqlite:x", "run", *named]).labels["store"] == "sqlite:x"
 
 
 # -- a metrics file that cannot be written ---------------------------------------------------------

@@ -65,10 +65,12 @@ def ending_of(group: click.Command, args: Sequence[str]) -> Ending:
     found.update((k, v) for k, v in opts.items() if v is not None)
     metrics_file = _value_of(command, opts, "--metrics-file")
     as_json = bool(_value_of(command, opts, "--json"))
+    if metrics_file is None:
+        return Ending(None, as_json)
     kind = PREFIX_CLEAN if path == ["clean"] and opts.get("prefix") is not None else " ".join(path)
     store = found.get("store", found.get("store_url", os.environ.get("DIRCLEANER_STORE")))
     labels = {COMMAND_LABEL: kind, STORE_LABEL: _shown_store(str(store or DEFAULT_STORE_URL))}
-    return Ending(None if metrics_file is None else str(metrics_file), as_json, labels)
+    return Ending(str(metrics_file), as_json, labels)
 
 
 def _parse(command: click.Command, args: list[str]) -> tuple[dict[str, object], list[str]]:
