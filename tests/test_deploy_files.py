@@ -348,6 +348,7 @@ def test_the_cron_line_prints_nothing_when_the_run_succeeds_and_the_error_when_i
     tmp_path: Path,
 ) -> None:
     """cron mails whatever a job prints: only a failure may print."""
+    tool("flock")
     command, log = cron_command(tmp_path)
     url = f"sqlite:///{tmp_path}/meta.db"
     keys = [f"k/{i}/x" for i in range(40)]
