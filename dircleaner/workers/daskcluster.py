@@ -130,6 +130,7 @@ class DaskWorkers:
                 _one_phase,
                 store.url,
                 store.config_path,
+                store.traits.read_only,
                 task,
                 shard,
                 self._topic,
@@ -151,12 +152,14 @@ class DaskWorkers:
         progress: Progress = no_progress,
     ) -> tuple[list[T], list[R]]:
         url, config_path, phases = store.url, store.config_path, work.phases
+        read_only = store.traits.read_only
         # The first results (tally, kept) stay on the workers; only the tallies come here.
         kept = [
             self.client.submit(
                 _one_phase,
                 url,
                 config_path,
+                read_only,
                 work.first,
                 shard,
                 self._topic,
@@ -179,6 +182,7 @@ class DaskWorkers:
                     _second_phase,
                     url,
                     config_path,
+                    read_only,
                     work.second,
                     shard,
                     k,
@@ -356,6 +360,7 @@ def _gc_paused_while_tasks_run() -> Iterator[None]:
 def _one_phase(
     url: str,
     config_path: Path | None,
+    read_only: bool,
     task: Callable[[Store, Shard, Progress], R],
     shard: Shard,
     topic: str,
@@ -367,7 +372,7 @@ def _one_phase(
     # key with mmh3.
     tune_malloc_under_nanny()
     load_kernels()
-    store = open_store(url, config_path=config_path)
+    store = open_store(url, config_path=config_path, read_only=read_only)
     report = _Reporter(topic, phase, shard)
     try:
         with _gc_paused_while_tasks_run():
@@ -380,6 +385,7 @@ def _one_phase(
 def _second_phase(
     url: str,
     config_path: Path | None,
+    read_only: bool,
     second: Callable[[Store, Shard, Any, Any, Progress], R],
     shard: Shard,
     first_result: tuple[Any, Any],
@@ -389,7 +395,7 @@ def _second_phase(
 ) -> R:
     """The second phase on the worker that holds the first phase's result (or recomputed it)."""
     tune_malloc_under_nanny()
-    store = open_store(url, config_path=config_path)
+    store = open_store(url, config_path=config_path, read_only=read_only)
     report = _Reporter(topic, phase, shard)
     try:
         with _gc_paused_while_tasks_run():

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dircleaner.errors import SchemaError, StoreUrlError
+from dircleaner.errors import SchemaError, StoreNotFound, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
@@ -24,9 +24,16 @@ from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
 from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite.kv import SqliteKV
+from dircleaner.store.sqlite.reading import (
+    FileState,
+    ReadMode,
+    open_for_reading,
+    written_meanwhile,
+)
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
     SCAN_CACHE_KIB,
+    check_tables,
     open_database,
     path_from_url,
 )
@@ -76,6 +83,9 @@ class SqliteStore(Store):
         self._kv = SqliteKV(path, conn, read_only=False)
         #: reads open through ``_read_once`` (a scan generator may be left open across others)
         self._read_depth = 0
+        #: opened for reading: how, and (read without locks) the file as it was then
+        self.reading: ReadMode | None = None
+        self._unlocked_from: FileState | None = None
 
     @classmethod
     def open(
@@ -85,15 +95,41 @@ class SqliteStore(Store):
         config_path: Path | None = None,
         create: bool = False,
         force: bool = False,
+        read_only: bool = False,
     ) -> SqliteStore:
         path = path_from_url(url)
-        conn, read_only, created = open_database(path, create=create, force=force)
+        if read_only and not create:
+            return cls._for_reading(path, url, config_path)
+        conn, created = open_database(path, create=create, force=force)
         store = cls(path, conn)
         store.url, store.config_path = url, config_path
         store.created = tuple(created)
-        if read_only:
-            store.traits = dataclasses.replace(store.traits, read_only=True)
-            store._kv.read_only = True
+        return store
+
+    @classmethod
+    def _for_reading(cls, path: Path, url: str, config_path: Path | None) -> SqliteStore:
+        """Opened for a command that only reads: nothing is written, no file is left beside
+        it, and every write fails (``reading.open_for_reading`` says how)."""
+        if not path.is_file():
+            raise StoreNotFound(
+                f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
+            )
+        unlocked_from = FileState.of(path)
+        conn, mode = open_for_reading(path)
+        try:
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute("PRAGMA temp_store=MEMORY")
+            check_tables(path, conn)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+        store = cls(path, conn)
+        store.url, store.config_path = url, config_path
+        store.traits = dataclasses.replace(store.traits, read_only=True)
+        store._kv.read_only = True
+        store.reading = mode
+        if mode is ReadMode.IMMUTABLE:
+            store._unlocked_from = unlocked_from
         return store
 
     @classmethod
@@ -109,6 +145,13 @@ class SqliteStore(Store):
 
     def close(self) -> None:
         self._conn.close()
+        if self._unlocked_from is not None and written_meanwhile(self.path, self._unlocked_from):
+            log.warning(
+                "%s was written while this command read it without locks (a file it cannot"
+                " write, and no other connection had it open when it began): what it read"
+                " may mix before and after; run it again",
+                self.path,
+            )
 
     # -- scans ------------------------------------------------------------------------------------
     @contextlib.contextmanager

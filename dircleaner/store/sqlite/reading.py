@@ -1,0 +1,189 @@
+"""Opening the SQLite metastore for a command that only reads: a connection that writes nothing
+to the store and leaves no file beside it, whoever writes the store meanwhile.
+
+Which connection (``reading_mode``) is a pure decision on what is found beside the file; the
+reasons are in docs/development.md ("Commands that only read").
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from dircleaner.errors import StoreNotFound
+
+log = logging.getLogger(__name__)
+
+#: the header bytes (file format write and read versions) that are 2 in a WAL database
+_WAL_VERSION_BYTES = slice(18, 20)
+#: a write-ahead log's header; a log no longer than it holds no transaction
+WAL_HEADER_BYTES = 32
+
+
+class ReadMode(enum.Enum):
+    """How a command that only reads connects to the file."""
+
+    #: a file this process could write: an ordinary connection under an authorizer that refuses
+    #: every write; it locks and reads the log like any reader, and the last connection to
+    #: close removes the -wal and -shm files, as always
+    GUARDED = "guarded"
+    #: a file it cannot write, in WAL mode, with a -wal and -shm beside it (a connection has it
+    #: open, or one was killed): ``mode=ro&readonly_shm=1`` reads the log's commits through the
+    #: existing index, under its locks, and creates or changes neither file
+    LOG_READ_ONLY = "log read-only"
+    #: a file it cannot write, in WAL mode, with no log (no connection has it open): the file
+    #: alone holds every commit; ``immutable=1`` reads it without creating or locking anything
+    IMMUTABLE = "immutable"
+    #: a file it cannot write, not in WAL mode: ``mode=ro`` (a rollback-journal reader locks the
+    #: file itself and creates nothing)
+    ROLLBACK_READ_ONLY = "rollback read-only"
+
+
+@dataclass(frozen=True)
+class Surroundings:
+    """What decides how to read the file: can we write it, and what is beside it."""
+
+    #: the file, its directory (the -wal and -shm are created there) and the mount are writable
+    writable: bool
+    #: the file's header says WAL mode
+    wal_mode: bool
+    #: the -wal file exists, and holds at least one transaction
+    log: bool
+    log_has_commits: bool
+    #: the -shm file (the log's index) exists
+    log_index: bool
+
+
+class LogWithoutIndex(StoreNotFound):
+    """A -wal holding commits, no -shm to read it through, and no right to create one."""
+
+
+def reading_mode(seen: Surroundings) -> ReadMode:
+    """The connection that reads everything committed and leaves the file and its directory as
+    they were (LogWithoutIndex when no such connection exists)."""
+    if seen.writable:
+        return ReadMode.GUARDED
+    if not seen.wal_mode:
+        return ReadMode.ROLLBACK_READ_ONLY
+    if seen.log and seen.log_index:
+        return ReadMode.LOG_READ_ONLY
+    if seen.log_has_commits:
+        raise LogWithoutIndex("a write-ahead log without its index")
+    return ReadMode.IMMUTABLE
+
+
+def not_writable_because(path: Path) -> str | None:
+    """Why this process cannot write the database at ``path`` (None: it can)."""
+    if _on_read_only_mount(path):
+        return "a read-only mount"
+    if not os.access(path, os.W_OK):
+        return "no write permission on the file"
+    if not os.access(path.parent, os.W_OK):
+        return "no write permission on its directory"
+    return None
+
+
+def _on_read_only_mount(path: Path) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def surroundings(path: Path) -> Surroundings:
+    """Look at ``path`` and the files SQLite keeps beside it."""
+    with path.open("rb") as stream:
+        header = stream.read(100)
+    wal = _beside(path, "-wal")
+    log_size = wal.stat().st_size if wal.exists() else None
+    return Surroundings(
+        writable=not_writable_because(path) is None,
+        wal_mode=header[_WAL_VERSION_BYTES] == b"\x02\x02",
+        log=log_size is not None,
+        log_has_commits=log_size is not None and log_size > WAL_HEADER_BYTES,
+        log_index=_beside(path, "-shm").exists(),
+    )
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
+
+
+def open_for_reading(path: Path) -> tuple[sqlite3.Connection, ReadMode]:
+    """A connection to ``path`` that cannot write it, and how it reads (``ReadMode``)."""
+    try:
+        mode = reading_mode(surroundings(path))
+    except LogWithoutIndex:
+        raise LogWithoutIndex(
+            f"{path} has a write-ahead log holding commits ({_beside(path, '-wal').name}) but"
+            f" no index ({_beside(path, '-shm').name}), and this process cannot create one: run"
+            " a command that writes to it once, as a user who may, then retry"
+        ) from None
+    except OSError as exc:
+        raise StoreNotFound(f"{path} cannot be read: {exc.strerror}") from exc
+    if mode is ReadMode.GUARDED:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+        conn.set_authorizer(_reads_only)
+    else:
+        query = {
+            ReadMode.LOG_READ_ONLY: "mode=ro&readonly_shm=1",
+            ReadMode.IMMUTABLE: "mode=ro&immutable=1",
+            ReadMode.ROLLBACK_READ_ONLY: "mode=ro",
+        }[mode]
+        uri = f"file:{quote(str(path.resolve()))}?{query}"
+        conn = sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=60
+        )
+    log.debug("%s opened for reading (%s)", path, mode.value)
+    return conn, mode
+
+
+#: what a statement may do to the database file (anything to ``temp`` is allowed: the re-check
+#: and the walk stage their keys in temporary tables)
+_READS = frozenset(
+    {
+        sqlite3.SQLITE_SELECT,
+        sqlite3.SQLITE_READ,
+        sqlite3.SQLITE_FUNCTION,
+        sqlite3.SQLITE_TRANSACTION,
+        sqlite3.SQLITE_RECURSIVE,
+    }
+)
+#: the pragmas a reading connection runs: its own settings and the schema's description (not
+#: journal_mode, which may rewrite the header, nor wal_checkpoint, which writes the file)
+_READING_PRAGMAS = frozenset({"cache_size", "temp_store", "busy_timeout", "encoding", "table_info"})
+
+
+def _reads_only(action: int, arg1: str | None, _arg2: str | None, db: str | None, _: object) -> int:
+    """The authorizer of a guarded connection: nothing but reads of the database file."""
+    if action in _READS or db == "temp":
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA and arg1 is not None and arg1.lower() in _READING_PRAGMAS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What changes when someone writes the file: its size, times and inode, and its log."""
+
+    stat: tuple[int, int, int, int]
+    log: bool
+
+    @classmethod
+    def of(cls, path: Path) -> FileState:
+        st = path.stat()
+        return cls(
+            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), _beside(path, "-wal").exists()
+        )
+
+
+def written_meanwhile(path: Path, before: FileState) -> bool:
+    """Whether the file changed, or a log appeared beside it, since ``before``: an immutable
+    read (no locks) may then have mixed pages from before and after."""
+    try:
+        return FileState.of(path) != before
+    except OSError:
+        return True
