@@ -131,10 +131,8 @@ def open_database(
     metastore is changed. A file this process cannot write is refused (StoreReadOnly) before
     anything is read or written: commands that only read open it with ``open_for_reading``.
     """
-    if not create and not path.is_file():
-        raise StoreNotFound(
-            f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
-        )
+    if not create:
+        require_file(path)
     if path.is_file():
         _refuse_read_only(path)
     new_file = create and not path.exists()
@@ -189,6 +187,14 @@ def open_database(
     except sqlite3.DatabaseError as exc:
         raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
     return conn, created
+
+
+def require_file(path: Path) -> None:
+    """StoreNotFound unless there is a file at ``path`` (a command that reads never creates one)."""
+    if not path.is_file():
+        raise StoreNotFound(
+            f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
+        )
 
 
 def _refuse_read_only(path: Path) -> None:

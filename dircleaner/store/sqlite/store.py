@@ -36,6 +36,7 @@ from dircleaner.store.sqlite.schema import (
     check_tables,
     open_database,
     path_from_url,
+    require_file,
 )
 from dircleaner.timeutil import now_us
 
@@ -110,10 +111,7 @@ class SqliteStore(Store):
     def _for_reading(cls, path: Path, url: str, config_path: Path | None) -> SqliteStore:
         """Opened for a command that only reads: nothing is written, no file is left beside
         it, and every write fails (``reading.open_for_reading`` says how)."""
-        if not path.is_file():
-            raise StoreNotFound(
-                f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
-            )
+        require_file(path)
         unlocked_from = FileState.of(path)
         conn, mode = open_for_reading(path)
         try:
