@@ -130,11 +130,11 @@ class DaskWorkers:
                 _one_phase,
                 store.url,
                 store.config_path,
-                store.traits.read_only,
                 task,
                 shard,
                 self._topic,
                 phase,
+                read_only=store.traits.read_only,
                 key=self._key(phase, shard),
             )
             for shard in shards
@@ -152,18 +152,17 @@ class DaskWorkers:
         progress: Progress = no_progress,
     ) -> tuple[list[T], list[R]]:
         url, config_path, phases = store.url, store.config_path, work.phases
-        read_only = store.traits.read_only
         # The first results (tally, kept) stay on the workers; only the tallies come here.
         kept = [
             self.client.submit(
                 _one_phase,
                 url,
                 config_path,
-                read_only,
                 work.first,
                 shard,
                 self._topic,
                 phases[0],
+                read_only=store.traits.read_only,
                 key=self._key(phases[0], shard),
             )
             for shard in shards
@@ -182,13 +181,13 @@ class DaskWorkers:
                     _second_phase,
                     url,
                     config_path,
-                    read_only,
                     work.second,
                     shard,
                     k,
                     shared_message,
                     self._topic,
                     phases[1],
+                    read_only=store.traits.read_only,
                     key=self._key(phases[1], shard),
                 )
                 for k, shard in zip(kept, shards, strict=True)
@@ -360,11 +359,11 @@ def _gc_paused_while_tasks_run() -> Iterator[None]:
 def _one_phase(
     url: str,
     config_path: Path | None,
-    read_only: bool,
     task: Callable[[Store, Shard, Progress], R],
     shard: Shard,
     topic: str,
     phase: str,
+    read_only: bool = False,
 ) -> R:
     """A task on a worker: its own store connection, the task, progress sent as events."""
     # A worker process is no fork of the client: it loads the compiled filter kernels itself
@@ -385,13 +384,13 @@ def _one_phase(
 def _second_phase(
     url: str,
     config_path: Path | None,
-    read_only: bool,
     second: Callable[[Store, Shard, Any, Any, Progress], R],
     shard: Shard,
     first_result: tuple[Any, Any],
     message: Any,
     topic: str,
     phase: str,
+    read_only: bool = False,
 ) -> R:
     """The second phase on the worker that holds the first phase's result (or recomputed it)."""
     tune_malloc_under_nanny()
