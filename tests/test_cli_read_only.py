@@ -211,6 +211,47 @@ def test_the_next_writer_is_not_stopped_by_what_reads_of_a_read_only_file_left(
     assert "b/0/c/" not in invoke(dataset.url, "list-dirs", "--bucket", "default").stdout
 
 
+#: what a reader of an earlier release left beside a 0444 file: SQLite's plain ``mode=ro``
+#: creates the -wal and -shm with the file's mode, and leaves them
+_EARLIER_READER = """
+import sqlite3, sys
+conn = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+conn.execute("SELECT count(*) FROM folders").fetchone()
+conn.close()
+"""
+
+
+def test_what_an_earlier_release_left_beside_the_file_is_named_and_the_reads_still_work(
+    dataset: Dataset,
+) -> None:
+    every = invoke(dataset.url, "list-dirs", "--bucket", "default").stdout
+    with read_only_by_permission(dataset.directory, 0o755):
+        left = subprocess.run(
+            unprivileged([sys.executable, "-c", _EARLIER_READER, str(dataset.db)])
+        )
+        assert left.returncode == 0
+        assert sorted(listing(dataset.directory)) == [".", "meta.db", "meta.db-shm", "meta.db-wal"]
+        dataset.db.chmod(0o644)
+        before = listing(dataset.directory)
+        ran = run_cli(dataset.url, "run", *EAGER)
+        assert (ran.returncode, ran.stderr) == (
+            1,
+            f"Error: {dataset.db} is read-only here (no write permission on meta.db-wal beside"
+            " it: give it meta.db's owner and mode): this command writes to it; list-dirs,"
+            " filters list|show, sweep and dry runs only read it\n",
+        )
+        listed = run_cli(dataset.url, "list-dirs", "--bucket", "default")
+        assert (listed.returncode, listed.stdout) == (0, every), listed.stderr
+        # The same files and bytes (SQLite itself gives an empty log it opens, if it may, the
+        # database's mode: the reader repairs the -wal, not the -shm).
+        after = listing(dataset.directory)
+        assert {n: h for n, (_, h) in after.items()} == {n: h for n, (_, h) in before.items()}
+        for name in ("meta.db-wal", "meta.db-shm"):
+            (dataset.directory / name).chmod(0o644)
+        ran = run_cli(dataset.url, "run", *EAGER, "--audit-log", str(dataset.audit_log))
+        assert ran.returncode == 0, ran.stderr
+
+
 #: every command that writes to an existing store
 WRITES = {
     "run": ("run", *EAGER),

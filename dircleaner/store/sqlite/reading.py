@@ -85,6 +85,12 @@ def not_writable_because(path: Path) -> str | None:
         return "no write permission on the file"
     if not os.access(path.parent, os.W_OK):
         return "no write permission on its directory"
+    for beside in (_beside(path, "-wal"), _beside(path, "-shm")):
+        # What a reader with plain mode=ro (an earlier release) left: SQLite gave it the
+        # database's mode then, and a writer can use neither file now.
+        if beside.exists() and not os.access(beside, os.W_OK):
+            remedy = f"give it {path.name}'s owner and mode"
+            return f"no write permission on {beside.name} beside it: {remedy}"
     return None
 
 
