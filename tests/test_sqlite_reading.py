@@ -8,6 +8,7 @@ refuses, and what it says when the file changed under a read that took no locks.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shutil
 import sqlite3
@@ -21,6 +22,7 @@ from dircleaner.errors import StoreNotFound, StoreReadOnly
 from dircleaner.model import Shard
 from dircleaner.store.sqlite import SqliteStore, reading
 from dircleaner.store.sqlite.reading import ReadMode, Surroundings, reading_mode
+from tests.helpers import EAGER, invoke
 
 
 def surroundings(
@@ -196,4 +198,35 @@ def test_a_rollback_journal_file_is_read_with_its_own_locks(
     with SqliteStore.open(url_of(db), read_only=True) as store:
         assert store.reading is ReadMode.ROLLBACK_READ_ONLY
         assert store.get_state("k") == "v"
+    assert digests(db.parent) == before
+
+
+#: the ledger of an earlier release: keyed by bucket and parent, no token column
+_UNKEYED_LEDGER = """
+DROP TABLE ledger;
+CREATE TABLE ledger (bucket TEXT NOT NULL, parent TEXT NOT NULL, generation TEXT NOT NULL,
+    charge TEXT NOT NULL, cost INTEGER NOT NULL, expires_us INTEGER NOT NULL,
+    PRIMARY KEY (bucket, parent, generation, charge)) WITHOUT ROWID;
+INSERT INTO ledger VALUES ('b', 'a/', 'g', 'row', 7, 9223372036854775807);
+"""
+
+
+@pytest.mark.parametrize("ledger", ["none yet", "not keyed by token"])
+def test_a_dry_run_reads_the_ledger_of_an_earlier_release_as_it_is(db: Path, ledger: str) -> None:
+    """Opening for reading brings nothing up to date: the file's ledger is read as it is."""
+    emptied = invoke(url_of(db), "delete-keys", "-", "--bucket", "b", input="c/d/y\n")
+    assert emptied.exit_code == 0, emptied.output
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        "DROP TABLE kv;" + ("DROP TABLE ledger;" if ledger == "none yet" else _UNKEYED_LEDGER)
+    )
+    conn.close()
+    before = digests(db.parent)
+    with SqliteStore.open(url_of(db), read_only=True) as store:
+        charged = store.tombstones_charged([("b", "a/"), ("b", "c/")])
+    assert charged == ({} if ledger == "none yet" else {("b", "a/"): 7})
+    assert digests(db.parent) == before
+    planned = invoke(url_of(db), "run", "-n", *EAGER, "--json")
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(planned.stdout)["clean"]["plan"]["directories"] == 2  # c/ and c/d/
     assert digests(db.parent) == before

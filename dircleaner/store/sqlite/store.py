@@ -87,6 +87,9 @@ class SqliteStore(Store):
         #: opened for reading: how, and (read without locks) the file as it was then
         self.reading: ReadMode | None = None
         self._unlocked_from: FileState | None = None
+        #: opened for reading: the ledger's columns as found (none: no ledger yet); None when
+        #: opening brought the file up to date
+        self._ledger_columns: frozenset[str] | None = None
 
     @classmethod
     def open(
@@ -118,6 +121,7 @@ class SqliteStore(Store):
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute("PRAGMA temp_store=MEMORY")
             check_tables(path, conn)
+            ledger = conn.execute("PRAGMA table_info(ledger)").fetchall()
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
@@ -126,6 +130,7 @@ class SqliteStore(Store):
         store.traits = dataclasses.replace(store.traits, read_only=True)
         store._kv.read_only = True
         store.reading = mode
+        store._ledger_columns = frozenset(str(column[1]) for column in ledger)
         if mode is ReadMode.IMMUTABLE:
             store._unlocked_from = unlocked_from
         return store
@@ -528,13 +533,21 @@ class SqliteStore(Store):
     ) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
         now = now_us()
+        # Opened for reading, a file of an earlier release keeps its ledger as it was: none yet,
+        # or one not keyed by token (a command that writes brings it up to date).
+        keyed = self._ledger_columns is None or "token" in self._ledger_columns
+        if not keyed and not self._ledger_columns:
+            return out
         for start in range(0, len(partitions), LEDGER_CHUNK):
             chunk = partitions[start : start + LEDGER_CHUNK]
-            where = " OR ".join("(token = ? AND bucket = ? AND parent = ?)" for _ in chunk)
+            key = (
+                "token = ? AND bucket = ? AND parent = ?" if keyed else "bucket = ? AND parent = ?"
+            )
+            where = " OR ".join(f"({key})" for _ in chunk)
             params: list[object] = [
                 v
                 for bucket, parent in chunk
-                for v in (murmur_token(bucket, parent), bucket, parent)
+                for v in ((murmur_token(bucket, parent),) if keyed else ()) + (bucket, parent)
             ]
             rows = self._conn.execute(
                 f"SELECT bucket, parent, sum(cost) FROM ledger WHERE ({where})"
