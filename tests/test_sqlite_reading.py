@@ -87,7 +87,7 @@ def test_a_writable_file_opened_for_reading_refuses_every_write_and_keeps_its_by
 ) -> None:
     before = digests(db.parent)
     with SqliteStore.open(url_of(db), read_only=True) as store:
-        assert store.reading is ReadMode.GUARDED
+        assert store.reading is not None and store.reading.mode is ReadMode.GUARDED
         assert store.traits.read_only
         # The reads that stage keys in temporary tables work.
         assert store.nonempty_object_partitions([("b", "a/"), ("b", "z/")]) == {("b", "a/")}
@@ -118,12 +118,12 @@ def test_a_file_no_connection_has_open_is_read_immutable_and_warns_if_written_me
 ) -> None:
     cannot_write(monkeypatch)
     with SqliteStore.open(url_of(db), read_only=True) as store:
-        assert store.reading is ReadMode.IMMUTABLE
+        assert store.reading is not None and store.reading.mode is ReadMode.IMMUTABLE
         assert store.get_state("k") == "v"
     assert "written while" not in caplog.text
     assert [p.name for p in db.parent.iterdir()] == ["meta.db"]
     store = SqliteStore.open(url_of(db), read_only=True)
-    assert store.reading is ReadMode.IMMUTABLE
+    assert store.reading is not None and store.reading.mode is ReadMode.IMMUTABLE
     writer = sqlite3.connect(db)
     writer.execute("UPDATE kv SET value = x'77' WHERE key = 'k'")
     writer.commit()
@@ -156,7 +156,7 @@ def test_a_writers_log_is_read_through_its_index_without_changing_either(
         cannot_write(monkeypatch)
         before = digests(db.parent)
         with SqliteStore.open(url_of(db), read_only=True) as store:
-            assert store.reading is ReadMode.LOG_READ_ONLY
+            assert store.reading is not None and store.reading.mode is ReadMode.LOG_READ_ONLY
             assert store.get_state("k") == "w"  # committed to the log, not to the file
             with pytest.raises(sqlite3.OperationalError, match="readonly"):
                 store.put_objects("b", ["new/k"], 2)
@@ -196,7 +196,7 @@ def test_a_rollback_journal_file_is_read_with_its_own_locks(
     cannot_write(monkeypatch)
     before = digests(db.parent)
     with SqliteStore.open(url_of(db), read_only=True) as store:
-        assert store.reading is ReadMode.ROLLBACK_READ_ONLY
+        assert store.reading is not None and store.reading.mode is ReadMode.ROLLBACK_READ_ONLY
         assert store.get_state("k") == "v"
     assert digests(db.parent) == before
 

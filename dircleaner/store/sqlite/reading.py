@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
 from dircleaner.errors import StoreNotFound
+from dircleaner.store.sqlite.schema import (
+    CACHE_KIB,
+    beside,
+    check_tables,
+    not_writable_because,
+    require_file,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,54 +83,70 @@ def reading_mode(seen: Surroundings) -> ReadMode:
     return ReadMode.IMMUTABLE
 
 
-def not_writable_because(path: Path) -> str | None:
-    """Why this process cannot write the database at ``path`` (None: it can)."""
-    if _on_read_only_mount(path):
-        return "a read-only mount"
-    if not os.access(path, os.W_OK):
-        return "no write permission on the file"
-    if not os.access(path.parent, os.W_OK):
-        return "no write permission on its directory"
-    for beside in (_beside(path, "-wal"), _beside(path, "-shm")):
-        # What a reader with plain mode=ro (an earlier release) left: SQLite gave it the
-        # database's mode then, and a writer can use neither file now.
-        if beside.exists() and not os.access(beside, os.W_OK):
-            remedy = f"give it {path.name}'s owner and mode"
-            return f"no write permission on {beside.name} beside it: {remedy}"
-    return None
-
-
-def _on_read_only_mount(path: Path) -> bool:
-    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-
-
 def surroundings(path: Path) -> Surroundings:
     """Look at ``path`` and the files SQLite keeps beside it."""
     with path.open("rb") as stream:
         header = stream.read(100)
-    wal = _beside(path, "-wal")
+    wal = beside(path, "-wal")
     log_size = wal.stat().st_size if wal.exists() else None
     return Surroundings(
         writable=not_writable_because(path) is None,
         wal_mode=header[_WAL_VERSION_BYTES] == b"\x02\x02",
         log=log_size is not None,
         log_has_commits=log_size is not None and log_size > WAL_HEADER_BYTES,
-        log_index=_beside(path, "-shm").exists(),
+        log_index=beside(path, "-shm").exists(),
     )
 
 
-def _beside(path: Path, suffix: str) -> Path:
-    return path.with_name(path.name + suffix)
+@dataclass
+class ReadingConnection:
+    """A connection that cannot write the file, how it reads, and what it found."""
+
+    path: Path
+    conn: sqlite3.Connection
+    mode: ReadMode
+    #: the ledger's columns (none: no ledger yet): an earlier release's file is read as it is
+    ledger_columns: frozenset[str]
+    #: read without locks (``IMMUTABLE``): the file as it was when the read began
+    unlocked_from: FileState | None
+
+    def close(self) -> None:
+        """Close it, warning when an unlocked read may have mixed before and after a write."""
+        self.conn.close()
+        if self.unlocked_from is not None and written_meanwhile(self.path, self.unlocked_from):
+            log.warning(
+                "%s was written while this command read it without locks (a file it cannot"
+                " write, and no other connection had it open when it began): what it read"
+                " may mix before and after; run it again",
+                self.path,
+            )
 
 
-def open_for_reading(path: Path) -> tuple[sqlite3.Connection, ReadMode]:
-    """A connection to ``path`` that cannot write it, and how it reads (``ReadMode``)."""
+def open_for_reading(path: Path) -> ReadingConnection:
+    """A connection to the metastore at ``path`` that cannot write it (``reading_mode``)."""
+    require_file(path)
+    before = FileState.of(path)
+    conn, mode = _connect(path)
+    try:
+        conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+        conn.execute("PRAGMA temp_store=MEMORY")
+        check_tables(path, conn)
+        ledger = conn.execute("PRAGMA table_info(ledger)").fetchall()
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
+    columns = frozenset(str(column[1]) for column in ledger)
+    unlocked_from = before if mode is ReadMode.IMMUTABLE else None
+    return ReadingConnection(path, conn, mode, columns, unlocked_from)
+
+
+def _connect(path: Path) -> tuple[sqlite3.Connection, ReadMode]:
     try:
         mode = reading_mode(surroundings(path))
     except LogWithoutIndex:
         raise LogWithoutIndex(
-            f"{path} has a write-ahead log holding commits ({_beside(path, '-wal').name}) but"
-            f" no index ({_beside(path, '-shm').name}), and this process cannot create one: run"
+            f"{path} has a write-ahead log holding commits ({beside(path, '-wal').name}) but"
+            f" no index ({beside(path, '-shm').name}), and this process cannot create one: run"
             " a command that writes to it once, as a user who may, then retry"
         ) from None
     except OSError as exc:
@@ -182,7 +204,7 @@ class FileState:
     def of(cls, path: Path) -> FileState:
         st = path.stat()
         return cls(
-            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), _beside(path, "-wal").exists()
+            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns), beside(path, "-wal").exists()
         )
 
 

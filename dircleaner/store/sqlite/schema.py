@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,7 +12,6 @@ from urllib.parse import urlsplit
 from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreReadOnly, StoreUrlError
 from dircleaner.store.bookkeeping import STATE_SPACE
 from dircleaner.store.records import murmur_token
-from dircleaner.store.sqlite.reading import not_writable_because
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,28 @@ def read_only_here(url: str) -> bool:
         return path.is_file() and not_writable_because(path) is not None
     except (StoreUrlError, OSError):
         return False
+
+
+def not_writable_because(path: Path) -> str | None:
+    """Why this process cannot write the database at ``path`` (None: it can)."""
+    if bool(os.statvfs(path).f_flag & os.ST_RDONLY):
+        return "a read-only mount"
+    if not os.access(path, os.W_OK):
+        return "no write permission on the file"
+    if not os.access(path.parent, os.W_OK):
+        return "no write permission on its directory"
+    for other in (beside(path, "-wal"), beside(path, "-shm")):
+        # What a reader with plain mode=ro (an earlier release) left: SQLite gave it the
+        # database's mode then, and a writer can use neither file now.
+        if other.exists() and not os.access(other, os.W_OK):
+            remedy = f"give it {path.name}'s owner and mode"
+            return f"no write permission on {other.name} beside it: {remedy}"
+    return None
+
+
+def beside(path: Path, suffix: str) -> Path:
+    """The file SQLite keeps beside the database (``-wal``, ``-shm``, ``-journal``)."""
+    return path.with_name(path.name + suffix)
 
 
 SCHEMA = """

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dircleaner.errors import SchemaError, StoreNotFound, StoreUrlError
+from dircleaner.errors import SchemaError, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
@@ -24,19 +24,12 @@ from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
 from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite.kv import SqliteKV
-from dircleaner.store.sqlite.reading import (
-    FileState,
-    ReadMode,
-    open_for_reading,
-    written_meanwhile,
-)
+from dircleaner.store.sqlite.reading import ReadingConnection, open_for_reading
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
     SCAN_CACHE_KIB,
-    check_tables,
     open_database,
     path_from_url,
-    require_file,
 )
 from dircleaner.timeutil import now_us
 
@@ -84,12 +77,8 @@ class SqliteStore(Store):
         self._kv = SqliteKV(path, conn, read_only=False)
         #: reads open through ``_read_once`` (a scan generator may be left open across others)
         self._read_depth = 0
-        #: opened for reading: how, and (read without locks) the file as it was then
-        self.reading: ReadMode | None = None
-        self._unlocked_from: FileState | None = None
-        #: opened for reading: the ledger's columns as found (none: no ledger yet); None when
-        #: opening brought the file up to date
-        self._ledger_columns: frozenset[str] | None = None
+        #: opened for a command that only reads: how (None: opening brought the file up to date)
+        self.reading: ReadingConnection | None = None
 
     @classmethod
     def open(
@@ -114,25 +103,12 @@ class SqliteStore(Store):
     def _for_reading(cls, path: Path, url: str, config_path: Path | None) -> SqliteStore:
         """Opened for a command that only reads: nothing is written, no file is left beside
         it, and every write fails (``reading.open_for_reading`` says how)."""
-        require_file(path)
-        unlocked_from = FileState.of(path)
-        conn, mode = open_for_reading(path)
-        try:
-            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
-            conn.execute("PRAGMA temp_store=MEMORY")
-            check_tables(path, conn)
-            ledger = conn.execute("PRAGMA table_info(ledger)").fetchall()
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-        store = cls(path, conn)
+        opened = open_for_reading(path)
+        store = cls(path, opened.conn)
         store.url, store.config_path = url, config_path
         store.traits = dataclasses.replace(store.traits, read_only=True)
         store._kv.read_only = True
-        store.reading = mode
-        store._ledger_columns = frozenset(str(column[1]) for column in ledger)
-        if mode is ReadMode.IMMUTABLE:
-            store._unlocked_from = unlocked_from
+        store.reading = opened
         return store
 
     @classmethod
@@ -147,14 +123,10 @@ class SqliteStore(Store):
         return str(self.path.resolve())
 
     def close(self) -> None:
-        self._conn.close()
-        if self._unlocked_from is not None and written_meanwhile(self.path, self._unlocked_from):
-            log.warning(
-                "%s was written while this command read it without locks (a file it cannot"
-                " write, and no other connection had it open when it began): what it read"
-                " may mix before and after; run it again",
-                self.path,
-            )
+        if self.reading is not None:
+            self.reading.close()
+        else:
+            self._conn.close()
 
     # -- scans ------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -535,8 +507,9 @@ class SqliteStore(Store):
         now = now_us()
         # Opened for reading, a file of an earlier release keeps its ledger as it was: none yet,
         # or one not keyed by token (a command that writes brings it up to date).
-        keyed = self._ledger_columns is None or "token" in self._ledger_columns
-        if not keyed and not self._ledger_columns:
+        columns = None if self.reading is None else self.reading.ledger_columns
+        keyed = columns is None or "token" in columns
+        if not (keyed or columns):
             return out
         for start in range(0, len(partitions), LEDGER_CHUNK):
             chunk = partitions[start : start + LEDGER_CHUNK]
