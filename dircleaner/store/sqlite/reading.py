@@ -58,7 +58,7 @@ class Surroundings:
     writable: bool
     #: the file's header says WAL mode
     wal_mode: bool
-    #: the -wal file exists, and holds at least one transaction
+    #: the -wal file exists; it is longer than its header (it holds transactions)
     log: bool
     log_has_commits: bool
     #: the -shm file (the log's index) exists
