@@ -282,8 +282,15 @@ class AppContext:
 
     def open(self, *, writes: bool = False, create: bool = False, force: bool = False) -> Store:
         """The store; a command that ``writes`` to it (or may ``create`` it) names it first
-        on stderr, and says what it created."""
-        store = open_store(self.store_url, config_path=self.config(), create=create, force=force)
+        on stderr, and says what it created. Any other command only reads: it writes nothing
+        to the store, and works where this process cannot write it."""
+        store = open_store(
+            self.store_url,
+            config_path=self.config(),
+            create=create,
+            force=force,
+            read_only=not (writes or create),
+        )
         if writes or create:
             announce_store(self.store_url, store.created)
         return store
