@@ -38,6 +38,8 @@ from dircleaner.synth.runner import (
 from dircleaner.synth.spec import (
     GENERATOR_VERSION,
     LAYOUT_MIX,
+    MAX_EMPTY_FRACTION,
+    SHAPES,
     LayoutStats,
     SynthResult,
     SynthSpec,
@@ -46,6 +48,8 @@ from dircleaner.synth.spec import (
 __all__ = [
     "GENERATOR_VERSION",
     "LAYOUT_MIX",
+    "MAX_EMPTY_FRACTION",
+    "SHAPES",
     "LayoutStats",
     "SynthResult",
     "SynthSpec",

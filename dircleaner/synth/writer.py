@@ -284,14 +284,15 @@ class Writer:
 
         Only while short of empties, and only if the overshoot it may cause can still be made
         up: each live directory the layout has yet to make lowers its share by the pace, so a
-        deletion near the end of the budget, or one big against the target, waits.
+        deletion near the end of the budget, or one big against the target, waits (an overshoot
+        of half a directory is rounding).
         """
         deficit = self._deficit()
         if deficit <= 0.5:
             return False
         pace = self._pace
         overshoot = size * (1.0 - pace) - deficit
-        return overshoot <= 0.5 * pace * (self.budget - self.dirs - size)
+        return overshoot <= max(0.5, 0.5 * pace * (self.budget - self.dirs - size))
 
     def settled(self) -> bool:
         """Whether the current directory holds something live or was deleted whole: a layout at
