@@ -17,7 +17,7 @@ SLICES = 64
 #: Rows a generator buffers before spilling them to disk; bounds each worker's memory.
 SPILL_ROWS = 1_000_000
 #: Ground-truth paths a generator keeps in memory before writing a sorted run.
-TRUTH_RUN = 2_000_000
+TRUTH_RUN = 500_000
 PROGRESS_EVERY = 100_000
 #: Below this share of empties, a single deletion never takes its parent with it.
 SMALL_SHARE = 0.01
