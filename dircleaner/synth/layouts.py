@@ -271,7 +271,7 @@ def _layout_dates(
     # plan, set aside from the feedback, which makes the rest of the share in the other days.
     expired_share = 0.66 * empty_fraction + 0.2 * empty_fraction**2
     expired = max(0.0, expired_share * budget - wide_empties)
-    expired_made = 0
+    covered = 0.0  # of the expired directories, those due so far: made, or left to the pace
     wide_made = False
     w.enter("logs")
     i = 0
@@ -283,13 +283,15 @@ def _layout_dates(
         # stream and the wide day (second newest of the first stream) is always there.
         dates = [LAST_DAY - timedelta(days=d) for d in range(days - 1, -1, -1)]
         # Each stream its part of the expired days, in whole days (the stream cut by the budget
-        # fewer); the pace of the rest counts what this stream and the later ones set aside.
+        # fewer); the pace of the rest counts what this stream and the later ones set aside,
+        # and makes up for the part of a day this stream's whole days fall short by.
         wide_left = (0.0, 0.0) if wide_made or not wide_children else (wide_dirs, wide_empties)
         stream = days * day_size + (wide_left[0] - day_size if i == 0 else 0.0)
         due = expired * min(budget, w.dirs + stream) / budget
         fit = min(days - 2, (budget - w.dirs) // day_size)
-        expired_days = max(0, min(fit, math.floor((due - expired_made) / day_size)))
+        expired_days = max(0, min(fit, math.floor((due - covered) / day_size)))
         aside = expired_days * day_size + expired - due
+        covered = due
         todo = empty_fraction * budget - w.aside_empties - aside - wide_left[1]
         left = budget - w.aside_dirs - aside - wide_left[0]
         w.set_pace(min(1.0, max(0.0, todo) / max(1.0, left)))
@@ -319,7 +321,6 @@ def _layout_dates(
             if old or wide_day is not None:
                 w.aside_dirs += w.dirs - dirs
                 w.aside_empties += w.empties - empties
-                expired_made += (w.dirs - dirs) if old else 0
                 wide_made = wide_made or wide_day is not None
         if open_ym is not None:
             w.leave()
