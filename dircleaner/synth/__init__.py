@@ -31,8 +31,9 @@ millions (``SHAPES["steady"]``, the talk's 352 of 31.5M) comes from lone deletio
 ``dircleaner.synth.shares`` gives each layout a whole number of empties, and the set pieces
 (the wide day, the deleted ``tmp/`` uploads, a third of the odd names, a deep chain) only when
 the share has room for them; a feedback per layout (``Writer.want_empty``) then holds the
-layout to its number, whatever the seed and size: within a few hundredths of a point from 10k
-directories on, within a couple of directories per layout at the smallest shares.
+layout to its number, whatever the seed and size: the share comes out within 0.4 percentage
+points from 10k directories on, 0.01 from 100k on, and within a few directories at the
+smallest shares.
 
 How it is fast: the tree is generated depth-first, so a directory's emptiness is known when it is
 left; rows are tokenised once per partition and spilled, bucketed by token range, to temp files;
