@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.cli.data_commands import SHAPE_NAMES
+from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.synth import SHAPES
 from tests.helpers import audit_entries, invoke, run_eagerly, said
@@ -114,7 +115,8 @@ def test_a_night_on_the_backlog_deletes_only_empty_directories(tmp_path: Path) -
 
 @pytest.fixture(scope="module")
 def cassandra_ks(cassandra_url: str) -> str:
-    url = keyspace_url(cassandra_url, f"{cassandra_url.rsplit('/', 1)[1]}_gen")
+    base = parse_cassandra_url(cassandra_url).keyspace or "dircleaner_test"
+    url = keyspace_url(cassandra_url, f"{base}_gen")
     made = invoke(url, "init-schema")
     assert made.exit_code == 0, made.output
     return url
