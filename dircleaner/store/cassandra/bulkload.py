@@ -302,9 +302,13 @@ def _helper_env(cfg: CassandraConfig) -> dict[str, str]:
 
 
 def _run_helper(command: list[str], env: dict[str, str], what: str) -> None:
+    """Run the helper (or nodetool) to the end; its one-line error if it fails, or if it says
+    that something failed (nodetool import exits 0 when a directory failed to import)."""
     with tempfile.TemporaryFile() as logs:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=logs, stderr=logs, env=env)
-        if done.returncode != 0:
+        logs.seek(0)
+        said_failed = b"failed to import" in logs.read()
+        if done.returncode != 0 or said_failed:
             raise BulkLoadFailed(f"{what} failed: {_error_line(logs)}")
 
 

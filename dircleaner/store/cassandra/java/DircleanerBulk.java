@@ -19,6 +19,7 @@ import java.io.BufferedInputStream;
 import java.io.DataInputStream;
 import java.io.EOFException;
 import java.io.File;
+import java.lang.reflect.Field;
 import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -33,6 +34,7 @@ import org.apache.cassandra.config.DatabaseDescriptor;
 import org.apache.cassandra.io.sstable.CQLSSTableWriter;
 import org.apache.cassandra.tools.BulkLoader;
 import org.apache.cassandra.tools.LoaderOptions;
+import org.apache.cassandra.utils.StorageCompatibilityMode;
 
 public final class DircleanerBulk {
     /** Frames decoded ahead of a table's writer thread (bounds the reader's memory). */
@@ -140,6 +142,7 @@ public final class DircleanerBulk {
         if (args.length != 4 + 4 * count) {
             throw new IllegalArgumentException("write: expected 4 arguments per table");
         }
+        writeCassandra4Format();
         List<Table> tables = new ArrayList<>();
         for (int i = 0; i < count; i++) {
             String directory = args[4 + 4 * i];
@@ -197,6 +200,23 @@ public final class DircleanerBulk {
             // not Linux: unknown
         }
         return -1;
+    }
+
+    /**
+     * Write sstables in the 4.x format ("nb"): Cassandra 4.0 and later read it, and so does a
+     * 5.0 node in any storage compatibility mode, while one in CASSANDRA_4 mode (5.0's default)
+     * does not import the 5.0 format ("oa") that a writer in client mode picks: the client
+     * initialisation sets the mode to NONE just before it builds the formats, and the big
+     * format fixes its version from the mode when its version class is first loaded. So the
+     * mode (a private static) is set here and that class loaded before the initialisation.
+     */
+    private static void writeCassandra4Format() throws Exception {
+        Field mode = DatabaseDescriptor.class.getDeclaredField("storageCompatibilityMode");
+        mode.setAccessible(true);
+        mode.set(null, StorageCompatibilityMode.CASSANDRA_4);
+        Class.forName("org.apache.cassandra.io.sstable.format.big.BigFormat$BigVersion", true,
+                DircleanerBulk.class.getClassLoader());
+        DatabaseDescriptor.clientInitialization();
     }
 
     /**
