@@ -40,7 +40,7 @@ from typing import IO, Any
 
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.paths import directories_of, folder_row_of, split_key
-from dircleaner.store.cassandra.bulkjava import JavaHelper, java_helper
+from dircleaner.store.cassandra.bulkjava import MAIN_CLASS, JavaHelper, java_helper
 from dircleaner.store.cassandra.config import ENV_PASSWORD, ENV_USERNAME, CassandraConfig
 from dircleaner.store.cassandra.mapping import _q
 
@@ -301,14 +301,28 @@ def _helper_env(cfg: CassandraConfig) -> dict[str, str]:
     return env
 
 
-def _run_helper(command: list[str], env: dict[str, str], what: str) -> None:
-    """Run the helper (or nodetool) to the end; its one-line error if it fails, or if it says
-    that something failed (nodetool import exits 0 when a directory failed to import)."""
-    with tempfile.TemporaryFile() as logs:
-        done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=logs, stderr=logs, env=env)
+def _start_helper(
+    command: list[str], env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
+    """Start the helper (or nodetool), its output into a temporary file."""
+    logs = tempfile.TemporaryFile()  # noqa: SIM115 (closed by _finish_helper)
+    proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=logs, stderr=logs, env=env)
+    return proc, logs
+
+
+def _finish_helper(proc: subprocess.Popen[bytes], logs: IO[bytes], what: str) -> None:
+    """Wait for it; its one-line error if it failed, or if it says that something failed
+    (nodetool import exits 0 when a directory failed to import)."""
+    with logs:
+        try:
+            code = proc.wait()
+        except BaseException:  # stopped (a signal): the helper goes too
+            proc.kill()
+            proc.wait()
+            raise
         logs.seek(0)
         said_failed = b"failed to import" in logs.read()
-        if done.returncode != 0 or said_failed:
+        if code != 0 or said_failed:
             raise BulkLoadFailed(f"{what} failed: {_error_line(logs)}")
 
 
@@ -330,7 +344,8 @@ def stream_sstables(
         if any((sstable_dir / t.directory).glob("*-Data.db")):
             args += [str(sstable_dir / t.directory), t.table]
     if len(args) > 5:
-        _run_helper(helper.command(MIN_HEAP_MIB, *args), _helper_env(cfg), "sstableloader")
+        proc, logs = _start_helper(helper.command(MIN_HEAP_MIB, *args), _helper_env(cfg))
+        _finish_helper(proc, logs, "sstableloader")
 
 
 def import_sstables(
@@ -342,8 +357,11 @@ def import_sstables(
     copy: bool = False,
     jmx_port: int = DEFAULT_JMX_PORT,
 ) -> None:
-    """nodetool import on the first host: the node adopts the files (moved, or copied with
-    ``copy``). The node must see ``sstable_dir`` at this path: the same machine."""
+    """nodetool import on the first host, every table at once: the node adopts the files
+    (moved, or copied with ``copy``). The node must see ``sstable_dir`` at this path: the same
+    machine."""
+    env = _helper_env(cfg)
+    runs = []
     for t in targets:
         directory = sstable_dir / t.directory
         if not any(directory.glob("*-Data.db")):
@@ -352,15 +370,23 @@ def import_sstables(
         if copy:
             args.append("--copy-data")
         command = helper.command(MIN_HEAP_MIB, *args, t.keyspace, t.table, str(directory.resolve()))
-        command[command.index("DircleanerBulk")] = "org.apache.cassandra.tools.NodeTool"
-        _run_helper(command, _helper_env(cfg), f"nodetool import of {t.keyspace}.{t.table}")
-        if not copy:
-            left = list(directory.glob("*-Data.db"))
-            if left:
-                raise BulkLoadFailed(
-                    f"nodetool import left {len(left)} sstables in {directory}: the node could"
-                    " not adopt them (is it on this machine, and may it write there?)"
+        command[command.index(MAIN_CLASS)] = "org.apache.cassandra.tools.NodeTool"
+        runs.append((directory, t, _start_helper(command, env)))
+    failures = []
+    for directory, t, (proc, logs) in runs:
+        try:
+            _finish_helper(proc, logs, f"nodetool import of {t.keyspace}.{t.table}")
+        except BulkLoadFailed as exc:
+            failures.append(exc)
+        if not copy and any(directory.glob("*-Data.db")):
+            failures.append(
+                BulkLoadFailed(
+                    f"nodetool import left sstables in {directory}: the node could not adopt"
+                    " them (is it on this machine, and may it write there?)"
                 )
+            )
+    if failures:
+        raise failures[0]
 
 
 # -- the loader --------------------------------------------------------------------------------
