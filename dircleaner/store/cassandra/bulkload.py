@@ -411,9 +411,9 @@ class CassandraBulkLoad:
     ``bulk_loading()`` the rows go to the sstable writer (``bulk_insert``: the generator's rows;
     ``put_objects``: keys, as S3 puts); leaving it closes the writer and loads the sstables
     ``via`` sstableloader or nodetool import. The sstables are written to a temporary
-    directory, removed afterwards, unless ``sstable_dir`` is given (then kept, for a later
-    ``import_sstables(copy=True)``: how the benchmark restores a dataset). ``on_rows`` is told
-    the rows sent so far, every frame."""
+    directory under ``scratch_dir`` (default: the system's), removed afterwards, unless
+    ``sstable_dir`` is given (then kept: ``import_sstables(copy=True)`` loads them again).
+    ``on_rows`` is told the rows sent so far, every frame."""
 
     def __init__(
         self,
@@ -422,6 +422,7 @@ class CassandraBulkLoad:
         *,
         via: str = "sstableloader",
         sstable_dir: Path | None = None,
+        scratch_dir: Path | None = None,
         buffer_mib: int = DEFAULT_BUFFER_MIB,
         helper: JavaHelper | None = None,
         on_rows: Callable[[int], None] | None = None,
@@ -437,6 +438,7 @@ class CassandraBulkLoad:
         self.via = via
         self.targets = table_targets(cfg, metadata)
         self.keep_dir = sstable_dir
+        self.scratch_dir = scratch_dir
         self.buffer_mib = buffer_mib
         self.helper = helper if helper is not None else java_helper()
         self.report = BulkLoadReport(via=via, sstable_dir=sstable_dir)
@@ -476,7 +478,7 @@ class CassandraBulkLoad:
             _require_empty(self.keep_dir)
             out = self.keep_dir
         else:
-            out = Path(tempfile.mkdtemp(prefix="dircleaner-sstables-"))
+            out = Path(tempfile.mkdtemp(prefix="dircleaner-sstables-", dir=self.scratch_dir))
         try:
             self.writer = SSTableWriter(self.helper, self.cfg, self.targets, out, self.buffer_mib)
             try:
