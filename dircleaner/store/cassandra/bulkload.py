@@ -228,11 +228,6 @@ class SSTableWriter:
         assert self._proc.stdin is not None
         self._stdin: IO[bytes] = self._proc.stdin
 
-    @property
-    def pid(self) -> int:
-        """The helper's process id (the bench measures it)."""
-        return self._proc.pid
-
     def add(self, role: str, rows: Sequence[Row]) -> None:
         """Send ``rows`` of table ``role`` (``objects`` or ``folders``)."""
         if not rows:
