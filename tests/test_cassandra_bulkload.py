@@ -8,6 +8,7 @@ dropped first: an emptied table would hide the rows with tombstones newer than t
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import struct
@@ -18,13 +19,20 @@ import pytest
 from cassandra.cluster import Cluster
 from cassandra.query import SimpleStatement
 
+from dircleaner.cli.bulk import bulk_summary
 from dircleaner.errors import UsageError
 from dircleaner.model import FolderRow, PartitionKey
 from dircleaner.paths import split_key
 from dircleaner.store import Store, open_store
 from dircleaner.store.cassandra import bulkjava
 from dircleaner.store.cassandra.bulkjava import BulkLoaderUnavailable, find_cassandra_lib
-from dircleaner.store.cassandra.bulkload import CassandraBulkLoad, Row, encode_frame
+from dircleaner.store.cassandra.bulkload import (
+    BulkLoadReport,
+    CassandraBulkLoad,
+    Row,
+    WriteReport,
+    encode_frame,
+)
 from dircleaner.store.cassandra.config import CassandraConfig, Columns, parse_cassandra_url
 from dircleaner.store.cassandra.mapping import model_parent
 from dircleaner.store.cassandra.store import CassandraStore
@@ -143,6 +151,26 @@ def test_bulk_on_sqlite_or_bulk_via_alone_is_a_usage_error(tmp_path: Path) -> No
     assert result.exit_code == 2 and "--bulk-via needs --bulk" in result.stderr
 
 
+def test_the_bulk_summary_says_rows_sstables_and_both_phases() -> None:
+    report = BulkLoadReport(
+        via="sstableloader",
+        write=WriteReport(
+            rows={"k/objects": 600, "k/folders": 400},
+            sstables=2,
+            sstable_bytes=3 * 2**20,
+            seconds=2.0,
+            peak_rss=700 * 2**20,
+        ),
+        load_seconds=1.5,
+    )
+    summary, line = bulk_summary(report)
+    assert line == (
+        "bulk load: 1,000 rows written as 2 sstables (3.0 MiB) in 2.0s (500 rows/s),"
+        " loaded by sstableloader in 1.5s"
+    )
+    assert summary["rows"] == 1000 and summary["writer_peak_rss_bytes"] == 700 * 2**20
+
+
 # -- loads on the suite's node --------------------------------------------------------------------
 
 
@@ -238,6 +266,21 @@ def test_a_generated_dataset_loads_row_for_row_at_its_write_time(
         assert bulk.report.rows > 0.95 * (len(want_folders) + len(want_objects))
         assert bulk.report.write.sstables == 2
         assert_written_at(store, TS, TS)
+    finally:
+        store.close()
+
+
+def test_gen_bulk_says_what_it_loaded(bulk_ready: str) -> None:
+    store = fresh_store(bulk_ready, "cli")
+    try:
+        url = keyspace_url(bulk_ready, store.config.keyspace)
+        result = invoke(url, "gen", "--dirs", "500", "--bulk", "--json")
+        assert result.exit_code == 0, result.output
+        summary = json.loads(result.stdout)
+        bulk = summary["bulk"]
+        assert bulk["via"] == "sstableloader" and bulk["sstables"] == 2
+        assert 0 < bulk["rows"] <= summary["dirs"] + summary["objects"]
+        assert len(folder_rows(store)) == summary["dirs"]
     finally:
         store.close()
 
