@@ -121,16 +121,20 @@ def sweep_and_recheck(
     finish_loading_kernels()
     throttle = ScanThrottle(scan or ScanRate())
     held = Candidates(spill or SpillConfig())
-    result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
-    held.finish(plan_room=deletes)
-    scanned = throttle.stats()
     nonempty: set[BucketDir] = set()
     checked = parents = 0
-    started = time.monotonic()
-    if verify:
-        rechecked = find_nonempty(store, held)
-        nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
-        progress("verify", checked, checked)
+    try:
+        result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
+        held.finish(plan_room=deletes)
+        scanned = throttle.stats()
+        started = time.monotonic()
+        if verify:
+            rechecked = find_nonempty(store, held)
+            nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
+            progress("verify", checked, checked)
+    except BaseException:
+        held.release()  # now, not whenever the traceback that refers to it goes
+        raise
     swept = ShardSwept(
         SweepTotals(result.swept_rows, result.partitions, held.candidates, result.seconds),
         checked,

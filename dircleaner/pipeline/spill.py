@@ -177,9 +177,14 @@ class Candidates:
 
     def candidate_dirs(self) -> Iterator[BucketDir]:
         """Every candidate's directory, in order."""
-        for fact in self:
-            for row in fact.candidates:
-                yield row.bucket, row.parent + row.name + "/"
+        if self._file is None:
+            for fact in self._held:
+                for row in fact.candidates:
+                    yield row.bucket, row.parent + row.name + "/"
+            return
+        self._flush()
+        for raw in self._file.blocks(_FACTS):
+            yield from _decode_dirs(raw)
 
     def absent_dirs(self) -> AbsentDirs:
         """The partitions whose own directory is absent from the filter (spilled slices)."""
@@ -488,6 +493,23 @@ def _decode_facts(raw: bytes, buckets: dict[str, str]) -> list[PartitionFacts]:
             key, totals[i], rows, bool(flag & _ABSENT), ords, bool(flag & _PARENT_ABSENT)
         )
         out.append(fact)
+    return out
+
+
+def _decode_dirs(raw: bytes) -> list[BucketDir]:
+    """The directories of a facts block's candidates (without their rows' objects)."""
+    n, keys_len, names_len, explicit, formats = _FACTS_HEAD.unpack_from(raw)
+    read = _Reader(raw, _FACTS_HEAD.size + 16 * n)  # after the tokens and row counts
+    counts = read.ints("I", n)
+    read.take(n + 4 * explicit)  # flags, ordinals
+    keys = _unpack_strings(read.take(keys_len), 2 * n, formats & 1)
+    names = _unpack_strings(read.take(names_len), sum(counts), formats >> 1 & 1)
+    out: list[BucketDir] = []
+    at = 0
+    for i, count in enumerate(counts):
+        bucket, parent = keys[2 * i], keys[2 * i + 1]
+        out += [(bucket, parent + name + "/") for name in names[at : at + count]]
+        at += count
     return out
 
 

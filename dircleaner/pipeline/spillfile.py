@@ -35,6 +35,9 @@ from dircleaner.errors import SpillFailed
 #: slices it holds, before a slice that grows spills to its file; a spilled slice is planned in
 #: chunks of as many candidates
 DEFAULT_MEMORY_CANDIDATES = 1_000_000
+#: a spilled slice is planned at least this many candidates at a time (a chunk reads the
+#: ledger once and plans alone)
+MIN_CHUNK_CANDIDATES = 100_000
 #: the spill directory on the host that runs a slice, when --spill-dir is not given
 SPILL_DIR_ENV = "DIRCLEANER_SPILL_DIR"
 
@@ -52,11 +55,16 @@ class SpillConfig:
     directory: Path | None = None
     #: candidates one process keeps in memory before a slice spills (0: every slice spills)
     memory_candidates: int = DEFAULT_MEMORY_CANDIDATES
+    #: a spilled slice is planned this many candidates at a time, in whole partitions (None:
+    #: as many as a process keeps in memory, and at least ``MIN_CHUNK_CANDIDATES``)
+    plan_chunk: int | None = None
 
     @property
     def chunk_candidates(self) -> int:
         """A spilled slice is planned this many candidates at a time (whole partitions)."""
-        return max(1, self.memory_candidates)
+        if self.plan_chunk is not None:
+            return max(1, self.plan_chunk)
+        return max(MIN_CHUNK_CANDIDATES, self.memory_candidates)
 
 
 def spill_directory(config: SpillConfig) -> Path:
