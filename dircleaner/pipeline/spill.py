@@ -135,7 +135,7 @@ class Candidates:
     @property
     def chunked(self) -> bool:
         """Whether the plan goes a chunk at a time (spilled, more than one chunk's worth)."""
-        return self._file is not None and self.candidates > self.config.chunk_candidates
+        return self._file is not None and self.candidates > self.config.plan_chunk
 
     @property
     def nbytes(self) -> int:
@@ -157,13 +157,13 @@ class Candidates:
             yield from _decode_facts(raw, buckets)
 
     def chunks(self) -> Iterator[list[PartitionFacts]]:
-        """The facts in lists of whole partitions, each of at least ``chunk_candidates``
-        candidates but the last."""
+        """The facts in lists of whole partitions, each of at least ``plan_chunk`` candidates
+        but the last."""
         if self._file is None:
             if self._held:
                 yield self._held
             return
-        size = self.config.chunk_candidates
+        size = self.config.plan_chunk
         chunk: list[PartitionFacts] = []
         count = 0
         for fact in self:

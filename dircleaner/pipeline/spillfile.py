@@ -31,13 +31,12 @@ from typing import IO
 
 from dircleaner.errors import SpillFailed
 
-#: candidates one process keeps in memory (about 350 bytes each as Python objects) over all the
-#: slices it holds, before a slice that grows spills to its file; a spilled slice is planned in
-#: chunks of as many candidates
+#: candidates one process keeps in memory (about 350 bytes each as Python objects, planned)
+#: over all the slices it holds, before a slice that grows spills to its file
 DEFAULT_MEMORY_CANDIDATES = 1_000_000
-#: a spilled slice is planned at least this many candidates at a time (a chunk reads the
-#: ledger once and plans alone)
-MIN_CHUNK_CANDIDATES = 100_000
+#: a spilled slice is planned this many candidates at a time (its facts and plan in memory,
+#: about 90 MB; a chunk reads the ledger once)
+DEFAULT_PLAN_CHUNK = 250_000
 #: the spill directory on the host that runs a slice, when --spill-dir is not given
 SPILL_DIR_ENV = "DIRCLEANER_SPILL_DIR"
 
@@ -55,16 +54,12 @@ class SpillConfig:
     directory: Path | None = None
     #: candidates one process keeps in memory before a slice spills (0: every slice spills)
     memory_candidates: int = DEFAULT_MEMORY_CANDIDATES
-    #: a spilled slice is planned this many candidates at a time, in whole partitions (None:
-    #: as many as a process keeps in memory, and at least ``MIN_CHUNK_CANDIDATES``)
-    plan_chunk: int | None = None
+    #: a spilled slice is planned this many candidates at a time, in whole partitions
+    plan_chunk: int = DEFAULT_PLAN_CHUNK
 
-    @property
-    def chunk_candidates(self) -> int:
-        """A spilled slice is planned this many candidates at a time (whole partitions)."""
-        if self.plan_chunk is not None:
-            return max(1, self.plan_chunk)
-        return max(MIN_CHUNK_CANDIDATES, self.memory_candidates)
+    def __post_init__(self) -> None:
+        if self.memory_candidates < 0 or self.plan_chunk < 1:
+            raise ValueError("a spill's memory budget must be >= 0 and its plan chunk >= 1")
 
 
 def spill_directory(config: SpillConfig) -> Path:
