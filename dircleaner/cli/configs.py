@@ -14,7 +14,11 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
-from dircleaner.pipeline.spillfile import DEFAULT_MEMORY_CANDIDATES, SpillConfig
+from dircleaner.pipeline.spillfile import (
+    DEFAULT_MEMORY_CANDIDATES,
+    DEFAULT_PLAN_CHUNK,
+    SpillConfig,
+)
 from dircleaner.scanrate import ScanRate
 from dircleaner.timeutil import parse_duration
 
@@ -113,6 +117,8 @@ def clean_config(
         spill=SpillConfig(
             directory=None if spill_dir is None else Path(spill_dir).absolute(),
             memory_candidates=spill_after,
+            # A chunk of the plan is never more than a process keeps in memory.
+            plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, spill_after)),
         ),
     )
 

@@ -131,6 +131,11 @@ class CleanReport:
     #: of ``verified``, the directories that were not candidates: the own directories of
     #: partitions found empty whose row another slice swept (each slice re-checks them)
     verified_parents: int = 0
+    #: candidates the slices spilled beyond their processes' memory budget, the bytes of
+    #: their spill files, and of their plans' (each file gone by the end of its slice)
+    spilled: int = 0
+    spill_bytes: int = 0
+    plan_spill_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -340,6 +345,9 @@ def summary(
         budget=orders.budget,
         would_be_refused=verdict,
         verified_parents=sum(t.checked_parents for t in tallies),
+        spilled=sum(t.spilled for t in tallies),
+        spill_bytes=sum(t.spill_bytes for t in tallies),
+        plan_spill_bytes=sum(c.plan_spill_bytes for c in cleaned),
     )
 
 
