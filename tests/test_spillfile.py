@@ -105,7 +105,7 @@ def test_a_write_over_the_file_size_limit_is_one_spill_failure(tmp_path: Path) -
     lines = proc.stdout.splitlines()
     assert lines == [
         f"write: cannot write to the spill file in {tmp_path}: File too large"
-        " (--spill-dir: a directory on a filesystem with room)",
+        " (--spill-dir: a writable directory on a filesystem with room)",
         f"reserve: cannot create the spill file in {tmp_path}: File too large"
-        " (--spill-dir: a directory on a filesystem with room)",
+        " (--spill-dir: a writable directory on a filesystem with room)",
     ]

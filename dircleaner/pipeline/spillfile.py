@@ -187,7 +187,7 @@ def _failed(what: str, directory: Path, exc: OSError) -> SpillFailed:
     reason = exc.strerror or str(exc)
     return SpillFailed(
         f"cannot {what} the spill file in {directory}: {reason}"
-        " (--spill-dir: a directory on a filesystem with room)"
+        " (--spill-dir: a writable directory on a filesystem with room)"
     )
 
 
