@@ -291,25 +291,34 @@ class AbsentDirs:
     """A spilled slice's partitions whose own directory is absent from the filter, as digests,
     marked as the candidates stream past: those never seen among the slice's candidate rows
     are re-checked on their own (their row is in another slice, or missing), as
-    ``recheck.find_nonempty`` does with a set where the candidates are in memory."""
+    ``recheck.find_nonempty`` does with a set where the candidates are in memory.
+
+    The digests are sorted by their first 64 bits and searched by them (numpy compares those
+    as numbers, far faster than 16-byte strings), then matched on the other 64: two absent
+    directories sharing their first 64 bits (about 2**-64 a pair) only cost the second an
+    extra re-check, never one less.
+    """
 
     def __init__(self, digests: bytes, keys: Any) -> None:
         import numpy as np
 
-        self._sorted: np.ndarray = np.sort(np.frombuffer(digests, dtype="V16"))
-        self._seen = np.zeros(len(self._sorted), dtype=np.bool_)
+        halves = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+        order = np.argsort(halves[:, 0], kind="stable")
+        self._high: np.ndarray = halves[order, 0]
+        self._low: np.ndarray = halves[order, 1]
+        self._seen = np.zeros(len(self._high), dtype=np.bool_)
         self._keys = keys
 
     def saw(self, dirs: Sequence[BucketDir]) -> None:
         """Mark those of ``dirs`` that are absent partitions' directories."""
-        if not len(self._sorted) or not dirs:
+        if not len(self._high) or not dirs:
             return
         at, hit = self._find([dir_digest(b, d) for b, d in dirs])
         self._seen[at[hit]] = True
 
     def unseen(self) -> Iterator[BucketDir]:
         """The absent partitions' directories no candidate row named, in ring order."""
-        if not len(self._sorted) or self._seen.all():
+        if not len(self._high) or self._seen.all():
             return
         batch: list[BucketDir] = []
         for key in self._keys():
@@ -329,10 +338,10 @@ class AbsentDirs:
     def _find(self, digests: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         import numpy as np
 
-        probe = np.frombuffer(b"".join(digests), dtype="V16")
-        at = np.searchsorted(self._sorted, probe)
-        at[at == len(self._sorted)] = 0
-        return at, self._sorted[at] == probe
+        probe = np.frombuffer(b"".join(digests), dtype="<u8").reshape(-1, 2)
+        at = np.searchsorted(self._high, probe[:, 0])
+        at[at == len(self._high)] = 0
+        return at, (self._high[at] == probe[:, 0]) & (self._low[at] == probe[:, 1])
 
 
 class SpilledActions:
