@@ -187,8 +187,10 @@ class Candidates:
             yield from _decode_dirs(raw)
 
     def absent_dirs(self) -> AbsentDirs:
-        """The partitions whose own directory is absent from the filter (spilled slices)."""
-        return AbsentDirs(bytes(self._absent), self._absent_keys)
+        """The partitions whose own directory is absent from the filter (spilled slices), for
+        the one re-check: their digests go with it."""
+        digests, self._absent = self._absent, bytearray()
+        return AbsentDirs(digests, self._absent_keys)
 
     def plan_file(self) -> SpillFile:
         """The file a chunked plan goes to (reserved by ``finish``); the caller closes it."""
@@ -299,14 +301,15 @@ class AbsentDirs:
     extra re-check, never one less.
     """
 
-    def __init__(self, digests: bytes, keys: Any) -> None:
+    def __init__(self, digests: bytearray, keys: Any) -> None:
         import numpy as np
 
-        halves = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-        order = np.argsort(halves[:, 0], kind="stable")
-        self._high: np.ndarray = halves[order, 0]
-        self._low: np.ndarray = halves[order, 1]
-        self._seen = np.zeros(len(self._high), dtype=np.bool_)
+        # Sorted where they lie (16 bytes each, the slice's largest array when it spills).
+        pairs = np.frombuffer(digests, dtype=[("high", "<u8"), ("low", "<u8")])
+        pairs.sort(order="high")
+        self._high: np.ndarray = np.ascontiguousarray(pairs["high"])
+        self._low: np.ndarray = pairs["low"]
+        self._seen = np.zeros(len(pairs), dtype=np.bool_)
         self._keys = keys
 
     def saw(self, dirs: Sequence[BucketDir]) -> None:
