@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -159,6 +160,34 @@ def test_a_plan_file_reads_back_in_the_plans_order(tmp_path: Path) -> None:
     expected = sorted(actions, key=lambda a: order[a.kind])  # stable: chunk order kept
     assert {a.kind for a in actions} == set(ActionKind)
     assert list(out.actions()) == expected
+    out.close()
+
+
+def test_a_chunked_plan_fits_the_room_reserved_before_the_decision(tmp_path: Path) -> None:
+    """The worst a plan does against its facts: long keys, a partition's key in every one of
+    its many actions, the lengths a NUL makes a block carry, incompressible names. It still
+    fits the room ``finish`` reserved (so a full disk is met before the decision)."""
+    rng = random.Random(5)
+
+    def noise(length: int) -> str:
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(length))
+
+    facts = []
+    for i in range(60):
+        parent = f"{noise(200)}/{i}/"
+        names = [noise(12) for _ in range(40)]
+        names[0] = "nul\0" + names[0]
+        facts.append(fact(parent, 200, sorted(names), tuple(range(0, 200, 5))))
+    held = spilled(tmp_path, facts, plan_chunk=300)
+    held.finish(plan_room=True)
+    file = held.plan_file()
+    assert file.reserved > 0
+    out = SpilledActions(file)
+    for chunk in held.chunks():
+        out.add(plan_deletions(chunk, 1000))
+    actions = list(out.actions())
+    assert len(actions) == 60 * 40  # every candidate alone: an action each
+    assert out.spill_bytes <= file.reserved
     out.close()
 
 

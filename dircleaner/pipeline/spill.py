@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from dircleaner.pipeline.plan import DeletionPlan
 
-#: facts (or actions) of about this many candidates make one block of a spill file
+#: facts of about this many candidates make one block of the candidates' spill file
 BLOCK_CANDIDATES = 8192
 #: the budget is asked for this many candidates at a time
 _GRANT_STEP = 16384
@@ -64,9 +64,10 @@ _ACTIONS_HEAD = struct.Struct("<IIIIB")
 _ABSENT, _PARENT_ABSENT, _NO_ORDINALS, _FIRST_ORDINALS = 1, 2, 4, 8
 _KINDS = (ActionKind.PARTITION, ActionKind.ROW, ActionKind.RANGE, ActionKind.REWRITE)
 _KIND_CODE = {kind: code for code, kind in enumerate(_KINDS)}
-#: the plan file's room per byte of the facts' raw bytes and per candidate (a plan holds at
-#: most every candidate's name and partition key once, and a few bytes per action)
-_PLAN_ROOM_PER_RAW_BYTE, _PLAN_ROOM_PER_CANDIDATE, _PLAN_ROOM_FIXED = 2, 16, 1 << 20
+#: what a chunk's plan (one block per kind of action, ``SpilledActions``) may take beyond the
+#: chunk's facts, raw: per action its kind, partition and row count (9 bytes), per name the
+#: lengths a NUL in a block makes it carry (4), per block its head; and zlib's worst case
+_PLAN_ROOM_PER_CANDIDATE, _PLAN_ROOM_PER_CHUNK, _PLAN_ROOM_FIXED = 13, 3 * 64, 4096
 
 
 class Candidates:
@@ -114,11 +115,12 @@ class Candidates:
             return
         self._flush()
         if plan_room and self.chunked and self._plan is None:
-            room = (
-                _PLAN_ROOM_PER_RAW_BYTE * self._file.raw_size
-                + _PLAN_ROOM_PER_CANDIDATE * self.candidates
-                + _PLAN_ROOM_FIXED
-            )
+            # A plan holds each partition's key once (each is in one chunk and one kind of
+            # action) and each candidate's name at most once: no more than the facts held,
+            # but for what its actions and blocks add.
+            raw = self._file.raw_size + _PLAN_ROOM_PER_CANDIDATE * self.candidates
+            chunks = self.candidates // self.config.plan_chunk + 1
+            room = raw + raw // 64 + _PLAN_ROOM_PER_CHUNK * chunks + _PLAN_ROOM_FIXED
             self._plan = SpillFile(self._file.directory, reserve=room)
 
     # -- what the slice holds ---------------------------------------------------------------------
@@ -355,21 +357,14 @@ class SpilledActions:
         self._file = file
 
     def add(self, plan: DeletionPlan) -> None:
-        """One chunk's plan (its actions in the planner's order)."""
+        """One chunk's plan (its actions in the planner's order): a block per kind of action,
+        so that each partition's key is written once."""
         groups: dict[int, list[DeleteAction]] = {_REWRITES: [], _PARTITIONS: [], _LIVE: []}
         for action in plan.actions:
             groups[_group_of(action.kind)].append(action)
         for tag, actions in groups.items():
-            block: list[DeleteAction] = []
-            rows = 0
-            for action in actions:
-                block.append(action)
-                rows += len(action.rows)
-                if rows >= BLOCK_CANDIDATES:
-                    self._file.append(tag, _encode_actions(block))
-                    block, rows = [], 0
-            if block:
-                self._file.append(tag, _encode_actions(block))
+            if actions:
+                self._file.append(tag, _encode_actions(actions))
 
     def actions(self) -> Iterator[DeleteAction]:
         buckets: dict[str, str] = {}
@@ -560,7 +555,7 @@ def _encode_actions(actions: list[DeleteAction]) -> bytes:
     )
 
 
-def _decode_actions(raw: bytes, buckets: dict[str, str]) -> list[DeleteAction]:
+def _decode_actions(raw: bytes, buckets: dict[str, str]) -> Iterator[DeleteAction]:
     n, k, keys_len, names_len, formats = _ACTIONS_HEAD.unpack_from(raw)
     read = _Reader(raw, _ACTIONS_HEAD.size)
     tokens = read.ints("q", k)
@@ -573,12 +568,11 @@ def _decode_actions(raw: bytes, buckets: dict[str, str]) -> list[DeleteAction]:
         new(PartitionKey, (tokens[j], buckets.setdefault(strings[2 * j], strings[2 * j]), p))
         for j, p in enumerate(strings[1::2])
     ]
-    out: list[DeleteAction] = []
     at = 0
+    # One at a time: a block is a chunk's actions of one kind, up to a chunk of candidates.
     for i in range(n):
         key, count = keys[where[i]], counts[i]
         token, bucket, parent = key
         rows = tuple([new(FolderRow, (token, bucket, parent, n)) for n in names[at : at + count]])
         at += count
-        out.append(DeleteAction(_KINDS[kinds[i]], key, rows))
-    return out
+        yield DeleteAction(_KINDS[kinds[i]], key, rows)

@@ -84,6 +84,8 @@ class SpillFile:
         #: bytes written, and the same blocks' bytes before compression
         self.size = 0
         self.raw_size = 0
+        #: bytes allocated on disk up front
+        self.reserved = max(0, reserve)
         self._lock = threading.Lock()
         try:
             directory.mkdir(mode=0o700, parents=True, exist_ok=True)
