@@ -257,9 +257,10 @@ def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") 
         )
     if report.spilled:
         lines.append(
-            f"spill   {_n(report.spilled)} candidates beyond the processes' memory went to spill"
-            f" files: {_mib(report.spill_bytes)}, {report.spill_bytes / report.spilled:.1f}"
-            f" bytes per candidate; their plan {_mib(report.plan_spill_bytes)}"
+            f"spill   {_n(report.spilled)} candidates spilled to disk, their slices over a"
+            f" process's memory budget: {_mib(report.spill_bytes)}"
+            f" ({report.spill_bytes / report.spilled:.1f} bytes per candidate), their plan"
+            f" {_mib(report.plan_spill_bytes)}"
         )
     lines += plan_and_delete_lines(
         plan,
