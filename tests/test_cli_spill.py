@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -208,6 +209,13 @@ def test_no_spill_is_held_once_a_run_ends(
     result = invoke(url, "run", *args)
     assert result.exit_code == code, result.output
     assert created and set(created) == {spill}
+    if outcome == "success":  # the summary says how much went to disk
+        assert re.search(
+            r"^spill   [0-9,]+ candidates spilled to disk, their slices over a process's memory"
+            r" budget: [0-9.]+ MiB \([0-9.]+ bytes per candidate\), their plan [0-9.]+ MiB$",
+            result.output,
+            re.MULTILINE,
+        ), result.output
     assert held_here(spill) == []
     assert list(spill.iterdir()) == []
 
