@@ -14,6 +14,11 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
+from dircleaner.pipeline.spillfile import (
+    DEFAULT_MEMORY_CANDIDATES,
+    DEFAULT_PLAN_CHUNK,
+    SpillConfig,
+)
 from dircleaner.scanrate import ScanRate
 from dircleaner.timeutil import parse_duration
 
@@ -89,6 +94,8 @@ def clean_config(
     concurrency: int,
     audit_log: str | None,
     lease_ttl: str,
+    spill_dir: str | None = None,
+    spill_after: int = DEFAULT_MEMORY_CANDIDATES,
 ) -> CleanConfig:
     """The store-wide clean's config; its audit log is None until the store is open, when
     --audit-log was not given (``store_audit_log``)."""
@@ -105,6 +112,14 @@ def clean_config(
         max_rewrite_rows=max_rewrite_rows,
         lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
         grace_period_s=_optional_duration(grace_period),
+        # A relative --spill-dir is where the command was started (a Dask worker's directory
+        # is its own); without one, each host that runs a slice uses its own default.
+        spill=SpillConfig(
+            directory=None if spill_dir is None else Path(spill_dir).absolute(),
+            memory_candidates=spill_after,
+            # A chunk of the plan is never more than a process keeps in memory.
+            plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, spill_after)),
+        ),
     )
 
 

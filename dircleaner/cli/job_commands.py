@@ -230,6 +230,8 @@ def clean(
     concurrency: int,
     audit_log: str | None,
     force: bool,
+    spill_dir: str | None,
+    spill_after: int,
     lease_ttl: str,
     prefix: str | None,
     max_deletes: int,
@@ -293,6 +295,8 @@ def clean(
         concurrency=concurrency,
         audit_log=audit_log,
         lease_ttl=lease_ttl,
+        spill_dir=spill_dir,
+        spill_after=spill_after,
     )
     _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
 
@@ -324,6 +328,8 @@ def run(
     concurrency: int,
     audit_log: str | None,
     force: bool,
+    spill_dir: str | None,
+    spill_after: int,
     lease_ttl: str,
     bucket: str | None,
     workers: int,
@@ -376,6 +382,8 @@ def run(
         concurrency=concurrency,
         audit_log=audit_log,
         lease_ttl=lease_ttl,
+        spill_dir=spill_dir,
+        spill_after=spill_after,
     )
     with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
         build_config = BuildConfig(

@@ -16,6 +16,7 @@ from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES
 from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.pipeline.spillfile import DEFAULT_MEMORY_CANDIDATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -240,6 +241,21 @@ clean_options = _apply(
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
         click.option(
+            "--spill-dir",
+            type=click.Path(file_okay=False),
+            help="Where a slice's candidates go beyond what a process keeps in memory"
+            f" ({DEFAULT_MEMORY_CANDIDATES:,} candidates), as files that vanish with the run."
+            " Default: $DIRCLEANER_SPILL_DIR, else $XDG_STATE_HOME/dircleaner/spill"
+            " (~/.local/state/dircleaner/spill), on the host that runs the slice.",
+        ),
+        click.option(
+            "--spill-after",
+            type=click.IntRange(min=0),
+            default=DEFAULT_MEMORY_CANDIDATES,
+            hidden=True,
+            help="Candidates a process keeps in memory before a slice spills (tests lower it).",
+        ),
+        click.option(
             "--lease-ttl",
             type=Duration(),
             default="60s",
@@ -282,6 +298,8 @@ NOT_WITH_PREFIX: dict[str, str] = {
     "scheduler": "the walk runs in this process",
     "slices": "the walk runs in this process",
     "shard": "the walk covers its subtree, not a slice of the ring",
+    "spill_dir": "the walk keeps its subtree (at most --max-deletes directories) in memory",
+    "spill_after": "the walk keeps its subtree (at most --max-deletes directories) in memory",
 }
 #: options only a --prefix clean uses, and why the store-wide clean refuses them
 ONLY_WITH_PREFIX: dict[str, str] = {

@@ -8,10 +8,11 @@ from the plan together with all its ancestors (``plan.drop_nonempty``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dircleaner.model import BucketDir, PartitionFacts
+from dircleaner.pipeline.spill import Candidates
 from dircleaner.store.base import Store
 
 #: candidate directories handed to the store's re-check at once
@@ -34,14 +35,20 @@ class Rechecked:
         return self.candidates + self.parents
 
 
-def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> Rechecked:
+def find_nonempty(store: Store, facts: Sequence[PartitionFacts] | Candidates) -> Rechecked:
     """Re-check every empty directory's objects partition: the non-empty ones, what was checked.
 
     Streams the directories in chunks rather than building one set of them all: each candidate
     row is a distinct directory, and an absent partition's own directory is almost always also a
     candidate row of its parent partition, so only the few that are not are kept aside (in a
-    slice, its parent partition may be in another slice: then it is checked here too).
+    slice, its parent partition may be in another slice: then it is checked here too). Spilled
+    candidates are read back once, the absent partitions' directories kept aside as digests
+    (``spill.AbsentDirs``).
     """
+    if isinstance(facts, Candidates):
+        if facts.spilled:
+            return _find_in_spill(store, facts)
+        facts = list(facts)
     orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
     nonempty: set[BucketDir] = set()
     checked = 0
@@ -61,3 +68,34 @@ def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> Rechecked:
         nonempty |= store.nonempty_object_partitions(chunk)
         checked += len(chunk)
     return Rechecked(nonempty, candidates, checked - candidates)
+
+
+def _find_in_spill(store: Store, held: Candidates) -> Rechecked:
+    """``find_nonempty`` on spilled candidates, streamed: the same directories checked."""
+    absent = held.absent_dirs()
+    nonempty: set[BucketDir] = set()
+    checked = 0
+
+    def check(chunk: list[BucketDir]) -> None:
+        nonlocal nonempty, checked
+        nonempty |= store.nonempty_object_partitions(chunk)
+        checked += len(chunk)
+
+    for chunk in _batched(held.candidate_dirs()):
+        absent.saw(chunk)
+        check(chunk)
+    candidates = checked
+    for chunk in _batched(absent.unseen()):
+        check(sorted(chunk))
+    return Rechecked(nonempty, candidates, checked - candidates)
+
+
+def _batched(dirs: Iterable[BucketDir]) -> Iterable[list[BucketDir]]:
+    chunk: list[BucketDir] = []
+    for directory in dirs:
+        chunk.append(directory)
+        if len(chunk) >= RECHECK_BATCH:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
