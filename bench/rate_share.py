@@ -118,9 +118,7 @@ def busiest_second(db: Path, since_us: int) -> int:
                 "SELECT written_us FROM tombstones WHERE written_us >= ?", (since_us,)
             )
         )
-    return max(
-        (bisect_right(times, t + 1_000_000 - 1) - i for i, t in enumerate(times)), default=0
-    )
+    return max((bisect_right(times, t + 1_000_000 - 1) - i for i, t in enumerate(times)), default=0)
 
 
 def main() -> int:
