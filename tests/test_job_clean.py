@@ -1,5 +1,5 @@
 """The clean's decisions as pure functions (``dircleaner.job.clean``), tested without a store:
-the rate split, the final rate, the guard decision between the phases, which slices to do, and
+the final rate, the guard decision between the phases, which slices to do, and
 what the parent records between them."""
 
 from __future__ import annotations
@@ -18,14 +18,12 @@ from dircleaner.job.clean import (
     add_totals,
     decide_sweep,
     deletes_of,
-    final_rate,
-    rate_share,
     slices_to_do,
     worth_checkpointing,
 )
 from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
 from dircleaner.job.sweep import SweepConfig
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import ShardCleaned, ShardSwept
@@ -63,42 +61,17 @@ def cleaned(rate: float | None, directories: int = 10) -> ShardCleaned:
     return ShardCleaned(PlanSummary(), deleted, delete_s=1.0)
 
 
-# -- the rate split ------------------------------------------------------------------------------
-
-
-def test_the_rate_is_split_between_the_slices_that_delete_at_once() -> None:
-    throttle = ThrottleConfig(rate=900.0, concurrency=8, start_fraction=0.5)
-    assert rate_share(throttle, 3) == replace(throttle, rate=300.0)
-    assert rate_share(throttle, 1) is throttle
-    assert rate_share(throttle, 0) is throttle  # no slice left to do
-
-
-def test_an_unlimited_rate_stays_unlimited_however_many_slices_run() -> None:
-    unlimited = ThrottleConfig(rate=0.0)
-    assert rate_share(unlimited, 4) is unlimited
-
-
 # -- the final rate --------------------------------------------------------------------------
 
 
-def test_the_final_rate_counts_only_the_slices_that_deleted_at_once() -> None:
-    # Eight slices, two processes: each process's slices ran one after the other, each at
-    # its half of the rate, so together they reached twice one slice's rate, not eight times.
-    assert final_rate([50.0] * 8, 2) == pytest.approx(100.0)
-    # Fewer slices than processes: every slice ran at once.
-    assert final_rate([40.0, 60.0], 4) == pytest.approx(100.0)
-    assert final_rate([70.0], 1) == pytest.approx(70.0)
-    # Unequal slices: their mean rate, as many times as ran at once.
-    assert final_rate([10.0, 20.0, 30.0], 2) == pytest.approx(40.0)
-
-
 def test_the_deletes_of_every_slice_sum_up_with_the_phase_time_and_the_final_rate() -> None:
-    assert deletes_of([cleaned(None), cleaned(None)], 2, 5.0) is None
-    merged = deletes_of([cleaned(50.0, 3), cleaned(None), cleaned(50.0, 4), cleaned(50.0)], 2, 5.0)
+    assert deletes_of([cleaned(None), cleaned(None)], 5.0) is None
+    merged = deletes_of([cleaned(100.0, 3), cleaned(None), cleaned(80.0, 4), cleaned(90.0)], 5.0)
     assert merged is not None
     assert merged.directories == 17
     assert merged.seconds == 5.0  # the phase's time, not a slice's
-    assert merged.final_rate == pytest.approx(100.0)  # two at once, not three
+    # Each slice's final rate is the total it made with the slices sharing --rate: their mean.
+    assert merged.final_rate == pytest.approx(90.0)
 
 
 # -- the guard decision ------------------------------------------------------------------------

@@ -4,14 +4,15 @@
 
 1. load and check the filter; cut the ring into slices, the slowest of the last run first, the
    ones an interrupted attempt finished left out (``slices_to_do``);
-2. split the delete rate between the slices that run at once (``rate_share``) and resolve the
-   delete orders (the tombstone budget, the ledger purge, T: ``job.orders``);
+2. share the delete rate and the scan cap between the slices running at the time (the
+   workers' ``sharers``) and resolve the delete orders (the tombstone budget, the ledger purge,
+   T: ``job.orders``);
 3. hand the workers one ``TwoPhaseWork``: per slice, **sweep and re-check** (``SliceWork.sweep``);
    here, once, the **decision** on every slice's tally (``decide_sweep``: the guards, the pooled
    non-empty finds; ``CleanDecision`` checkpoints it); per slice again, **plan and delete**
    (``SliceWork.clean``: ``pipeline.slice.plan_slice``, the pure planner on what the ledger
    leaves, then ``delete_slice``, the deleter);
-4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of`` with ``final_rate``),
+4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of``),
    record what the next run needs (``record_for_next_run``), and report (``summary``).
 
 The decisions are pure functions of plain data (tested without a store in
@@ -201,14 +202,14 @@ def clean(
     slices = pool.slices(config.sweep.shard, CLEAN)
     schedule = schedule_slices(store, config.sweep, len(slices), checkpoint)
     running = min(len(schedule.todo), pool.parallelism)
-    # The orders: the tombstone budget, each slice's share of the rate, and T (after the
-    # filter's build started, an entry (re)written survives whatever happens here).
+    # The orders: the tombstone budget, the rate the slices deleting at the time share, and T
+    # (after the filter's build started, an entry (re)written survives whatever happens here).
     orders = delete_orders(
         store,
         config,
         snapshot_us=loaded.header.snapshot_us,
         generation=loaded.generation,
-        throttle=rate_share(config.throttle, running),
+        throttle=replace(config.throttle, shared_by=pool.sharers()),
         lease_owner=lease_owner,
         run_started_us=started_us,
     )
@@ -222,7 +223,7 @@ def clean(
             expected_rows if expected_rows is not None else expected_sweep(store, config.sweep)
         )
     clock = PhaseClock(decision.decide)
-    work = clean_work(store, config, loaded, orders, running, clock, decision)
+    work = clean_work(store, config, loaded, orders, pool, clock, decision)
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in schedule.todo],
@@ -268,7 +269,7 @@ def clean_work(
     config: CleanConfig,
     loaded: LoadedFilter,
     orders: Orders,
-    running: int,
+    pool: Workers,
     clock: PhaseClock,
     decision: CleanDecision,
 ) -> TwoPhaseWork[ShardSwept, Kept, frozenset[BucketDir], ShardCleaned]:
@@ -279,8 +280,8 @@ def clean_work(
         sweep.bucket,
         config.verify,
         orders.delete,
-        # The scan cap is the total too, shared like the delete rate.
-        sweep.scan.over(store.traits.scan_defaults).share(running),
+        # The scan cap is a total too, shared like the delete rate.
+        sweep.scan.over(store.traits.scan_defaults).shared(pool.sharers()),
         config.spill,
     )
     return TwoPhaseWork(
@@ -364,15 +365,6 @@ def slices_to_do(
     return previous, longest_first([i for i in range(slices) if i not in previous.done], known)
 
 
-def rate_share(throttle: ThrottleConfig, running: int) -> ThrottleConfig:
-    """One slice's throttle when ``running`` slices delete at once: --rate is the total, so
-    each gets its part (a process deletes its slices one after the other, so the slices that
-    run at once, not all slices, share it)."""
-    if running > 1 and throttle.rate:
-        return replace(throttle, rate=throttle.rate / running)
-    return throttle
-
-
 @dataclass(frozen=True)
 class Decision:
     """What the parent decided on every slice's sweep."""
@@ -422,24 +414,11 @@ def worth_checkpointing(progress: CleanProgress, dry_run: bool) -> bool:
     return not dry_run and len(progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
 
 
-def final_rate(slice_rates: Sequence[float], running: int) -> float:
-    """The deletes' final rate, all slices together, from each throttled slice's final rate:
-    a process deletes several slices one after the other, so only ``running`` of the slices'
-    throttles ran at once (their mean rate, that many times)."""
-    return sum(slice_rates) / len(slice_rates) * min(running, len(slice_rates))
-
-
-def deletes_of(
-    cleaned: Sequence[ShardCleaned], running: int, delete_s: float
-) -> DeleteStats | None:
-    """Every slice's deletes as one (None when none deleted): the phase's time, the rate they
-    reached together."""
-    parts = [c.deleted for c in cleaned if c.deleted is not None]
-    merged = merge_delete_stats(parts)
-    if merged is None:
-        return None
-    rate = final_rate([p.final_rate for p in parts], running)
-    return replace(merged, seconds=delete_s, final_rate=rate)
+def deletes_of(cleaned: Sequence[ShardCleaned], delete_s: float) -> DeleteStats | None:
+    """Every slice's deletes as one (None when none deleted), with the phase's time; their
+    final rate is the mean of the totals each slice's made with the slices sharing --rate."""
+    merged = merge_delete_stats([c.deleted for c in cleaned])
+    return None if merged is None else replace(merged, seconds=delete_s)
 
 
 @dataclass(frozen=True)
@@ -463,7 +442,7 @@ def sum_slices(
     that ran at once)."""
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
-    deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
+    deleted = deletes_of(cleaned, phases.get("delete", 0.0))
     return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted)
 
 
@@ -491,7 +470,7 @@ class SliceWork:
     bucket: str | None
     verify: bool
     orders: DeleteOrders
-    #: one slice's share of the sweep's scan rate
+    #: the sweep's scan rate, shared by the slices scanning at the time
     scan: ScanRate = field(default_factory=ScanRate)
     spill: SpillConfig = field(default_factory=SpillConfig)
 

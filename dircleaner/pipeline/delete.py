@@ -34,6 +34,7 @@ from dircleaner.errors import (
 )
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.progress import Progress, no_progress
+from dircleaner.rateshare import Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
 from dircleaner.store.records import DeleteOutcome, DeleteRequest
@@ -63,6 +64,8 @@ class ThrottleConfig:
     max_retries: int = 6
     base_backoff_s: float = 0.05
     max_backoff_s: float = 5.0
+    #: the slices ``rate`` is shared by: each deletes at most its part of it
+    shared_by: Sharers = field(default=Alone(), compare=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rate < math.inf:  # nan too
@@ -77,7 +80,8 @@ class ThrottleConfig:
 
 
 class AdaptiveRate:
-    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it."""
+    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it,
+    within this slice's part of ``--rate`` (which follows the slices sharing it: ``RateParts``)."""
 
     def __init__(
         self,
@@ -85,13 +89,19 @@ class AdaptiveRate:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self.max_rate = config.rate
-        self.rate = config.rate * config.start_fraction if config.rate else 0.0
-        self.floor = config.rate / 100 if config.rate else 0.0
+        self._parts = RateParts(config.rate, config.shared_by)
+        self.max_rate = self._parts.part
+        self.rate = self.max_rate * config.start_fraction
+        self.floor = self.max_rate / 100
         self._clock = clock
         self._sleep = sleep
         self._tokens = 0.0
         self._last = clock()
+
+    @property
+    def total_rate(self) -> float:
+        """The rate all the slices sharing ``--rate`` make at this one's pace (0: unlimited)."""
+        return self.rate * self._parts.parts
 
     def acquire(self, n: int) -> None:
         """Block until ``n`` deletes may start."""
@@ -102,11 +112,13 @@ class AdaptiveRate:
             burst = max(self.rate, 1.0)
             self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
+            if self._follow_parts():
+                continue  # the part changed: count again at the new one
             # A hair of tolerance: float rounding must not leave a wait below clock resolution.
             if self._tokens >= n - 1e-9 or (n > burst and self._tokens >= burst - 1e-9):
                 self._tokens -= n
                 return
-            self._sleep((min(n, burst) - self._tokens) / self.rate)
+            self._sleep(self._parts.step((min(n, burst) - self._tokens) / self.rate))
 
     def on_success(self) -> None:
         if self.max_rate:
@@ -115,6 +127,19 @@ class AdaptiveRate:
     def on_overload(self) -> None:
         if self.max_rate:
             self.rate = max(self.floor, self.rate / 2)
+
+    def _follow_parts(self) -> bool:
+        """This slice's part as the slices sharing ``--rate`` now make it (tokens earned
+        at the old part already counted): the adaptive rate scaled with it, tokens saved up
+        never more than the new burst. Whether it changed."""
+        scale = self._parts.follow()
+        if scale == 1.0:
+            return False
+        self.max_rate = self._parts.part
+        self.floor = self.max_rate / 100
+        self.rate = min(self.max_rate, self.rate * scale)
+        self._tokens = min(self._tokens, max(self.rate, 1.0))
+        return True
 
 
 class PlannedDeletes(Protocol):
@@ -150,6 +175,8 @@ class DeleteStats:
     #: removed: an entry written after the delete timestamp survives its delete)
     directories: int = 0
     retries: int = 0
+    #: the rate the adaptive throttle ended at: the total it made with the slices sharing
+    #: ``--rate`` (0: unlimited)
     final_rate: float = 0.0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
@@ -188,6 +215,24 @@ def execute_plan(
     a run killed at any point has charged at most one group it did not send (over-counted,
     never under-counted), and each charge expires with, not before, the tombstones it pays for.
     """
+    with throttle.shared_by.joined():  # --rate is shared by the slices deleting now
+        return _execute(
+            store, plan, timestamp_us, throttle, audit, progress, sleep, rng, keep_going, charge
+        )
+
+
+def _execute(
+    store: Store,
+    plan: PlannedDeletes,
+    timestamp_us: int,
+    throttle: ThrottleConfig,
+    audit: AuditLog | None,
+    progress: Progress,
+    sleep: Callable[[float], None],
+    rng: random.Random | None,
+    keep_going: Callable[[], None],
+    charge: Callable[[Sequence[DeleteAction]], None] | None,
+) -> DeleteStats:
     started = time.monotonic()
     stats = DeleteStats()
     removed_before = store.rows_removed
@@ -227,7 +272,7 @@ def execute_plan(
         raise
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
-    stats.final_rate = window.rate.rate
+    stats.final_rate = window.rate.total_rate
     stats.seconds = time.monotonic() - started
     return stats
 

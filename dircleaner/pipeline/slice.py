@@ -119,12 +119,15 @@ def sweep_and_recheck(
     # The kernels loaded while the filter was read; a loader still importing numba would hold
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
-    throttle = ScanThrottle(scan or ScanRate())
+    rate = scan or ScanRate()
+    throttle = ScanThrottle(rate)
     held = Candidates(spill or SpillConfig())
     nonempty: set[BucketDir] = set()
     checked = parents = 0
     try:
-        result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
+        with rate.shared_by.joined():  # the cap is shared by the slices scanning now
+            rows = store.scan_folder_keys(shard, bucket, throttle)
+            result = sweep(rows, filt, progress, into=held)
         held.finish(plan_room=deletes)
         scanned = throttle.stats()
         started = time.monotonic()
@@ -319,8 +322,8 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
         rows_rewritten=sum(p.rows_rewritten for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
-        # Each slice runs its own share of the rate: together they delete at the sum.
-        final_rate=sum(p.final_rate for p in present),
+        # Each slice's final rate is the total it made with the slices sharing --rate.
+        final_rate=sum(p.final_rate for p in present) / len(present),
         seconds=max(p.seconds for p in present),
         failures=[f for p in present for f in p.failures],
         rows_removed=(

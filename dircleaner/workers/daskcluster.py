@@ -36,6 +36,7 @@ from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.workers.base import SliceFailed, default_slice_count
+from dircleaner.workers.dasksharing import DaskSharers, close_semaphores
 from dircleaner.workers.work import ShardTask, TwoPhaseWork
 
 R = TypeVar("R")
@@ -113,6 +114,8 @@ class DaskWorkers:
         #: (phase, slice label) → items done, as the task last reported
         self._done: dict[tuple[str, str], int] = {}
         self.client.subscribe_topic(self._topic, self._on_progress)
+        #: the names of the run's rate semaphores (``sharers``), closed with the client
+        self._semaphores: list[str] = []
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         count = self._slices or default_slice_count(self.parallelism, purpose)
@@ -204,7 +207,14 @@ class DaskWorkers:
             self.client.cancel([*kept, *tally_futures, *second_futures])
         return tallies, results
 
+    def sharers(self) -> DaskSharers:
+        """A semaphore of the run's, whose leases the scheduler counts (``dasksharing``)."""
+        sharers = DaskSharers(f"dircleaner-{self._run}-rate-{len(self._semaphores)}")
+        self._semaphores.append(sharers.name)
+        return sharers
+
     def close(self) -> None:
+        close_semaphores(self.client, self._semaphores)
         self.client.unsubscribe_topic(self._topic)
         self.client.close()
 
