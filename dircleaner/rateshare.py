@@ -7,6 +7,10 @@ parts follow, so the last slice of a pass runs at the whole rate instead of the 
 with, and a slice starting beside others takes its part from theirs (their throttles look at
 the count before every page or group, ``RateParts``).
 
+An adaptive rate (the deletes') ramps up from a fraction of its part while the cluster stays
+healthy: a process's next slice starts where its last one ended (``start_fraction``), not
+from the bottom again, so that a pass cut into many slices ramps up once per process.
+
 The job asks its workers for the sharers of each rate (``Workers.sharers``):
 
 - ``Alone(n)``: always ``n`` parts (one process by itself: 1), nothing shared;
@@ -39,6 +43,15 @@ class Sharers(Protocol):
         """The calling slice shares the rate while inside."""
         ...
 
+    def start_fraction(self, first: float) -> float:
+        """Where an adaptive rate starts, as a fraction of its part: ``first`` for this
+        process's first slice, after that where its last slice ended (``ended_at``)."""
+        ...
+
+    def ended_at(self, fraction: float) -> None:
+        """A slice of this process ended its adaptive rate at ``fraction`` of its part."""
+        ...
+
 
 @dataclass(frozen=True)
 class Alone:
@@ -52,6 +65,12 @@ class Alone:
     def joined(self) -> AbstractContextManager[None]:
         return nullcontext()
 
+    def start_fraction(self, first: float) -> float:
+        return first
+
+    def ended_at(self, fraction: float) -> None:
+        """Nothing kept: a rate of its own starts afresh each time."""
+
 
 class ProcessSharers:
     """Slices in this process and the processes it forks: a counter in shared memory.
@@ -60,9 +79,17 @@ class ProcessSharers:
 
     def __init__(self) -> None:
         self._joined: Any = multiprocessing.get_context("fork").Value("i", 0)
+        #: where this process's last slice ended its adaptive rate (each process its own)
+        self._ended_at: float | None = None
 
     def count(self) -> int:
         return max(1, int(self._joined.value))
+
+    def start_fraction(self, first: float) -> float:
+        return first if self._ended_at is None else self._ended_at
+
+    def ended_at(self, fraction: float) -> None:
+        self._ended_at = fraction
 
     @contextmanager
     def joined(self) -> Iterator[None]:

@@ -12,8 +12,7 @@ import sqlite3
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import pytest
@@ -36,11 +35,13 @@ class CountedSharers:
         return self.n
 
     def joined(self) -> AbstractContextManager[None]:
-        @contextmanager
-        def nothing() -> Iterator[None]:
-            yield
+        return nullcontext()
 
-        return nothing()
+    def start_fraction(self, first: float) -> float:
+        return first
+
+    def ended_at(self, fraction: float) -> None:
+        pass
 
 
 class FakeClock:
@@ -156,6 +157,19 @@ def test_the_delete_rate_follows_its_sharers() -> None:
     assert (rate.max_rate, rate.rate, rate.total_rate) == (500, 250, 500)
 
 
+def test_a_process_s_next_slice_starts_its_deletes_where_its_last_one_ended() -> None:
+    sharers = ProcessSharers()
+    config = ThrottleConfig(rate=1000.0, start_fraction=0.25, shared_by=sharers)
+    first = AdaptiveRate(config)
+    assert first.rate == 250
+    for _ in range(10):
+        first.on_success()
+    sharers.ended_at(first.fraction)
+    assert AdaptiveRate(config).rate == 750
+    # A rate of its own starts afresh.
+    assert AdaptiveRate(ThrottleConfig(rate=1000.0, start_fraction=0.25)).rate == 250
+
+
 def test_an_unlimited_delete_rate_never_waits_whatever_the_count() -> None:
     clock = FakeClock()
     rate = AdaptiveRate(ThrottleConfig(rate=0.0, shared_by=CountedSharers(3)), clock, clock.sleep)
@@ -268,13 +282,14 @@ def test_the_last_slice_deleting_deletes_at_the_whole_rate(tmp_path: Path) -> No
     started_us = time.time_ns() // 1000
     result = invoke(
         url,
-        *("run", "--workers", "2", "--rate", str(DELETE_RATE), "--min-age", "0"),
+        *("run", "--workers", "2", "--rate", str(DELETE_RATE), "--min-age", "0", "--fpr", "1e-6"),
         *("--max-delete-fraction", "1", "--audit-log", str(tmp_path / "a.jsonl"), "--json"),
     )
     assert result.exit_code == 0, result.output
     clean = json.loads(result.stdout)["clean"]
-    assert clean["row_tombstones"] == 3000
-    rate = 3000 / clean["phase_seconds"]["delete"]
+    deleted = clean["row_tombstones"]
+    assert deleted >= 2990  # but for the filter's rare false positives
+    rate = deleted / clean["phase_seconds"]["delete"]
     # It ramps up from a quarter of the rate; a fixed half each deleted at half of it.
     assert rate >= 0.75 * DELETE_RATE
     # And never over the rate in any second, but for a group of requests.
@@ -285,6 +300,6 @@ def test_the_last_slice_deleting_deletes_at_the_whole_rate(tmp_path: Path) -> No
                 "SELECT written_us FROM tombstones WHERE written_us >= ?", (started_us,)
             )
         )
-    assert len(stamps) == 3000
+    assert len(stamps) == deleted
     busiest = max(bisect_right(stamps, t + 999_999) - i for i, t in enumerate(stamps))
     assert busiest <= 1.1 * DELETE_RATE + 32

@@ -91,12 +91,18 @@ class AdaptiveRate:
     ) -> None:
         self._parts = RateParts(config.rate, config.shared_by)
         self.max_rate = self._parts.part
-        self.rate = self.max_rate * config.start_fraction
+        # A process's later slices go on from where its last one ended.
+        self.rate = self.max_rate * config.shared_by.start_fraction(config.start_fraction)
         self.floor = self.max_rate / 100
         self._clock = clock
         self._sleep = sleep
         self._tokens = 0.0
         self._last = clock()
+
+    @property
+    def fraction(self) -> float:
+        """The adaptive rate as a fraction of this slice's part (1.0: unlimited)."""
+        return self.rate / self.max_rate if self.max_rate else 1.0
 
     @property
     def total_rate(self) -> float:
@@ -273,6 +279,7 @@ def _execute(
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
     stats.final_rate = window.rate.total_rate
+    throttle.shared_by.ended_at(window.rate.fraction)
     stats.seconds = time.monotonic() - started
     return stats
 

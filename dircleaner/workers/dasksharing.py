@@ -24,9 +24,14 @@ REFRESH_S = 0.25
 #: leases a semaphore has: more than any cluster's threads, so that taking one never waits
 MAX_LEASES = 1 << 30
 
+#: the rates of the last runs whose slices' adaptive rates a worker process remembers
+_REMEMBERED = 16
+
 _lock = threading.Lock()
 #: semaphore name → (count, when it was read), in this worker process
 _counts: dict[str, tuple[int, float]] = {}
+#: semaphore name → where this process's last slice ended its adaptive rate (the latest last)
+_ended_at: dict[str, float] = {}
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,17 @@ class DaskSharers:
                     semaphore.refresh_callback.stop()
                 with _lock:
                     _counts.pop(self.name, None)
+
+    def start_fraction(self, first: float) -> float:
+        with _lock:
+            return _ended_at.get(self.name, first)
+
+    def ended_at(self, fraction: float) -> None:
+        with _lock:
+            _ended_at.pop(self.name, None)
+            _ended_at[self.name] = fraction
+            while len(_ended_at) > _REMEMBERED:
+                del _ended_at[next(iter(_ended_at))]
 
     def _read(self) -> int:
         """The leases the scheduler counts now (remembered for ``REFRESH_S``)."""
