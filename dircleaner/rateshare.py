@@ -30,6 +30,10 @@ from typing import Any, Protocol
 #: a throttle waiting for its part looks at the count again at least this often (a part grown
 #: meanwhile pays its debt off sooner)
 FOLLOW_S = 0.1
+#: the most a throttle saves up while it is not spending its rate (waiting for the store,
+#: planning), in seconds of the rate: in any second the total goes over the cap by at most
+#: this much (and a request in flight), never by a second's worth after a pause
+BURST_S = 0.1
 
 
 class Sharers(Protocol):

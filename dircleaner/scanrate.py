@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from dircleaner.errors import UsageError
-from dircleaner.rateshare import Alone, RateParts, Sharers
+from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 
 #: a page slower than this is a sign of strain (a healthy page of a few thousand rows takes
 #: milliseconds to tens of milliseconds)
@@ -203,9 +203,9 @@ class ScanThrottle:
     slice's part of the cap (which follows the slices sharing it: ``RateParts``).
 
     Thread-safe: a Cassandra scan reads several splits at once, each from its own thread. Rows
-    are paid for as pages arrive (a request may go ahead while the bucket is in debt by less
-    than a second of rate; the next waits until it is paid off), so over a scan the rows read
-    per second converge on the rate however large the pages are.
+    are paid for as pages arrive (a request goes ahead once the bucket's debt is paid off, and
+    takes its rows from it), so over a scan the rows read per second converge on the rate
+    however large the pages are; idle time saves up at most ``BURST_S`` of the rate.
     """
 
     def __init__(
@@ -335,14 +335,14 @@ class ScanThrottle:
     def _follow_parts(self) -> float:
         """This slice's part of the cap as the slices sharing it now make it: what was earned
         at the old part counted, the adaptive rate and its ceiling scaled alike, tokens saved
-        up never more than a second of the new rate. The factor the part changed by."""
+        up never more than ``BURST_S`` of the new rate. The factor the part changed by."""
         scale = self._parts.follow()
         if scale != 1.0:
             with self._lock:
                 self._refill(self._clock())
                 self._ceiling = self._parts.part
                 self._rate = min(self._ceiling, self._rate * scale)
-                self._tokens = min(self._tokens, self._rate)
+                self._tokens = min(self._tokens, self._rate * BURST_S)
         return scale
 
     def _wait_part(self, seconds: float) -> None:
@@ -376,9 +376,10 @@ class ScanThrottle:
         self._adjusted = now
 
     def _refill(self, now: float) -> None:
-        # At most a second of rate is saved up while the readers were busy elsewhere.
+        # At most BURST_S of rate is saved up while the readers were busy elsewhere.
         if self._rate:
-            self._tokens = min(self._rate, self._tokens + (now - self._last) * self._rate)
+            saved = self._rate * BURST_S
+            self._tokens = min(saved, self._tokens + (now - self._last) * self._rate)
         self._last = now
 
     def _pay(self, rows: int, now: float) -> float:

@@ -34,7 +34,7 @@ from dircleaner.errors import (
 )
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.progress import Progress, no_progress
-from dircleaner.rateshare import Alone, RateParts, Sharers
+from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
 from dircleaner.store.records import DeleteOutcome, DeleteRequest
@@ -115,7 +115,7 @@ class AdaptiveRate:
             return
         while True:
             now = self._clock()
-            burst = max(self.rate, 1.0)
+            burst = max(self.rate * BURST_S, 1.0)
             self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
             if self._follow_parts():
@@ -144,7 +144,7 @@ class AdaptiveRate:
         self.max_rate = self._parts.part
         self.floor = self.max_rate / 100
         self.rate = min(self.max_rate, self.rate * scale)
-        self._tokens = min(self._tokens, max(self.rate, 1.0))
+        self._tokens = min(self._tokens, max(self.rate * BURST_S, 1.0))
         return True
 
 
