@@ -3,7 +3,7 @@ own directory of a partition found empty whose row is not a candidate here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.pipeline import recheck
 from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
@@ -66,3 +67,55 @@ def test_nothing_to_check_reads_nothing(store: Store, monkeypatch: pytest.Monkey
     monkeypatch.setattr(store, "nonempty_object_partitions", unexpected)
     found = find_nonempty(store, [])
     assert (found.nonempty, found.checked) == (set(), 0)
+
+
+def test_the_recheck_reports_done_of_its_total(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recheck, "RECHECK_BATCH", 2)
+    reports: list[tuple[str, int, int | None]] = []
+    swept = [facts("", ["a", "b"]), facts("a/", ["c", "d", "e"]), facts("q/", [], dir_absent=True)]
+    find_nonempty(store, swept, progress=lambda *r: reports.append(r))
+    # 5 candidates and the orphan q/ (an upper bound at first, exact before the last read)
+    assert reports == [("verify", 0, 6), ("verify", 2, 6), ("verify", 4, 6), ("verify", 6, 6)]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_capped_reads_go_in_quarter_second_batches_paid_at_the_cap(store: Store) -> None:
+    clock = FakeClock()
+    throttle = ScanThrottle(ScanRate(2000.0, adaptive=False), clock=clock, sleep=clock.sleep)
+    sizes: list[int] = []
+    real = store.nonempty_object_partitions
+
+    def reading(keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        sizes.append(len(keys))
+        return real(keys)
+
+    names = [f"n{i:04d}" for i in range(1200)]
+    store.nonempty_object_partitions = reading  # type: ignore[method-assign]
+    found = find_nonempty(store, [facts("p/", names)], throttle)
+    assert found.checked == 1200
+    assert sizes == [500, 500, 200]  # 0.25 s of 2,000 reads/s each
+    stats = throttle.stats()
+    assert stats.rows == 1200
+    # every read paid for, the last batch's too: within the cap over the re-check
+    assert sum(clock.slept) == pytest.approx(1200 / 2000)
+    assert stats.rows_per_s == pytest.approx(2000)
+
+
+def test_uncapped_reads_go_in_full_batches_without_a_wait() -> None:
+    assert recheck.batch_size(None) == recheck.RECHECK_BATCH
+    assert recheck.batch_size(ScanThrottle(ScanRate(0))) == recheck.RECHECK_BATCH
+    assert recheck.batch_size(ScanThrottle(ScanRate(100.0))) == recheck.MIN_CAPPED_BATCH

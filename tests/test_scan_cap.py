@@ -163,3 +163,20 @@ def test_the_prefix_walk_reads_at_the_cap(tmp_path: Path) -> None:
     assert scan.rows == report.walk.directories + report.walk.folder_rows
     assert scan.rows > 2 * CAP
     assert CAP * UNDER <= scan.rows / scan.seconds <= CAP * OVER, scan
+
+
+@pytest.mark.parametrize("worker_count", [1, 2])
+def test_the_recheck_reads_at_the_cap_and_reports_its_rate(data: Data, worker_count: int) -> None:
+    """The re-check's reads (one per candidate, at a quorum) go through the same cap."""
+    with open_store(data.url) as store:
+        store.delete_objects(data.bucket, KEYS[::2], OLD)  # 1,000 leaf directories emptied
+    result = invoke(
+        data.url, "run", "--bucket", data.bucket, "--scan-rate", str(CAP),
+        "--workers", str(worker_count), "--max-delete-fraction", "1", "--dry-run", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    clean = json.loads(result.stdout)["clean"]
+    reads = clean["verify_reads"]
+    assert reads["rows"] == clean["verified"] >= 1000
+    assert reads["cap_rows_per_s"] == pytest.approx(CAP)
+    assert CAP * UNDER <= reads["rows_per_s"] <= CAP * OVER, reads

@@ -127,6 +127,8 @@ class CleanReport:
     #: of ``verified``, the directories that were not candidates: the own directories of
     #: partitions found empty whose row another slice swept (each slice re-checks them)
     verified_parents: int = 0
+    #: how the re-check's reads went (rows: directories read), under the scan's cap
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,7 @@ def summary(
         budget=orders.budget,
         would_be_refused=verdict,
         verified_parents=sum(t.checked_parents for t in tallies),
+        recheck=outcome.recheck,
     )
 
 
@@ -437,6 +440,8 @@ class SlicesOutcome:
     totals: SweepTotals
     scan: ScanStats
     deleted: DeleteStats | None
+    #: the re-check's reads, all slices together
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 def sum_slices(
@@ -446,8 +451,9 @@ def sum_slices(
     that ran at once)."""
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
+    recheck = merge_scans([t.recheck for t in tallies], running, phases.get("verify", 0.0))
     deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
-    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted)
+    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted, recheck)
 
 
 def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:

@@ -4,6 +4,11 @@ A candidate had no object when the build scanned; one may have been put since. E
 directory's objects partition is read with ``LIMIT 1`` (batched by the store: ``IN`` reads on
 Cassandra, a temporary table join on SQLite); a directory that turns out non-empty is dropped
 from the plan together with all its ancestors (``plan.drop_nonempty``).
+
+These are reads the cluster bears as it bears the scans': a throttle at the slice's share of
+``--scan-rate`` paces them (each batch is paid for as a scan's page is), and counts them, so
+the summary reports their rate. Batches are cut to about a quarter of a second of the
+cap, so the pace is even; uncapped, they are ``RECHECK_BATCH`` directories.
 """
 
 from __future__ import annotations
@@ -12,10 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dircleaner.model import BucketDir, PartitionFacts
+from dircleaner.progress import Progress, no_progress
+from dircleaner.scanrate import ScanThrottle
 from dircleaner.store.base import Store
 
 #: candidate directories handed to the store's re-check at once
 RECHECK_BATCH = 100_000
+#: under a cap, a batch is this many seconds of it (at least MIN_CAPPED_BATCH directories)
+CAPPED_BATCH_S = 0.25
+MIN_CAPPED_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -34,30 +44,66 @@ class Rechecked:
         return self.candidates + self.parents
 
 
-def find_nonempty(store: Store, facts: Sequence[PartitionFacts]) -> Rechecked:
+def find_nonempty(
+    store: Store,
+    facts: Sequence[PartitionFacts],
+    throttle: ScanThrottle | None = None,
+    progress: Progress = no_progress,
+) -> Rechecked:
     """Re-check every empty directory's objects partition: the non-empty ones, what was checked.
 
     Streams the directories in chunks rather than building one set of them all: each candidate
     row is a distinct directory, and an absent partition's own directory is almost always also a
     candidate row of its parent partition, so only the few that are not are kept aside (in a
-    slice, its parent partition may be in another slice: then it is checked here too).
+    slice, its parent partition may be in another slice: then it is checked here too). Each
+    chunk goes through ``throttle`` (its reads paced and counted) and is reported to
+    ``progress`` (phase ``verify``: directories done of the total).
     """
     orphans = {(f.key.bucket, f.key.parent) for f in facts if f.dir_absent}
+    candidates = sum(len(f.candidates) for f in facts)
+    size = batch_size(throttle)
     nonempty: set[BucketDir] = set()
     checked = 0
+    total = candidates + len(orphans)  # an upper bound until the orphans are known
+    progress("verify", 0, total)
+
+    def read(chunk: list[BucketDir]) -> None:
+        nonlocal checked, nonempty
+        nonempty |= _read(store, chunk, throttle)
+        checked += len(chunk)
+        progress("verify", checked, total)
+
     chunk: list[BucketDir] = []
     for fact in facts:
         for row in fact.candidates:
             directory = (row.bucket, row.parent + row.name + "/")
             orphans.discard(directory)
             chunk.append(directory)
-        if len(chunk) >= RECHECK_BATCH:
-            nonempty |= store.nonempty_object_partitions(chunk)
-            checked += len(chunk)
-            chunk = []
-    candidates = checked + len(chunk)
+            if len(chunk) >= size:
+                read(chunk)
+                chunk = []
+    total = candidates + len(orphans)
     chunk.extend(sorted(orphans))
-    if chunk:
-        nonempty |= store.nonempty_object_partitions(chunk)
-        checked += len(chunk)
+    for start in range(0, len(chunk), size):
+        read(chunk[start : start + size])
     return Rechecked(nonempty, candidates, checked - candidates)
+
+
+def batch_size(throttle: ScanThrottle | None) -> int:
+    """Directories read at once: a quarter of a second of the cap, or RECHECK_BATCH."""
+    cap = 0.0 if throttle is None else throttle.config.cap
+    if not cap:
+        return RECHECK_BATCH
+    return max(MIN_CAPPED_BATCH, min(RECHECK_BATCH, round(cap * CAPPED_BATCH_S)))
+
+
+def _read(store: Store, chunk: list[BucketDir], throttle: ScanThrottle | None) -> set[BucketDir]:
+    """One chunk's reads, counted by ``throttle`` and paid for once read: the wait for them
+    comes after the chunk (the last one's too), so over the re-check the reads per second
+    stay within the cap, not a first chunk above it."""
+    if throttle is None:
+        return store.nonempty_object_partitions(chunk)
+    began = throttle.now()
+    found = store.nonempty_object_partitions(chunk)
+    throttle.page(len(chunk), throttle.now() - began)
+    return found

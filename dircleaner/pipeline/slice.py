@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
@@ -52,6 +52,8 @@ class ShardSwept:
     checked_parents: int = 0
     #: how the slice's scan of the folders index read
     scan: ScanStats = field(default_factory=ScanStats)
+    #: how the re-check's reads went (rows: directories re-checked), under the same cap
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass(frozen=True)
@@ -108,10 +110,12 @@ def sweep_and_recheck(
     nonempty: set[BucketDir] = set()
     checked = parents = 0
     started = time.monotonic()
+    # The re-check's reads go through the slice's share of the cap too; a batch of reads is no
+    # page, so its latency steers nothing (the store retries what times out).
+    reads = ScanThrottle(replace(scan or ScanRate(), adaptive=False))
     if verify:
-        rechecked = find_nonempty(store, result.facts)
+        rechecked = find_nonempty(store, result.facts, reads, progress)
         nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
-        progress("verify", checked, checked)
     swept = ShardSwept(
         result.totals(),
         checked,
@@ -119,6 +123,7 @@ def sweep_and_recheck(
         frozenset(nonempty),
         parents,
         scanned,
+        reads.stats() if verify else ScanStats(),
     )
     return swept, result.facts
 
