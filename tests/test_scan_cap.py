@@ -166,13 +166,17 @@ def test_the_prefix_walk_reads_at_the_cap(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("worker_count", [1, 2])
-def test_the_recheck_reads_at_the_cap_and_reports_its_rate(data: Data, worker_count: int) -> None:
+def test_the_recheck_reads_at_the_cap_and_reports_its_rate(
+    data: Data, worker_count: int, tmp_path: Path
+) -> None:
     """The re-check's reads (one per candidate, at a quorum) go through the same cap."""
     with open_store(data.url) as store:
         store.delete_objects(data.bucket, KEYS[::2], OLD)  # 1,000 leaf directories emptied
+    metrics = tmp_path / "m.prom"
     result = invoke(
         data.url, "run", "--bucket", data.bucket, "--scan-rate", str(CAP),
         "--workers", str(worker_count), "--max-delete-fraction", "1", "--dry-run", "--json",
+        "--metrics-file", str(metrics),
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     clean = json.loads(result.stdout)["clean"]
@@ -180,3 +184,6 @@ def test_the_recheck_reads_at_the_cap_and_reports_its_rate(data: Data, worker_co
     assert reads["rows"] == clean["verified"] >= 1000
     assert reads["cap_rows_per_s"] == pytest.approx(CAP)
     assert CAP * UNDER <= reads["rows_per_s"] <= CAP * OVER, reads
+    exposed = metrics.read_text()
+    assert f'dircleaner_scan_rows{{pass="verify"}} {clean["verified"]}\n' in exposed
+    assert f'dircleaner_scan_rows_per_second{{pass="verify"}} {reads["rows_per_s"]:g}' in exposed
