@@ -42,8 +42,9 @@ COMPRESSED_SUFFIX = ".gz"
 #: more CPU per entry: docs/performance.md)
 COMPRESS_LEVEL = 1
 GZIP_MAGIC = b"\x1f\x8b\x08"
-#: bytes read from a log at a time
+#: bytes read from a log at a time, and handed to a member's decompressor at a time
 READ_CHUNK = 1 << 20
+FEED = 1 << 12
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -246,12 +247,13 @@ def _gzip_members(stream: IO[bytes]) -> Iterator[bytes]:
         while True:
             if fed == len(buf) and not more():
                 break  # cut short: a torn last member
+            end = min(len(buf), fed + FEED)  # what a member leaves over is copied: feed little
             with memoryview(buf) as view:
                 try:
-                    parts.append(unpacker.decompress(view[fed:]))
+                    parts.append(unpacker.decompress(view[fed:end]))
                 except zlib.error:
                     break
-            fed = len(buf)
+            fed = end
             if unpacker.eof:
                 whole = True
                 break

@@ -276,3 +276,29 @@ def test_a_batch_of_an_unknown_format_is_refused_naming_its_line() -> None:
     lines = [OLD_LINES.splitlines(keepends=True)[0], '{"format": 3, "generation": "g"}\n']
     with pytest.raises(BadAuditLog, match="line 2: a batch of format 3, not 2"):
         list(iter_audit_entries(lines))
+
+
+def test_members_larger_than_a_read_chunk_and_torn_ones_among_them_read_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wide partition's batch is a large member: fed to the decompressor in pieces, and read
+    from the file in chunks smaller than it, it reads the same; torn, it is skipped."""
+    import random
+
+    import dircleaner.audit as module
+
+    monkeypatch.setattr(module, "READ_CHUNK", 1000)
+    rng = random.Random(7)
+    names = [f"{rng.getrandbits(64):016x}" for _ in range(3000)]
+    wide = [action(ActionKind.PARTITION, "wide/", *names)]
+    buffer = io.BytesIO()
+    log = AuditLog(buffer, "g", 5, compressed=True)
+    log.record_many(wide)
+    big = buffer.getvalue()
+    assert len(big) > 5 * module.FEED > 5 * module.READ_CHUNK
+    small = log_of(1, compressed=True)[0]
+    expected_big = [("g", "wide/", n) for n in names]
+    assert read(small + big + small) == names_of(0) + expected_big + names_of(0)
+    for cut in (1, 10, len(big) // 2, len(big) - 9, len(big) - 1):
+        assert read(small + big[:cut] + small) == names_of(0) + names_of(0), cut
+        assert read(small + big[:cut]) == names_of(0), cut
