@@ -67,7 +67,7 @@ from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.cassandra.mapping import stored_parent
 from dircleaner.store.cassandra.store import CassandraStore
-from dircleaner.synth import SynthSpec, generate
+from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 from dircleaner.synth.groundtruth import (
     audited_dirs,
     percentile,
@@ -110,6 +110,7 @@ def throttled_progress(every_s: float = 15.0) -> Progress:
 def dataset_params(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "format": DATASET_FORMAT,
+        "generator": GENERATOR_VERSION,
         "dirs": args.dirs,
         "seed": args.seed,
         "bucket": DEFAULT_BUCKET,

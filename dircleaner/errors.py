@@ -26,6 +26,10 @@ class StoreNotFound(DircleanerError):
     """The store does not exist (a command that reads never creates one)."""
 
 
+class StoreReadOnly(DircleanerError):
+    """A command that writes was pointed at a store this process can only read."""
+
+
 class StoreNotOurs(UsageError):
     """The SQLite file holds tables of its own: ours are added to it only when asked."""
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
-from tests.helpers import EAGER, invoke, said
+from tests.helpers import EAGER, invoke, said, samples_of
 from tests.test_cli_read_only import read_only
 from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
@@ -214,11 +214,7 @@ def test_json_of_gen_and_filters_rm(tmp_path: Path) -> None:
 
 
 def metrics(path: Path) -> dict[str, float]:
-    lines = path.read_text().splitlines()
-    return {
-        name: float(value)
-        for name, value in (line.rsplit(" ", 1) for line in lines if not line.startswith("#"))
-    }
+    return samples_of(path.read_text())
 
 
 def test_build_and_sweep_write_metrics(url: str, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from dircleaner.paths import dir_of_row
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
-from tests.helpers import EAGER, audit_entries, invoke, said
+from tests.helpers import EAGER, audit_entries, invoke, said, samples_of
 
 
 def store_with_deletes(
@@ -354,17 +354,14 @@ def test_restore_json_and_metrics_file(tmp_path: Path) -> None:
     assert summary["store"] == scope_of(tmp_path, "a.db")
     assert summary["skipped_other_stores"] == {scope_of(tmp_path, "b.db"): 1}
     assert summary["skipped"] == 1
-    text = metrics.read_text(encoding="utf-8")
-    for line in (
-        "dircleaner_last_run_success 1",
-        "dircleaner_restore_selected_directories 2",
-        "dircleaner_restored_directories 2",
-        "dircleaner_restore_skipped_entries 1",
-    ):
-        assert line + "\n" in text
+    values = samples_of(metrics.read_text(encoding="utf-8"))
+    assert values["dircleaner_last_run_success"] == 1
+    assert values["dircleaner_restore_selected_directories"] == 2
+    assert values["dircleaner_restored_directories"] == 2
+    assert values["dircleaner_restore_skipped_entries"] == 1
     dry = invoke(a, "restore", str(shared), "-n", "--json", "--metrics-file", str(metrics))
     assert json.loads(dry.stdout)["restored"] is None
-    assert "dircleaner_restored_directories 0\n" in metrics.read_text(encoding="utf-8")
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_restored_directories"] == 0
 
 
 def test_a_refusal_writes_a_failed_metrics_file(tmp_path: Path) -> None:
@@ -375,7 +372,7 @@ def test_a_refusal_writes_a_failed_metrics_file(tmp_path: Path) -> None:
     result = invoke(b, "restore", str(log_a), "--json", "--metrics-file", str(metrics))
     assert result.exit_code == 3
     assert json.loads(result.stdout)["ok"] is False
-    assert "dircleaner_last_run_success 0\n" in metrics.read_text(encoding="utf-8")
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_last_run_success"] == 0
 
 
 def test_a_bucket_in_no_entry_is_refused_naming_the_buckets(tmp_path: Path) -> None:

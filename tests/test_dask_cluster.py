@@ -44,6 +44,7 @@ from tests.helpers import (
     audit_lines_written,
     invoke,
     said,
+    samples_of,
     tombstones_per_partition,
 )
 
@@ -623,7 +624,7 @@ def test_sigterm_stops_the_client_and_its_tasks_and_the_next_run_resumes(
         " deleted is in the audit log and the next run resumes",
         err.splitlines()[-1],
     ), err
-    assert "dircleaner_last_run_success 0" in metrics.read_text()
+    assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
     stopped = listed(url, "default")
     time.sleep(CHECK_INTERVAL_S + 2)
     assert listed(url, "default") == stopped  # no task went on deleting
@@ -631,3 +632,30 @@ def test_sigterm_stops_the_client_and_its_tasks_and_the_next_run_resumes(
     again = invoke(url, "run", *args, "--rate", "0")
     assert again.exit_code == 0, again.output
     assert listed(url, "default") == live
+
+
+def test_the_tasks_open_the_store_as_the_client_did(workers: DaskWorkers, tmp_path: Path) -> None:
+    """A command that only reads has its tasks open the store for reading too (both phases of a
+    clean's work): they write nothing either, and work where the store cannot be written."""
+    from dircleaner.workers.work import TwoPhaseWork
+
+    def opened_read_only(store: Store, shard: Shard, report: object) -> bool:
+        return store.traits.read_only
+
+    def first(store: Store, shard: Shard, report: object) -> tuple[bool, None]:
+        return store.traits.read_only, None
+
+    def second(store: Store, shard: Shard, kept: None, told: None, report: object) -> bool:
+        return store.traits.read_only
+
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    open_store(url, create=True).close()
+    shards = Shard().split(2)
+    for read_only in (True, False):
+        # Phase names of their own: a pool's task keys are its phases' and slices'.
+        phase = f"read-only-{read_only}"
+        work = TwoPhaseWork(first, lambda _tallies: None, second, (f"1-{phase}", f"2-{phase}"))
+        with open_store(url, read_only=read_only) as store:
+            assert workers.map_shards(store, shards, opened_read_only, phase) == [read_only] * 2
+            both = workers.run_two_phases(store, shards, work)
+            assert both == ([read_only] * 2, [read_only] * 2)

@@ -228,7 +228,7 @@ def test_workers_forked_during_a_renewal_can_still_write(tmp_path: Path) -> None
     The local workers are forked only between two renewals of the heartbeat."""
     url = f"sqlite:///{tmp_path / 'meta.db'}"
     open_store(url, create=True).close()
-    conn, _, _ = open_database(tmp_path / "meta.db", create=False)
+    conn, _ = open_database(tmp_path / "meta.db", create=False)
     store = _SlowRenewal(tmp_path / "meta.db", conn)
     store.url = url
     with Lease.acquire(store, ttl_s=0.6):

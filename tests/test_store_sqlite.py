@@ -14,7 +14,6 @@ from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.records import TombstoneCharge, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
-from dircleaner.store.sqlite.schema import _open_read_only
 from tests.store_contract import T0, StoreContract, folder_rows
 
 
@@ -338,14 +337,18 @@ def test_a_file_of_the_previous_release_opens_keeps_its_state_and_ignores_its_fi
     conn.close()
 
 
-def test_a_read_only_file_of_the_previous_release_lists_no_filters(tmp_path: Path) -> None:
+def test_a_file_of_the_previous_release_opened_for_reading_lists_no_filters_and_stays_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A command that only reads neither creates the key-value table nor carries state over."""
     path = tmp_path / "old.db"
     _file_of_the_previous_release(path)
-    store = SqliteStore(path, _open_read_only(path))
-    store.read_only = store._kv.read_only = True
-    with store:
+    before = path.read_bytes()
+    with SqliteStore.open(url_of(path), read_only=True) as store:
         assert store.list_filter_parts() == []
         assert store.get_state("k") is None
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
 
 
 def test_the_set_based_overrides_agree_with_the_protocol_helpers(tmp_path: Path) -> None:

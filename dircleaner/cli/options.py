@@ -49,8 +49,9 @@ metrics_option = click.option(
     is_eager=True,
     expose_value=False,
     callback=note_metrics_file,
-    help="Write Prometheus text-format metrics here (node_exporter textfile collector);"
-    " on any failure (a bad option value too) with dircleaner_last_run_success 0.",
+    help="Write Prometheus text-format metrics here (node_exporter textfile collector),"
+    " labelled with the command and the store; its directory is checked writable before"
+    " anything is done; on any failure (a bad option too) dircleaner_last_run_success 0.",
 )
 
 

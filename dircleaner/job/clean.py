@@ -224,7 +224,8 @@ def clean(
     )
     # The slices summed up; what the next run reads; the report.
     outcome = sum_slices(tallies, cleaned, clock.phases(tallies, cleaned, config.verify), running)
-    record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
+    if not config.dry_run:  # a dry run writes nothing
+        record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
     return summary(loaded, orders, schedule, decision.verdict, outcome, config.dry_run)
 
 
@@ -291,8 +292,8 @@ def record_for_next_run(
     outcome: SlicesOutcome,
 ) -> None:
     """What the next run reads: each slice's time, the rows swept, the rows left after the
-    deletes (a dry run of a read-only store writes nothing)."""
-    if len(schedule.known) > 1 and not store.traits.read_only:
+    deletes (a clean that deleted; a dry run records nothing)."""
+    if len(schedule.known) > 1:
         timed = zip(schedule.todo, outcome.tallies, strict=True)
         ran = {i: t.totals.seconds + t.verify_s for i, t in timed}
         record_seconds(store, schedule.seconds_key, schedule.known, ran)
@@ -304,9 +305,8 @@ def record_for_next_run(
         outcome.totals.swept_rows,
         outcome.deleted,
     )
-    if not store.traits.read_only:
-        # The exact count sizes the next build on stores that cannot count cheaply.
-        store.put_state(swept_count_key(scope), str(swept_rows))
+    # The exact count sizes the next build on stores that cannot count cheaply.
+    store.put_state(swept_count_key(scope), str(swept_rows))
     if deleted is not None:
         # The folder rows left are what the next build's growth is measured from (the
         # empties just removed were never in the filter).
@@ -393,6 +393,10 @@ def decide_sweep(
         check_sweep(header, totals.swept_rows, totals.candidates, guards)
     except GuardRefused as exc:
         if not dry_run:
+            # What the sweep found stays visible behind the refusal (--json, the metrics).
+            exc.details.setdefault("swept_dirs", totals.swept_rows)
+            exc.details.setdefault("candidates", totals.candidates)
+            exc.details.setdefault("verified_nonempty", sum(len(t.nonempty) for t in tallies))
             raise
         verdict = str(exc)
     # A directory with an object keeps its ancestors, whichever slice lists them: every slice

@@ -81,7 +81,10 @@ def run_sweep(
     progress: Progress = no_progress,
     workers: Workers | None = None,
 ) -> SweepReport:
-    """Load the filter, refuse it if unsafe, and stream the folders index against it."""
+    """Load the filter, refuse it if unsafe, and stream the folders index against it.
+
+    It writes nothing: the count of folder rows that sizes the next build where counting is
+    dear is recorded by a run or clean that deletes, never by a command that only reads."""
     loaded = load_filter(store, config)
     check_filter(loaded.header, loaded.estimated_fpr, now_us(), config.guards)
     pool = workers or LocalWorkers(config.workers)
@@ -105,9 +108,6 @@ def run_sweep(
         partitions=sum(p.partitions for p in parts),
         seconds=time.monotonic() - started,  # a process sweeps several slices in turn
     )
-    if config.shard.count == 1 and not store.traits.read_only:
-        # The exact count sizes the next build on stores that cannot count cheaply.
-        store.put_state(swept_count_key(scope_of(store, config.bucket)), str(result.swept_rows))
     scan = merge_scans([stats for _, stats in scanned], running, result.seconds)
     return SweepReport(loaded, result, scan)
 

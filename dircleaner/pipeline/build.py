@@ -457,7 +457,7 @@ def _build_filter(
         params, built, reused, time.monotonic() - started, keep=not config.persist
     )
     result = replace(merged, scan=scan)
-    if config.persist and not store.traits.read_only:
+    if config.persist:
         if whole:
             store.put_state(scanned_count_key(scope), str(result.partitions_scanned))
         if len(built) + len(reused) == result.header.shard_count:

@@ -76,11 +76,19 @@ def backend_class(url: str) -> type[Store]:
 
 
 def open_store(
-    url: str, *, config_path: Path | None = None, create: bool = False, force: bool = False
+    url: str,
+    *,
+    config_path: Path | None = None,
+    create: bool = False,
+    force: bool = False,
+    read_only: bool = False,
 ) -> Store:
     """Open the store at ``url`` (a plain path: an SQLite file); only the commands that load
-    data may ``create`` it, and ``force`` adds our tables to an SQLite file that has its own."""
+    data may ``create`` it, ``force`` adds our tables to an SQLite file that has its own, and a
+    command that only reads opens it ``read_only`` (it then writes nothing)."""
     url = store_url(url)
-    store = backend_class(url).open(url, config_path=config_path, create=create, force=force)
+    store = backend_class(url).open(
+        url, config_path=config_path, create=create, force=force, read_only=read_only
+    )
     store.url, store.config_path = url, config_path
     return store

@@ -88,12 +88,16 @@ class Store(abc.ABC):
         config_path: Path | None = None,
         create: bool = False,
         force: bool = False,
+        read_only: bool = False,
     ) -> Store:
         """Connect to the store at ``url``; raise StoreNotFound rather than create unless asked.
 
         ``force`` lets ``create`` add our tables to an SQLite file that holds tables of its own
-        (StoreNotOurs otherwise); a keyspace's other tables never stop it. Every backend
-        registered under a scheme overrides it.
+        (StoreNotOurs otherwise); a keyspace's other tables never stop it. ``read_only``: for a
+        command that only reads, which writes nothing (not on opening either; ``traits`` then
+        says ``read_only`` and the key-value primitive refuses writes); without it, a store
+        this process cannot write is refused (StoreReadOnly). Every backend registered under a
+        scheme overrides it.
         """
         raise NotImplementedError(f"{cls.__name__} cannot be opened by URL")
 

@@ -19,6 +19,8 @@ HOURS = tuple(f"{h:02d}" for h in range(24))
 #: The live day whose two-letter children are mostly deleted (the talk's ``11.04.2026/AA..ZZ``).
 WIDE_DAY = date(2026, 4, 11)
 WIDE_DAY_EMPTIED = 0.9
+#: Children of the wide day emptied when the dataset has room for them all (fewer otherwise).
+WIDE_CHILDREN = round(676 * WIDE_DAY_EMPTIED)
 LAST_DAY = date(2026, 4, 12)
 LOG_APPS = ("web", "api", "billing", "search", "auth", "cdn", "mail", "batch")
 
@@ -108,17 +110,21 @@ def _hex_tree(
     prefix, suffix = pattern
     leaf = w.leaf
     rand = rng.random
+    t = w.target
+    # How often each deletion is tried while the layout is short of empties: a whole shard, a
+    # sub-shard, a single leaf; the larger the share asked for, the more whole shards.
+    p_shard, p_sub, p_leaf = 0.002 + 0.2 * t * t, 0.01 + 0.5 * t * t, 0.3 + 0.7 * t
     for a in sorted(rng.sample(range(n), k)):
-        if w.dirs >= budget:
+        if w.dirs >= budget and w.settled():
             return
-        w.enter(alphabet[a], dead=w.want_empty() and rand() < 0.002)
+        w.enter(alphabet[a], dead=rand() < p_shard and w.may_empty(k * k + k))
         for b in sorted(rng.sample(range(n), k)):
-            if w.dirs >= budget:
+            if w.dirs >= budget and w.settled():
                 break
-            w.enter(alphabet[b], dead=w.want_empty() and rand() < 0.01)
+            w.enter(alphabet[b], dead=rand() < p_sub and w.may_empty(k + 1))
             num = counter[0]
             for c in _spread(rng, n, max(1, min(n, k - 1 + int(rand() * 3)))):
-                if rand() < 0.3 and w.want_empty():
+                if rand() < p_leaf and w.may_drop():
                     leaf(alphabet[c], ())  # a scattered single deletion
                     continue
                 r = rand()
@@ -176,15 +182,16 @@ def _dir_per_child(hours: int) -> float:
     return 1 + (hours + 1) / 2 if hours else 1.0
 
 
-def wide_day_empties(budget: int) -> float:
-    """Empty directories the mass-deleted wide day leaves in a dates layout of ``budget``."""
-    return round(676 * WIDE_DAY_EMPTIED) * _dir_per_child(_dates_shape(budget)[3])
+def wide_day_empties(budget: int, children: int = WIDE_CHILDREN) -> float:
+    """Empty directories the mass-deleted wide day leaves in a dates layout of ``budget`` when
+    ``children`` of its two-letter children are emptied (each with its hour directories)."""
+    return children * _dir_per_child(_dates_shape(budget)[3])
 
 
-def _log_files(w: Writer, rng: random.Random, name: str) -> None:
+def _log_files(w: Writer, rng: random.Random, name: str, p_empty: float) -> None:
     """A leaf of log parts; sometimes (when short of empties) its only part was deleted."""
     r = rng.random()
-    if w.want_empty() and r < 0.2:
+    if r < p_empty and w.may_drop():
         w.leaf(name, ())
     elif r < 0.5:
         w.leaf(name, ("part-00000.log.gz", "part-00001.log.gz"))
@@ -201,46 +208,71 @@ def _log_day(
     budget: int,
     *,
     expired: bool,
-    wide: bool,
+    wide_children: int | None,
 ) -> None:
+    """One day of logs: its two-letter children (``AA``..``ZZ``), each with hour directories.
+
+    ``wide_children``: the wide day, all 676 children, that many of them emptied at random and
+    nothing else. Otherwise, while the layout is short of empties, the day may be one a lazy
+    delete left behind: a contiguous run of most of its children emptied, the day kept live.
+    """
     w.enter(name, dead=expired)
-    if wide:
+    run = range(0)
+    emptied: set[int] = set()
+    pace = w.pace
+    if wide_children is not None:
         picks = list(range(676))
-        emptied = set(rng.sample(picks, round(676 * WIDE_DAY_EMPTIED)))
+        emptied = set(rng.sample(picks, wide_children))
         w.put("_SUCCESS")  # the day stays live while ~600 of its children are emptied
+        pace = 0.0
     else:
         picks = _spread(rng, 676, children)
-        emptied = set()
-        if rng.random() < 0.9:
+        r = rng.random()
+        share = 0.5 + 0.45 * rng.random()
+        size = share * len(picks) * _dir_per_child(hours)
+        if not expired and r < 0.5 * w.target**2 and w.may_empty(size):
+            length = round(share * len(picks))
+            start = int(rng.random() * (len(picks) - length + 1))
+            run = range(start, start + length)
             w.put("_SUCCESS")
-    for j in picks:
-        if w.dirs >= budget:
-            break
-        dead = j in emptied or (w.want_empty() and rng.random() < 0.02)
+        elif rng.random() < 0.9:
+            w.put("_SUCCESS")
+    p_child, p_leaf = 0.02 + 0.6 * pace if pace else 0.0, 0.2 + 0.8 * pace if pace else 0.0
+    per_child = _dir_per_child(hours)
+    for i, j in enumerate(picks):
+        if w.dirs >= budget and w.settled() and wide_children is None:
+            break  # (the wide day is made whole: the layout set its directories aside)
+        dead = j in emptied or i in run or (rng.random() < p_child and w.may_empty(per_child))
         if hours == 0:
             if dead:
                 w.leaf(LETTER_PAIRS[j], ())
             else:
-                _log_files(w, rng, LETTER_PAIRS[j])
+                _log_files(w, rng, LETTER_PAIRS[j], p_leaf)
             continue
         w.enter(LETTER_PAIRS[j], dead=dead)
         first = int(rng.random() * 24)
         for h in range(first, min(24, first + 1 + int(rng.random() * hours))):
-            _log_files(w, rng, HOURS[h])
+            _log_files(w, rng, HOURS[h], p_leaf)
         w.leave()
     w.leave()
 
 
-def _layout_dates(w: Writer, rng: random.Random, budget: int, empty_fraction: float) -> None:
-    """``logs/<app>/YYYY/MM/DD/XX/HH/part-*.log.gz``; one app uses the talk's ``DD.MM.YYYY/``."""
-    apps, days, children, hours = _dates_shape(budget)
+def _layout_dates(
+    w: Writer, rng: random.Random, budget: int, empty_fraction: float, wide_children: int
+) -> None:
+    """``logs/<app>/YYYY/MM/DD/XX/HH/part-*.log.gz``; every fourth app uses the talk's
+    ``DD.MM.YYYY/``. ``wide_children`` of the wide day's 676 children are emptied."""
+    _apps, days, children, hours = _dates_shape(budget)
     day_size = 1 + children * _dir_per_child(hours)
-    wide_empties = wide_day_empties(budget)
-    # Lifecycle: the oldest days of every stream expired, for ~2/3 of this layout's empty share.
-    # They come first, so the feedback then holds back scattered deletions until the total fits.
-    expired_days = round(max(0.0, 0.66 * empty_fraction * budget - wide_empties) / day_size / apps)
-    expired_days = min(expired_days, days - 2)
-    w.reserved = wide_empties
+    wide_dirs = 1 + 676 * _dir_per_child(hours)
+    wide_empties = wide_day_empties(budget, wide_children)
+    # Lifecycle: the oldest days of every stream expired, for ~2/3 of this layout's empty share
+    # (more of it when most of the layout is to be empty). These and the wide day are made by
+    # plan, set aside from the feedback, which makes the rest of the share in the other days.
+    expired_share = 0.66 * empty_fraction + 0.2 * empty_fraction**2
+    expired = max(0.0, expired_share * budget - wide_empties)
+    covered = 0.0  # of the expired directories, those due so far: made, or left to the pace
+    wide_made = False
     w.enter("logs")
     i = 0
     while w.dirs < budget:
@@ -250,13 +282,24 @@ def _layout_dates(w: Writer, rng: random.Random, budget: int, empty_fraction: fl
         # Oldest first; ``days`` is a slight underestimate, so the budget cut lands in a later
         # stream and the wide day (second newest of the first stream) is always there.
         dates = [LAST_DAY - timedelta(days=d) for d in range(days - 1, -1, -1)]
+        # Each stream its part of the expired days, in whole days (the stream cut by the budget
+        # fewer); the pace of the rest counts what this stream and the later ones set aside,
+        # and makes up for the part of a day this stream's whole days fall short by.
+        wide_left = (0.0, 0.0) if wide_made or not wide_children else (wide_dirs, wide_empties)
+        stream = days * day_size + (wide_left[0] - day_size if i == 0 else 0.0)
+        due = expired * min(budget, w.dirs + stream) / budget
+        fit = min(days - 2, (budget - w.dirs) // day_size)
+        expired_days = max(0, min(fit, math.floor((due - covered) / day_size)))
+        aside = expired_days * day_size + expired - due
+        covered = due
+        todo = empty_fraction * budget - w.aside_empties - aside - wide_left[1]
+        left = budget - w.aside_dirs - aside - wide_left[0]
+        w.set_pace(min(1.0, max(0.0, todo) / max(1.0, left)))
         open_ym: tuple[int, int] | None = None
         for d, day in enumerate(dates):
-            if w.dirs >= budget:
+            if w.dirs >= budget and w.settled():
                 break
             wide = i == 0 and day == WIDE_DAY
-            if wide:
-                w.reserved = 0.0
             if flat:
                 name = day.strftime("%d.%m.%Y")
             else:
@@ -271,8 +314,14 @@ def _layout_dates(w: Writer, rng: random.Random, budget: int, empty_fraction: fl
                     w.enter(f"{day.month:02d}")
                 open_ym = (day.year, day.month)
                 name = f"{day.day:02d}"
-            expired = d < expired_days and not wide
-            _log_day(w, rng, name, children, hours, budget, expired=expired, wide=wide)
+            wide_day = wide_children if wide and wide_children else None
+            old = d < expired_days and not wide
+            dirs, empties = w.dirs, w.empties
+            _log_day(w, rng, name, children, hours, budget, expired=old, wide_children=wide_day)
+            if old or wide_day is not None:
+                w.aside_dirs += w.dirs - dirs
+                w.aside_empties += w.empties - empties
+                wide_made = wide_made or wide_day is not None
         if open_ym is not None:
             w.leave()
             w.leave()
@@ -325,9 +374,10 @@ def _user_dir(
     """
     branch = _BRANCH[depth] if depth < len(_BRANCH) else 0.0
     children = _draw(rng, _FANOUT) if rng.random() < branch else 0
+    t = w.target
     if children == 0:
         r = rng.random()
-        if (deleting or r < 0.25) and w.want_empty():
+        if (deleting and w.want_empty()) or (r < 0.25 + 0.75 * t and w.may_drop()):
             w.leaf(name, ())
         elif r > 0.99:
             w.leaf(name, ("",))  # a console-created folder: only its marker keeps it
@@ -335,7 +385,7 @@ def _user_dir(
             w.leaf(name, _user_files(rng, _draw(rng, _FILES), counter))
         return
     w.enter(name)
-    deleting = deleting or (depth in (4, 5) and w.want_empty() and rng.random() < 0.05)
+    deleting = deleting or (depth in (4, 5) and rng.random() < 0.05 + 0.4 * t and w.want_empty())
     r = rng.random()
     if not (deleting and w.want_empty()):
         if r < 0.2:
@@ -344,40 +394,46 @@ def _user_dir(
         if r > 0.98:
             w.put("")
     for child in _user_names(rng, depth + 1, children):
-        if w.dirs >= budget:
+        if w.dirs >= budget and w.settled():
             break
         _user_dir(w, rng, child, depth + 1, budget, counter, deleting)
     w.leave()
 
 
-def _odd_corner(w: Writer) -> None:
-    """Each odd directory name once (a third of them emptied); a folder kept by its marker only."""
+def _odd_corner(w: Writer, set_pieces: bool) -> None:
+    """Each odd directory name once (with the set pieces, a third of them emptied); a folder
+    kept by its marker only."""
     w.enter("odd names")
     for i, name in enumerate(ODD_DIR_NAMES):
         odd_file = f"{i}-{ODD_FILE_NAMES[i % len(ODD_FILE_NAMES)]}"
-        w.leaf(name, () if i % 3 == 2 else (odd_file,))
+        w.leaf(name, () if i % 3 == 2 and set_pieces else (odd_file,))
     w.leaf("New folder", ("",))
     w.leave()
 
 
-def _layout_users(w: Writer, rng: random.Random, budget: int) -> None:
-    """``users/u000042/photos/2024/trip-3/…``: Zipf fan-out, (partly) deleted users, deep chains."""
+def _layout_users(w: Writer, rng: random.Random, budget: int, set_pieces: bool) -> None:
+    """``users/u000042/photos/2024/trip-3/…``: Zipf fan-out, (partly) deleted users, deep chains.
+
+    ``set_pieces``: the odd names' empties and user ``u000003``'s deep chain deleted whole.
+    """
     counter = [0]
     w.enter("users")
     uid = 0
+    p_user = 0.08 + 0.5 * w.target**2  # a user whose objects are being deleted
     while w.dirs < budget:
-        deleting = uid != 1 and w.want_empty() and rng.random() < 0.08
+        deleting = uid != 1 and rng.random() < p_user and w.want_empty()
         w.enter(f"u{uid:06d}")
         if uid == 1:
-            _odd_corner(w)
+            _odd_corner(w, set_pieces)
         for top in _user_names(rng, 3, _draw(rng, _FANOUT)):
-            if w.dirs >= budget:
+            if w.dirs >= budget and w.settled():
                 break
             _user_dir(w, rng, top, 3, budget, counter, deleting)
         if rng.random() < 0.004 or uid == 3:
             # A very deep chain, sometimes deleted whole: a deep empty subtree to collapse.
             length = rng.randint(12, 40)
-            dead = uid == 3 or (w.want_empty() and rng.random() < 0.5)
+            whole = rng.random() < 0.5 and w.may_empty(length + 1)
+            dead = (uid == 3 and set_pieces) or whole
             w.enter("deep-backup", dead=dead)
             for level in range(length):
                 w.enter(f"n{level:02d}")
@@ -411,22 +467,27 @@ def _layout_ids(w: Writer, rng: random.Random, budget: int, empty_fraction: floa
     thousands of empty directories under one live parent, as sequential keys make them.
     """
     i = 0
+    # The retired run takes a larger part of the share the more of it there is to take; single
+    # ids and attachments deleted here and there make up the rest.
+    retired_share = (0.2 + 0.5 * empty_fraction) * empty_fraction
+    rest = (empty_fraction - retired_share) / (1.0 - retired_share)
+    p_id, p_attachments = min(0.97, 0.01 + 1.5 * rest), 0.1 + 0.15 * empty_fraction
     while w.dirs < budget:
         name = ID_ROOTS[i] if i < len(ID_ROOTS) else f"archive-{i}"
         planned = min(IDS_PER_ROOT, (budget - w.dirs) / 1.25)
-        retired = round(0.2 * empty_fraction * planned)
+        retired = round(retired_share * planned)
         w.enter(name)
         ident = 100_000 * (i + 1)
         n = 0
-        while n < IDS_PER_ROOT and w.dirs < budget:
-            dead = n < retired or (w.want_empty() and rng.random() < 0.01)
+        while n < IDS_PER_ROOT and not (w.dirs >= budget and w.settled()):
+            dead = n < retired or (rng.random() < p_id and w.want_empty())
             w.enter(f"{ident:09d}", dead=dead)
             w.put("order.json")
             r = rng.random()
             if r > 0.7:
                 w.put("invoice.pdf")
             if r < 0.25:
-                if w.want_empty() and r < 0.1:
+                if r < p_attachments and w.want_empty():
                     w.leaf("attachments", ())
                 else:
                     scans = 1 + int(rng.random() * 3)
@@ -441,36 +502,55 @@ def _layout_ids(w: Writer, rng: random.Random, budget: int, empty_fraction: floa
 
 TMP_DIRS = 7
 TMP_EMPTIES = 6
-DEEP_CHAIN_EMPTIES = 26  # the always-deleted chain of user u000003: 13..41 directories
+#: the odd names emptied (a third of them) and the most directories user u000003's deep chain
+#: (``deep-backup/`` and 12..40 levels) can have, when the set pieces are made
+ODD_EMPTIES = sum(1 for i in range(len(ODD_DIR_NAMES)) if i % 3 == 2)
+DEEP_CHAIN_MAX = 41
 
 
-def _layout_tmp(w: Writer) -> None:
-    """``tmp/``: uploads put and deleted through the store protocol, ``tmp/.keep`` stays."""
+def _layout_tmp(w: Writer, set_pieces: bool) -> None:
+    """``tmp/``: uploads put and deleted through the store protocol, ``tmp/.keep`` stays.
+
+    With the set pieces every part is deleted (six empty directories); without, each upload
+    keeps its last part.
+    """
     w.enter("tmp")
     w.put(".keep")
     w.enter("uploads")
     for u in range(5):
         w.enter(f"upload-{u:04d}")
-        for part in range(2):
-            w.put_deleted(f"part-{part}")
+        w.put_deleted("part-0")
+        if set_pieces:
+            w.put_deleted("part-1")
+        else:
+            w.put("part-1")
         w.leave()
     w.leave()
     w.leave()
 
 
 def write_layout(
-    name: str, w: Writer, rng: random.Random, budget: int, empty_fraction: float
+    name: str,
+    w: Writer,
+    rng: random.Random,
+    budget: int,
+    empty_fraction: float,
+    *,
+    wide_children: int = WIDE_CHILDREN,
+    set_pieces: bool = True,
 ) -> None:
-    """Write layout ``name`` of about ``budget`` directories through ``w``."""
+    """Write layout ``name`` of about ``budget`` directories through ``w``, about
+    ``empty_fraction`` of them empty; ``wide_children`` and ``set_pieces``: the fixed deletions
+    (``dircleaner.synth.shares`` decides whether the dataset has room for them)."""
     if name == "tmp":
         w.protocol_keys = []
-        _layout_tmp(w)
+        _layout_tmp(w, set_pieces)
         return
     layouts: dict[str, Callable[[], None]] = {
         "hex-root": lambda: _layout_hex_root(w, rng, budget),
         "hex-data": lambda: _layout_hex_data(w, rng, budget),
-        "dates": lambda: _layout_dates(w, rng, budget, empty_fraction),
-        "users": lambda: _layout_users(w, rng, budget),
+        "dates": lambda: _layout_dates(w, rng, budget, empty_fraction, wide_children),
+        "users": lambda: _layout_users(w, rng, budget, set_pieces),
         "ids": lambda: _layout_ids(w, rng, budget, empty_fraction),
     }
     if name not in layouts:

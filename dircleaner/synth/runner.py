@@ -25,13 +25,8 @@ from dircleaner.errors import UsageError
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import Shard
 from dircleaner.store.base import BulkLoader, Store, index_writer
-from dircleaner.synth.layouts import (
-    DEEP_CHAIN_EMPTIES,
-    TMP_DIRS,
-    TMP_EMPTIES,
-    wide_day_empties,
-    write_layout,
-)
+from dircleaner.synth.layouts import TMP_DIRS, write_layout
+from dircleaner.synth.shares import share_empties
 from dircleaner.synth.spec import (
     DAY_US,
     LAYOUT_MIX,
@@ -65,6 +60,9 @@ class _Job:
     buckets: int
     workdir: str
     timestamp_us: int
+    #: the set pieces this layout makes (see ``dircleaner.synth.shares``)
+    wide_children: int = 0
+    set_pieces: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,9 +95,18 @@ def _generate_layout(job: _Job, tick: Callable[[int], None] | None) -> _JobOutpu
         workdir,
         job.layout,
         tick,
+        budget=job.budget,
     )
     rng = random.Random(f"dircleaner-synth:{job.seed}:{job.layout}")
-    write_layout(job.layout, w, rng, job.budget, job.empty_fraction)
+    write_layout(
+        job.layout,
+        w,
+        rng,
+        job.budget,
+        job.empty_fraction,
+        wide_children=job.wide_children,
+        set_pieces=job.set_pieces,
+    )
     w.finish()
     return _JobOutput(
         LayoutStats(job.layout, w.dirs, w.empties, w.objects),
@@ -122,25 +129,22 @@ def plan_jobs(spec: SynthSpec, workdir: Path, timestamp_us: int = 0) -> list[_Jo
     total = max(0, spec.dirs - TMP_DIRS)
     budgets = {name: int(total * share) for name, share in LAYOUT_MIX}
     budgets["ids"] += total - sum(budgets.values())
-    # The fixed scenarios (the wide day, tmp/, a deep chain) leave empties at any scale; at small
-    # scale they exceed their layout's share, so the other layouts aim lower to keep the total.
-    fixed = max(spec.empty_fraction * budgets["dates"], wide_day_empties(budgets["dates"]))
-    fixed += TMP_EMPTIES + DEEP_CHAIN_EMPTIES
-    others = total - budgets["dates"]
-    other_fraction = max(0.0, spec.empty_fraction * spec.dirs - fixed) / max(1, others)
-    layouts = [*budgets.items(), ("tmp", TMP_DIRS)]
+    budgets["tmp"] = TMP_DIRS
+    shares = share_empties(spec.dirs, spec.empty_fraction, budgets)
     return [
         _Job(
             layout=name,
             budget=budget,
             seed=spec.seed,
             bucket=spec.bucket,
-            empty_fraction=spec.empty_fraction if name == "dates" else other_fraction,
+            empty_fraction=shares.fractions[name],
             buckets=buckets,
             workdir=str(workdir),
             timestamp_us=timestamp_us,
+            wide_children=shares.wide_children if name == "dates" else 0,
+            set_pieces=shares.set_pieces,
         )
-        for name, budget in layouts
+        for name, budget in budgets.items()
         if budget > 0
     ]
 

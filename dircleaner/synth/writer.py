@@ -17,8 +17,10 @@ SLICES = 64
 #: Rows a generator buffers before spilling them to disk; bounds each worker's memory.
 SPILL_ROWS = 1_000_000
 #: Ground-truth paths a generator keeps in memory before writing a sorted run.
-TRUTH_RUN = 2_000_000
+TRUTH_RUN = 500_000
 PROGRESS_EVERY = 100_000
+#: Below this share of empties, a single deletion never takes its parent with it.
+SMALL_SHARE = 0.01
 _CHECK_EVERY = 1 << 14
 _TOKEN_OFFSET = 1 << 63
 _hash64 = mmh3.hash64
@@ -93,6 +95,7 @@ class Writer:
         "_fspill",
         "_ol",
         "_ospill",
+        "_pace",
         "_prefix",
         "_reported",
         "_shift",
@@ -104,11 +107,13 @@ class Writer:
         "_top",
         "_truth_dir",
         "_ts",
+        "aside_dirs",
+        "aside_empties",
+        "budget",
         "dirs",
         "empties",
         "objects",
         "protocol_keys",
-        "reserved",
         "truth_runs",
     )
 
@@ -123,6 +128,8 @@ class Writer:
         truth_dir: Path,
         tag: str,
         tick: Callable[[int], None] | None = None,
+        *,
+        budget: int = 0,
     ) -> None:
         self._prefix = bucket + "\0"
         self._bucket = bucket
@@ -133,6 +140,7 @@ class Writer:
         self._ol = objects.lists
         self._shift = shift
         self._target = empty_fraction
+        self._pace = empty_fraction
         # One frame per open directory (a list, the cheapest thing to make in the hot path):
         # [path, token, folder-row list for its children, object-row list, live, dead]; the
         # token and row lists are filled in when first needed (an empty leaf never needs them).
@@ -146,11 +154,15 @@ class Writer:
         self._reported = 0
         self._check_at = _CHECK_EVERY
         self._spilled_at = 0
+        #: the directories the layout is to make (bounds how big one deletion may be)
+        self.budget = budget
         self.dirs = 0
         self.empties = 0
         self.objects = 0
-        #: empties a layout knows it will still make (want_empty counts them as made already)
-        self.reserved = 0.0
+        #: directories (and how many of them are empty) a layout made by its own plan, apart
+        #: from the feedback: whole days expired, the wide day
+        self.aside_dirs = 0
+        self.aside_empties = 0
         #: keys put through the store protocol (only the small tmp/ tree): (key, alive)
         self.protocol_keys: list[tuple[str, bool]] | None = None
 
@@ -237,9 +249,57 @@ class Writer:
         if self.dirs >= self._check_at:
             self._maintain()
 
+    @property
+    def target(self) -> float:
+        """The share of this layout's directories to leave empty."""
+        return self._target
+
+    @property
+    def pace(self) -> float:
+        """The share of the directories not set aside the feedback aims at."""
+        return self._pace
+
+    def set_pace(self, pace: float) -> None:
+        """Aim the feedback at ``pace`` of the directories not set aside: a layout that makes
+        some of its subtrees by plan makes the rest of its empties at this pace."""
+        self._pace = pace
+
+    def _deficit(self) -> float:
+        dirs = self.dirs - self.aside_dirs
+        return self._pace * dirs - (self.empties - self.aside_empties)
+
     def want_empty(self) -> bool:
-        """Whether this layout is short of empty directories (the feedback that sets the mix)."""
-        return self.empties + self.reserved < self._target * self.dirs
+        """Whether this layout is short of empty directories (the feedback that sets the mix):
+        by more than half of one, so that a share of a few directories in millions rounds."""
+        dirs = self.dirs - self.aside_dirs  # (the deficit, inline: this is the hot path)
+        return self._pace * dirs - self.empties + self.aside_empties > 0.5
+
+    def may_drop(self) -> bool:
+        """Whether to empty one more leaf here: while short of empties, and, while the share is
+        small enough for one directory to count, only beside something live (so that its
+        parent does not go empty with it)."""
+        return self._deficit() > 0.5 and (self._pace >= SMALL_SHARE or self.settled())
+
+    def may_empty(self, size: float) -> bool:
+        """Whether to empty a whole subtree of about ``size`` directories now.
+
+        Only while short of empties, and only if the overshoot it may cause can still be made
+        up: each live directory the layout has yet to make lowers its share by the pace, so a
+        deletion near the end of the budget, or one big against the target, waits (an overshoot
+        of half a directory is rounding).
+        """
+        deficit = self._deficit()
+        if deficit <= 0.5:
+            return False
+        pace = self._pace
+        overshoot = size * (1.0 - pace) - deficit
+        return overshoot <= max(0.5, 0.5 * pace * (self.budget - self.dirs - size))
+
+    def settled(self) -> bool:
+        """Whether the current directory holds something live or was deleted whole: a layout at
+        its budget stops there without leaving an empty directory nobody planned."""
+        top = self._top
+        return bool(top[4] or top[5])
 
     # -- bookkeeping --------------------------------------------------------------------------
     def _maintain(self) -> None:

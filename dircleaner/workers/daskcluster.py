@@ -134,6 +134,7 @@ class DaskWorkers:
                 shard,
                 self._topic,
                 phase,
+                read_only=store.traits.read_only,
                 key=self._key(phase, shard),
             )
             for shard in shards
@@ -161,6 +162,7 @@ class DaskWorkers:
                 shard,
                 self._topic,
                 phases[0],
+                read_only=store.traits.read_only,
                 key=self._key(phases[0], shard),
             )
             for shard in shards
@@ -185,6 +187,7 @@ class DaskWorkers:
                     shared_message,
                     self._topic,
                     phases[1],
+                    read_only=store.traits.read_only,
                     key=self._key(phases[1], shard),
                 )
                 for k, shard in zip(kept, shards, strict=True)
@@ -360,6 +363,7 @@ def _one_phase(
     shard: Shard,
     topic: str,
     phase: str,
+    read_only: bool = False,
 ) -> R:
     """A task on a worker: its own store connection, the task, progress sent as events."""
     # A worker process is no fork of the client: it loads the compiled filter kernels itself
@@ -367,7 +371,7 @@ def _one_phase(
     # key with mmh3.
     tune_malloc_under_nanny()
     load_kernels()
-    store = open_store(url, config_path=config_path)
+    store = open_store(url, config_path=config_path, read_only=read_only)
     report = _Reporter(topic, phase, shard)
     try:
         with _gc_paused_while_tasks_run():
@@ -386,10 +390,11 @@ def _second_phase(
     message: Any,
     topic: str,
     phase: str,
+    read_only: bool = False,
 ) -> R:
     """The second phase on the worker that holds the first phase's result (or recomputed it)."""
     tune_malloc_under_nanny()
-    store = open_store(url, config_path=config_path)
+    store = open_store(url, config_path=config_path, read_only=read_only)
     report = _Reporter(topic, phase, shard)
     try:
         with _gc_paused_while_tasks_run():

@@ -327,7 +327,12 @@ def _worker(
     _die_with_parent(parent_pid)
     done, totals, reporting = counters
     try:
-        store = open_store(parent_store.url, config_path=parent_store.config_path)
+        # Opened as the parent's was: a command that only reads writes nothing here either.
+        store = open_store(
+            parent_store.url,
+            config_path=parent_store.config_path,
+            read_only=parent_store.traits.read_only,
+        )
     except BaseException as exc:
         _send_quietly(conn, ("error", None, _portable(exc)))
         return

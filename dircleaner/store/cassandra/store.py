@@ -14,12 +14,14 @@ ledger). Each ``Store`` method hands over to one of them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from cassandra.cluster import Session
 
+from dircleaner.errors import StoreReadOnly
 from dircleaner.model import DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store.base import PARTITION_PAGE_ROWS, Store
@@ -103,10 +105,13 @@ class CassandraStore(Store):
         config_path: Path | None = None,
         create: bool = False,
         force: bool = False,
+        read_only: bool = False,
     ) -> CassandraStore:
         cfg = load_cassandra_config(parse_cassandra_url(url), config_path)
         store = cls.from_config(cfg, create=create)
         store.url, store.config_path = url, config_path
+        if read_only and not create:
+            store.traits = dataclasses.replace(store.traits, read_only=True)
         return store
 
     @classmethod
@@ -231,10 +236,20 @@ class CassandraStore(Store):
         ttl_s: float | None = None,
         expect: Expect = ANY,
     ) -> bool:
+        self._refuse_if_read_only()
         return self.kv.write(space, key, value, ttl_s=ttl_s, expect=expect)
 
     def kv_clear(self, space: str) -> None:
+        self._refuse_if_read_only()
         self.kv.clear(space)
+
+    def _refuse_if_read_only(self) -> None:
+        """Opened for a command that only reads: no key-value write (every delete holds the
+        lease, a key-value write, first)."""
+        if self.traits.read_only:
+            raise StoreReadOnly(
+                f"{self.shown(self.url)} is opened for reading only: a write was refused"
+            )
 
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         self.ledger.charge(charges, ttl_s)

@@ -8,6 +8,7 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from dircleaner.errors import StoreReadOnly
 from dircleaner.store.kv import ANY, Entry, Expect, check_write, prefix_end
 from dircleaner.timeutil import now_us
 
@@ -18,8 +19,8 @@ class SqliteKV:
     """``kv_read``, ``kv_write`` and ``kv_clear`` on the table ``kv``.
 
     Each call has a connection of its own, closed after it: the lease's heartbeat thread must
-    never meet the job's open transaction on the store's shared one. A read-only store (a
-    read-only mount) reads through its shared connection, where every write fails.
+    never meet the job's open transaction on the store's shared one. A store opened for reading
+    reads through its shared connection, and refuses every write (StoreReadOnly).
     """
 
     def __init__(self, path: Path, shared: sqlite3.Connection, *, read_only: bool) -> None:
@@ -54,7 +55,7 @@ class SqliteKV:
                 rows = conn.execute(f"{sql} ORDER BY key", params).fetchall()
             except sqlite3.OperationalError:
                 if self.read_only and not _has_kv(conn):
-                    return []  # an older file on a read-only mount: nothing stored here yet
+                    return []  # an older file opened for reading: nothing stored here yet
                 raise
         return [
             Entry(str(key), bytes(value or b""))
@@ -72,6 +73,7 @@ class SqliteKV:
         expect: Expect = ANY,
     ) -> bool:
         check_write(space, key, value, expect)
+        self._refuse_if_read_only()
         with self._conn() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -105,8 +107,13 @@ class SqliteKV:
     def clear(self, space: str) -> None:
         if not space:
             raise ValueError("a key-value space cannot be empty")
+        self._refuse_if_read_only()
         with self._conn() as conn:
             conn.execute("DELETE FROM kv WHERE space = ?", (space,))
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise StoreReadOnly(f"{self._path} is opened for reading only: a write was refused")
 
     def purge_expired(self, conn: sqlite3.Connection) -> None:
         """Drop expired rows (they are invisible already), inside the caller's transaction."""

@@ -1,4 +1,4 @@
-"""The SQLite metastore's file: its URL, its schema, and opening it (read-only where it must)."""
+"""The SQLite metastore's file: its URL, its schema, and opening it for a command that writes."""
 
 from __future__ import annotations
 
@@ -7,35 +7,45 @@ import logging
 import os
 import sqlite3
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
-from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
+from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreReadOnly, StoreUrlError
 from dircleaner.store.bookkeeping import STATE_SPACE
 from dircleaner.store.records import murmur_token
 
 log = logging.getLogger(__name__)
 
 
-def _readable_read_only(path: Path) -> bool:
-    """Whether ``path`` is a database file this process can read but not write to."""
-    return path.is_file() and (
-        not os.access(path, os.W_OK)
-        or not os.access(path.parent, os.W_OK)
-        or _on_read_only_mount(path)
-    )
-
-
 def read_only_here(url: str) -> bool:
     """Whether the metastore at ``url`` exists and this process can read but not write it
     (what a write through its read-only connection then failed on)."""
     try:
-        return _readable_read_only(path_from_url(url))
+        path = path_from_url(url)
+        return path.is_file() and not_writable_because(path) is not None
     except (StoreUrlError, OSError):
         return False
 
 
-def _on_read_only_mount(path: Path) -> bool:
-    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+def not_writable_because(path: Path) -> str | None:
+    """Why this process cannot write the database at ``path`` (None: it can)."""
+    if bool(os.statvfs(path).f_flag & os.ST_RDONLY):
+        return "a read-only mount"
+    if not os.access(path, os.W_OK):
+        return "no write permission on the file"
+    if not os.access(path.parent, os.W_OK):
+        return "no write permission on its directory"
+    for other in (beside(path, "-wal"), beside(path, "-shm")):
+        # What a reader with plain mode=ro (an earlier release) left: SQLite gave it the
+        # database's mode then, and a writer can use neither file now.
+        if other.exists() and not os.access(other, os.W_OK):
+            remedy = f"give it {path.name}'s owner and mode"
+            return f"no write permission on {other.name} beside it: {remedy}"
+    return None
+
+
+def beside(path: Path, suffix: str) -> Path:
+    """The file SQLite keeps beside the database (``-wal``, ``-shm``, ``-journal``)."""
+    return path.with_name(path.name + suffix)
 
 
 SCHEMA = """
@@ -132,25 +142,22 @@ SCAN_CACHE_KIB = 2048
 
 def open_database(
     path: Path, *, create: bool, force: bool = False
-) -> tuple[sqlite3.Connection, bool, list[str]]:
-    """A connection to the metastore at ``path``, whether it is read-only, and what opening it
-    created (for a person: the new file, or our tables in a file that had none of them).
+) -> tuple[sqlite3.Connection, list[str]]:
+    """A connection to the metastore at ``path`` for a command that writes to it, and what
+    opening it created (for a person: the new file, or our tables in a file that had none of
+    them).
 
     With ``create``, the file and its tables are created; tables added since the first release
     are created in older files. A file that holds tables of its own gets ours only with
     ``force`` (StoreNotOurs otherwise), and without ``create`` nothing in a file that is not a
-    metastore is changed. A file this process cannot write (a read-only mount) is opened for
-    reading, unless ``create`` says the command writes to it.
+    metastore is changed. A file this process cannot write is refused (StoreReadOnly) before
+    anything is read or written: commands that only read open it with ``open_for_reading``.
     """
-    if path.is_dir():
-        raise StoreUrlError(
-            f"{path} is a directory, not an SQLite file: name the file, e.g."
-            f" --store {path / 'meta.db'}"
-        )
-    if not create and not path.is_file():
-        raise StoreNotFound(
-            f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
-        )
+    refuse_directory(path)
+    if not create:
+        require_file(path)
+    if path.is_file():
+        _refuse_read_only(path)
     new_file = create and not path.exists()
     if create:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,7 +166,7 @@ def open_database(
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
         have = _tables(conn)
         if not create:
-            _check_tables(path, conn, have)  # before any write: a stranger's file stays as it is
+            check_tables(path, conn, have)  # before any write: a stranger's file stays as it is
         elif not set(REQUIRED_TABLES) <= have:
             foreign = sorted(have - set(OUR_TABLES))
             if foreign and not force:
@@ -197,15 +204,41 @@ def open_database(
     except sqlite3.OperationalError as exc:
         with contextlib.suppress(NameError):
             conn.close()
-        # Opening for writing failed: on a read-only mount, reading still works.
-        if not _readable_read_only(path):
-            raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-        if create:
-            raise StoreNotFound(f"{path} is read-only here: this command writes to it") from exc
-        return _open_read_only(path), True, []
+        if path.is_file():
+            _refuse_read_only(path)  # it became read-only meanwhile
+        raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
     except sqlite3.DatabaseError as exc:
         raise StoreNotFound(f"{path} is not a usable SQLite database: {exc}") from exc
-    return conn, False, created
+    return conn, created
+
+
+def refuse_directory(path: Path) -> None:
+    """StoreUrlError when ``path`` names a directory, not the database file in it."""
+    if path.is_dir():
+        raise StoreUrlError(
+            f"{path} is a directory, not an SQLite file: name the file, e.g."
+            f" --store {path / 'meta.db'}"
+        )
+
+
+def require_file(path: Path) -> None:
+    """StoreNotFound unless there is a file at ``path`` (a command that reads never creates one);
+    StoreUrlError when ``path`` is a directory."""
+    refuse_directory(path)
+    if not path.is_file():
+        raise StoreNotFound(
+            f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
+        )
+
+
+def _refuse_read_only(path: Path) -> None:
+    """StoreReadOnly, saying why, if this process cannot write the file at ``path``."""
+    why = not_writable_because(path)
+    if why is not None:
+        raise StoreReadOnly(
+            f"{path} is read-only here ({why}): this command writes to it; list-dirs,"
+            " filters list|show, sweep and dry runs only read it"
+        )
 
 
 def _tables(conn: sqlite3.Connection) -> set[str]:
@@ -253,26 +286,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {str(r[1]) for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    """A database this process cannot write (a read-only mount): open it for reading, so
-    that it can still be listed, inspected and swept. ``immutable`` lets SQLite read a WAL
-    database without creating its shared-memory file, which a read-only directory forbids;
-    nobody can write through a read-only mount meanwhile."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"
-    try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.OperationalError:
-        conn.close()
-        conn = sqlite3.connect(
-            uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False
-        )
-    _check_tables(path, conn)
-    log.info("%s is not writable: opened read-only", path)
-    return conn
-
-
-def _check_tables(path: Path, conn: sqlite3.Connection, have: set[str] | None = None) -> None:
+def check_tables(path: Path, conn: sqlite3.Connection, have: set[str] | None = None) -> None:
     """The connection closed, and StoreNotOurs (a file of someone else's: tables of its own)
     or StoreNotFound (no tables), unless every required table is there."""
     have = _tables(conn) if have is None else have

@@ -24,6 +24,7 @@ from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
 from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
 from dircleaner.store.sqlite.kv import SqliteKV
+from dircleaner.store.sqlite.reading import ReadingConnection, open_for_reading
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
     SCAN_CACHE_KIB,
@@ -76,6 +77,8 @@ class SqliteStore(Store):
         self._kv = SqliteKV(path, conn, read_only=False)
         #: reads open through ``_read_once`` (a scan generator may be left open across others)
         self._read_depth = 0
+        #: opened for a command that only reads: how (None: opening brought the file up to date)
+        self.reading: ReadingConnection | None = None
 
     @classmethod
     def open(
@@ -85,15 +88,27 @@ class SqliteStore(Store):
         config_path: Path | None = None,
         create: bool = False,
         force: bool = False,
+        read_only: bool = False,
     ) -> SqliteStore:
         path = path_from_url(url)
-        conn, read_only, created = open_database(path, create=create, force=force)
+        if read_only and not create:
+            return cls._for_reading(path, url, config_path)
+        conn, created = open_database(path, create=create, force=force)
         store = cls(path, conn)
         store.url, store.config_path = url, config_path
         store.created = tuple(created)
-        if read_only:
-            store.traits = dataclasses.replace(store.traits, read_only=True)
-            store._kv.read_only = True
+        return store
+
+    @classmethod
+    def _for_reading(cls, path: Path, url: str, config_path: Path | None) -> SqliteStore:
+        """Opened for a command that only reads: nothing is written, no file is left beside
+        it, and every write fails (``reading.open_for_reading`` says how)."""
+        opened = open_for_reading(path)
+        store = cls(path, opened.conn)
+        store.url, store.config_path = url, config_path
+        store.traits = dataclasses.replace(store.traits, read_only=True)
+        store._kv.read_only = True
+        store.reading = opened
         return store
 
     @classmethod
@@ -108,7 +123,10 @@ class SqliteStore(Store):
         return str(self.path.resolve())
 
     def close(self) -> None:
-        self._conn.close()
+        if self.reading is not None:
+            self.reading.close()
+        else:
+            self._conn.close()
 
     # -- scans ------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -487,13 +505,22 @@ class SqliteStore(Store):
     ) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
         now = now_us()
+        # Opened for reading, a file of an earlier release keeps its ledger as it was: none yet,
+        # or one not keyed by token (a command that writes brings it up to date).
+        columns = None if self.reading is None else self.reading.ledger_columns
+        keyed = columns is None or "token" in columns
+        if not (keyed or columns):
+            return out
         for start in range(0, len(partitions), LEDGER_CHUNK):
             chunk = partitions[start : start + LEDGER_CHUNK]
-            where = " OR ".join("(token = ? AND bucket = ? AND parent = ?)" for _ in chunk)
+            key = (
+                "token = ? AND bucket = ? AND parent = ?" if keyed else "bucket = ? AND parent = ?"
+            )
+            where = " OR ".join(f"({key})" for _ in chunk)
             params: list[object] = [
                 v
                 for bucket, parent in chunk
-                for v in (murmur_token(bucket, parent), bucket, parent)
+                for v in ((murmur_token(bucket, parent),) if keyed else ()) + (bucket, parent)
             ]
             rows = self._conn.execute(
                 f"SELECT bucket, parent, sum(cost) FROM ledger WHERE ({where})"
