@@ -23,7 +23,7 @@ from dircleaner.scanrate import ScanRate, ScanStats
 from dircleaner.store import open_store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import LocalWorkers, Workers
-from tests.helpers import invoke, write_lines
+from tests.helpers import invoke, samples_of, write_lines
 
 OLD = now_us() - 10**10
 KEYS = [f"s/{i % 11}/{i % 97}/{i}/o" for i in range(2000)]
@@ -184,6 +184,7 @@ def test_the_recheck_reads_at_the_cap_and_reports_its_rate(
     assert reads["rows"] == clean["verified"] >= 1000
     assert reads["cap_rows_per_s"] == pytest.approx(CAP)
     assert CAP * UNDER <= reads["rows_per_s"] <= CAP * OVER, reads
-    exposed = metrics.read_text()
-    assert f'dircleaner_scan_rows{{pass="verify"}} {clean["verified"]}\n' in exposed
-    assert f'dircleaner_scan_rows_per_second{{pass="verify"}} {reads["rows_per_s"]:g}' in exposed
+    exposed = samples_of(metrics.read_text())
+    assert exposed['dircleaner_scan_rows{pass="verify"}'] == clean["verified"]
+    assert exposed['dircleaner_scan_rows_per_second{pass="verify"}'] == reads["rows_per_s"]
+    assert exposed['dircleaner_scan_rate_cap{pass="verify"}'] == CAP
