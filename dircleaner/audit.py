@@ -38,8 +38,8 @@ RECORD_START = '{"bucket": '
 HEADER_START = '{"format": '
 #: a log file name ending so is written as gzip members, one per batch
 COMPRESSED_SUFFIX = ".gz"
-#: zlib level of a compressed log: the fastest (a level 6 member was 6% smaller and cost 40%
-#: more CPU per entry: docs/performance.md)
+#: zlib level of a compressed log: the fastest (a level 6 member was 8% smaller and took 38%
+#: more CPU to compress: docs/performance.md)
 COMPRESS_LEVEL = 1
 GZIP_MAGIC = b"\x1f\x8b\x08"
 #: bytes read from a log at a time, and handed to a member's decompressor at a time
