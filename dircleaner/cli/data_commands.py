@@ -31,6 +31,7 @@ from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.errors import UsageError
+from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
 from dircleaner.store.base import require_bucket
@@ -162,7 +163,8 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 @json_option
 @click.pass_context
 def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
-    """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
+    """Delete each key of PATH lazily: object rows only, the folder index is left as it is;
+    the keys' parent directories are journaled for the next 'clean --changed'.
 
     \b
     Example:
@@ -171,10 +173,16 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
     validate_bucket(bucket)
     with obj(ctx).open(writes=True) as store:
         require_bucket(store, bucket)
-        applied = _apply_keys(
-            path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
-        )
+        applied = _apply_keys(path, bucket, lambda keys: _delete(store, bucket, keys), "deleted")
     _report_keys(applied, as_json)
+
+
+def _delete(store: Store, bucket: str, keys: Sequence[str]) -> int | None:
+    """One batch of lazy deletes, as the metastore's delete path makes them: the object rows,
+    then a journal row per parent directory (a crash between the two loses only a hint)."""
+    found = store.delete_objects(bucket, keys, now_us())
+    record_deletes(store, bucket, keys)
+    return found
 
 
 @click.command("list-dirs")

@@ -22,10 +22,19 @@ from dircleaner.paths import folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
 from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
-from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
+from dircleaner.store.records import (
+    DirCountEstimate,
+    JournalEntry,
+    ObjectProbe,
+    StoreTraits,
+    TombstoneCharge,
+    murmur_token,
+)
 from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
+    JOURNAL_SCHEMA,
+    JOURNAL_TABLES,
     SCAN_CACHE_KIB,
     open_database,
     path_from_url,
@@ -76,6 +85,9 @@ class SqliteStore(Store):
         self._kv = SqliteKV(path, conn, read_only=False)
         #: reads open through ``_read_once`` (a scan generator may be left open across others)
         self._read_depth = 0
+        #: the journal's tables are known to exist (an older file gets them at its first
+        #: write that needs them)
+        self._journal_tables = False
 
     @classmethod
     def open(
@@ -342,6 +354,27 @@ class SqliteStore(Store):
             conn.execute("DROP TABLE IF EXISTS temp.dircleaner_recheck")
         return found
 
+    def probe_object_partitions(
+        self, keys: Sequence[tuple[str, str]], tombstone_limit: int
+    ) -> ObjectProbe:
+        """The probe, then each partition found without a live row counted in the object
+        tombstones table: a read of it would scan every one younger than the grace period."""
+        nonempty = self.nonempty_object_partitions(keys)
+        heavy: set[tuple[str, str]] = set()
+        if self._journal_tables_exist():
+            cutoff = self._grace_cutoff_us()
+            for bucket, parent in dict.fromkeys(keys):
+                if (bucket, parent) in nonempty:
+                    continue
+                (count,) = self._conn.execute(
+                    "SELECT count(*) FROM object_tombstones"
+                    " WHERE token = ? AND bucket = ? AND parent = ? AND written_us >= ?",
+                    (murmur_token(bucket, parent), bucket, parent, cutoff),
+                ).fetchone()
+                if count > tombstone_limit:
+                    heavy.add((bucket, parent))
+        return ObjectProbe(nonempty, heavy)
+
     # -- deletes at a timestamp ---------------------------------------------------------------
     def delete_folder_rows(
         self, rows: Sequence[FolderRow], timestamp_us: int
@@ -471,6 +504,12 @@ class SqliteStore(Store):
             conn.execute(
                 "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
             )
+            if self._journal_tables_exist():
+                conn.execute("DELETE FROM journal WHERE expires_us <= ?", (now,))
+                conn.execute(
+                    "DELETE FROM object_tombstones WHERE written_us < ?",
+                    (now - int(grace_s * 1_000_000),),
+                )
 
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         expires = now_us() + int(ttl_s * 1_000_000)
@@ -503,6 +542,50 @@ class SqliteStore(Store):
             out.update(((str(b), str(p)), int(c)) for b, p, c in rows)
         return out
 
+    # -- the journal of dirty directories ---------------------------------------------------------
+    def journal_write(self, entries: Sequence[JournalEntry], ttl_s: float) -> None:
+        expires = now_us() + int(ttl_s * 1_000_000)
+        with self._transaction() as conn:
+            self._create_journal_tables(conn)
+            conn.executemany(
+                "INSERT OR REPLACE INTO journal (slot, shard, bucket, parent, deleted, expires_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*entry, expires) for entry in entries],
+            )
+
+    def journal_read(self, slot: int, bucket: str | None = None) -> Iterator[list[JournalEntry]]:
+        if not self._journal_tables_exist():
+            return
+        sql = (
+            "SELECT slot, shard, bucket, parent, deleted FROM journal"
+            " WHERE slot = ? AND expires_us > ?"
+        )
+        params: list[object] = [slot, now_us()]
+        if bucket is not None:
+            sql += " AND bucket = ?"
+            params.append(bucket)
+        for batch in self._stream(sql + " ORDER BY shard, bucket, parent", params):
+            yield [JournalEntry(*row) for row in batch]  # type: ignore[arg-type]
+
+    def _journal_tables_exist(self) -> bool:
+        if not self._journal_tables:
+            have = {
+                str(name)
+                for (name,) in self._conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+            self._journal_tables = set(JOURNAL_TABLES) <= have
+        return self._journal_tables
+
+    def _create_journal_tables(self, conn: sqlite3.Connection) -> None:
+        """Within a write transaction: the journal's tables, in an older file that lacks them."""
+        if not self._journal_tables_exist():
+            for statement in JOURNAL_SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            self._journal_tables = True
+
     def folders_grace_seconds(self) -> tuple[float, str]:
         return self.grace_s, "default" if self.grace_s == DEFAULT_GRACE_S else "configured"
 
@@ -525,13 +608,23 @@ class SqliteStore(Store):
     def delete_object_rows(
         self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
     ) -> int | None:
+        keyed = [(murmur_token(b, p), b, p, n) for b, p, n in rows]
         with self._transaction() as conn:
             cursor = conn.executemany(
                 "DELETE FROM objects WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
-                [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows],
+                [(*key, timestamp_us) for key in keyed],
             )
-            return max(cursor.rowcount, 0)
+            removed = max(cursor.rowcount, 0)
+            # A tombstone per row, as Cassandra writes one whether the row existed or not.
+            self._create_journal_tables(conn)
+            written = now_us()
+            conn.executemany(
+                "INSERT OR REPLACE INTO object_tombstones (token, bucket, parent, name, written_us)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(*key, written) for key in keyed],
+            )
+            return removed
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert pre-tokenised ``(token, bucket, parent, name, ts)`` rows (generator fast path)."""
