@@ -24,7 +24,7 @@ import pytest
 
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
-from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.paths import dir_of_row, directories_of, folder_row_of, split_key
 from dircleaner.store import open_store
 from dircleaner.store.base import (
     HEADER_SEQ,
@@ -530,12 +530,13 @@ class StoreContract:
         with pytest.raises(ValueError):
             store.folder_partition_heads(asked, 0)
 
-    def test_directories_listed(self, store: Store) -> None:
+    def test_rows_listing(self, store: Store) -> None:
         b = self.BUCKET
         store.put_objects(b, ["a/b/c", "top"], self.t0)
         asked = [(b, "a/"), (b, "a/b/"), (b, "a/b/c/"), (b, "x/"), (b, "a/")]
-        assert store.directories_listed(asked) == {(b, "a/"), (b, "a/b/")}
-        assert store.directories_listed([]) == set()
+        scanned = {(r.bucket, dir_of_row(r.parent, r.name)): r for r in folder_rows(store)}
+        assert store.rows_listing(asked) == {key: scanned[key] for key in [(b, "a/"), (b, "a/b/")]}
+        assert store.rows_listing([]) == {}
 
     # -- deletes at a timestamp -------------------------------------------------------------------
     def test_delete_rows_at_t_removes_rows_written_at_or_before_t(self, store: Store) -> None:

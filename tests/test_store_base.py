@@ -56,7 +56,7 @@ DERIVED = {
     "bucket_names",
     "probe_object_partitions",
     "folder_partition_heads",
-    "directories_listed",
+    "rows_listing",
 }
 
 
@@ -124,7 +124,8 @@ def test_the_derived_churn_checks_answer_as_the_primitives(sqlite_store: SqliteS
         ("b", "a/"): ["b"],
         ("b", ""): ["a"],
     }
-    listed = Store.directories_listed(sqlite_store, [("b", "a/b/"), ("b", "a/c/"), ("b", "e/f/")])
-    assert listed == {("b", "a/b/"), ("b", "e/f/")}
+    listed = Store.rows_listing(sqlite_store, [("b", "a/b/"), ("b", "a/c/"), ("b", "e/f/")])
+    assert listed == sqlite_store.rows_listing([("b", "a/b/"), ("b", "e/f/")])
+    assert [(row.parent, row.name) for row in listed.values()] == [("a/", "b"), ("e/", "f")]
     probe = Store.probe_object_partitions(sqlite_store, [("b", "a/b/"), ("b", "e/")], 0)
     assert probe.nonempty == {("b", "a/b/")} and probe.tombstone_heavy == set()

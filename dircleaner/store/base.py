@@ -267,10 +267,20 @@ class Store(abc.ABC):
                 out[(bucket, parent)] = page[:rows]
         return out
 
-    def directories_listed(self, dirs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The ``(bucket, directory)`` of ``dirs`` that the folder index lists (a row in their
-        parent's partition): derived from ``has_folder_row``; a backend may read them at once."""
-        return {(bucket, d) for bucket, d in dirs if self.has_folder_row(bucket, d)}
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        """The folder row listing each ``(bucket, directory)`` of ``dirs`` (in its parent's
+        partition), for those the folder index lists. Derived here from a read of each
+        parent's partition; a backend reads the rows themselves, at the re-check's consistency.
+        """
+        out: dict[tuple[str, str], FolderRow] = {}
+        for bucket, directory in dict.fromkeys(dirs):
+            parent, name = folder_row_of(directory)
+            for page in self.folder_partition_pages(bucket, parent):
+                row = next((r for r in page if r.name == name), None)
+                if row is not None:
+                    out[(bucket, directory)] = row
+                    break
+        return out
 
     # -- deletes at a timestamp ---------------------------------------------------------------
     @abc.abstractmethod

@@ -107,8 +107,9 @@ class StoreTraits:
 #: the journal's time slots: an hour each, named by their start (Unix seconds)
 JOURNAL_SLOT_S = 3600
 #: the partitions each slot of the journal is spread over (a writer picks any of them; a night
-#: reads them all)
-JOURNAL_SHARDS = 64
+#: reads them all, in one request per slot): at 1B directories and 1% of them dirty a day,
+#: about 26,000 rows a partition
+JOURNAL_SHARDS = 16
 #: how long a journal row lives after its slot: longer than the full night's period (a week),
 #: so that a row no churn night read is still there for the full night's week to pass
 JOURNAL_TTL_S = 8 * 86_400

@@ -1,13 +1,14 @@
 """The journal of dirty directories: a table of its own, ``((slot, shard), bucket, parent)``,
-every row written with a TTL, read a whole time slot (its ``JOURNAL_SHARDS`` partitions) at a
-time. Its statements are prepared on first use: a keyspace made before the journal existed
-opens as before, and only the commands that use the journal ask for ``init-schema``.
+every row written with a TTL, read a whole time slot (its ``JOURNAL_SHARDS`` partitions, in one
+``IN`` request) at a time. Its statements are prepared on first use: a keyspace made before the
+journal existed opens as before, and only the commands that use the journal ask for
+``init-schema``.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from dircleaner.store.cassandra.mapping import _q
@@ -38,8 +39,8 @@ class CassandraJournal:
                         f"INSERT INTO {table} (slot, shard, bucket, parent, deleted)"
                         " VALUES (?, ?, ?, ?, ?) USING TTL ?"
                     ),
-                    r.prepare(f"{select} WHERE slot = ? AND shard = ?"),
-                    r.prepare(f"{select} WHERE slot = ? AND shard = ? AND bucket = ?"),
+                    r.prepare(f"{select} WHERE slot = ? AND shard IN ?"),
+                    r.prepare(f"{select} WHERE slot = ? AND shard IN ? AND bucket = ?"),
                 )
             return self._statements
 
@@ -51,17 +52,15 @@ class CassandraJournal:
         r.raise_first(r.run_many(upsert, [(*entry, ttl) for entry in entries], "meta", retry=True))
 
     def read(self, slot: int, bucket: str | None = None) -> Iterator[list[JournalEntry]]:
-        """The slot's partitions, ``concurrency`` at a time, each to its last page."""
+        """One request for the slot's partitions (``shard IN …``), read to its last page."""
         _, every, of_bucket = self._prepared()
         r = self._requests
-        fetch = r.config.fetch_size
-
-        def job(shard: int) -> Callable[[], Iterator[list[tuple[Any, ...]]]]:
-            if bucket is None:
-                return lambda: r.pages(every, (slot, shard), "meta", fetch)
-            return lambda: r.pages(of_bucket, (slot, shard, bucket), "meta", fetch)
-
-        for page in r.ordered([job(shard) for shard in range(JOURNAL_SHARDS)]):
+        shards = list(range(JOURNAL_SHARDS))
+        if bucket is None:
+            pages = r.pages(every, (slot, shards), "meta", r.config.fetch_size)
+        else:
+            pages = r.pages(of_bucket, (slot, shards, bucket), "meta", r.config.fetch_size)
+        for page in pages:
             yield [
                 JournalEntry(int(s), int(h), str(b), str(p), int(d or 0)) for s, h, b, p, d in page
             ]

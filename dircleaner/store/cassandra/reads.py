@@ -41,6 +41,9 @@ class PartitionReads:
             f"SELECT {c.token}, {c.name} FROM {c.folders} WHERE {c.key_eq}"
         )
         self.folder_row_stmt = p(f"SELECT {c.name} FROM {c.folders} WHERE {c.row_eq}")
+        self.folder_row_token_stmt = p(
+            f"SELECT {c.token}, {c.name} FROM {c.folders} WHERE {c.row_eq}"
+        )
         #: the re-check's IN reads (``… PER PARTITION LIMIT 1``), one statement per size
         self.in_probe = InStatements(
             p, f"SELECT {c.key} FROM {c.objects} WHERE {c.parent_in}", ") PER PARTITION LIMIT 1"
@@ -219,7 +222,7 @@ class PartitionReads:
                         heads.append(FolderRow(int(row[0]), bucket, parent, row[-1]))
         return out
 
-    def directories_listed(self, dirs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
         """One point read per directory's row, ``concurrency`` in flight, at the verify
         consistency."""
         unique = list(dict.fromkeys(dirs))
@@ -227,9 +230,15 @@ class PartitionReads:
         for bucket, directory in unique:
             parent, name = folder_row_of(directory)
             params.append((*self.requests.key_values(bucket, parent), name))
-        results = self.requests.run_many(self.folder_row_stmt, params, "verify", retry=True)
+        results = self.requests.run_many(self.folder_row_token_stmt, params, "verify", retry=True)
         self.requests.raise_first(results)
-        return {key for key, result in zip(unique, results, strict=True) if result.current_rows}
+        out: dict[tuple[str, str], FolderRow] = {}
+        for (bucket, directory), result in zip(unique, results, strict=True):
+            for token, name in result.current_rows:
+                out[(bucket, directory)] = FolderRow(
+                    int(token), bucket, folder_row_of(directory)[0], name
+                )
+        return out
 
     def verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
         """``keys`` (distinct) as the re-check's and the walk's IN chunks (``verify_batch``)."""

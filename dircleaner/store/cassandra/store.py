@@ -182,8 +182,8 @@ class CassandraStore(Store):
     ) -> dict[tuple[str, str], list[FolderRow]]:
         return self.reads.folder_partition_heads(keys, rows)
 
-    def directories_listed(self, dirs: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        return self.reads.directories_listed(dirs)
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        return self.reads.rows_listing(dirs)
 
     def read_directories(self, keys: Sequence[tuple[str, str]]) -> DirectoryReads:
         return self.walk.read_directories(keys)

@@ -313,6 +313,19 @@ class SqliteStore(Store):
         ).fetchone()
         return row is not None
 
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        out: dict[tuple[str, str], FolderRow] = {}
+        for bucket, directory in dict.fromkeys(dirs):
+            parent, name = folder_row_of(directory)
+            token = murmur_token(bucket, parent)
+            found = self._conn.execute(
+                "SELECT 1 FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
+                (token, bucket, parent, name),
+            ).fetchone()
+            if found is not None:
+                out[(bucket, directory)] = FolderRow(token, bucket, parent, name)
+        return out
+
     def bucket_names(self, within_s: float | None = None) -> tuple[list[str], bool]:
         rows = self._conn.execute(
             "SELECT bucket FROM objects UNION SELECT bucket FROM folders ORDER BY bucket"
