@@ -6,7 +6,12 @@ from dircleaner.cli.metrics import RunMetrics, render
 from dircleaner.cli.night_metrics import CHURN, FULL, ChurnFigures, night_gauges
 
 FIGURES = ChurnFigures(
-    slots_read=24, entries_read=900, checked=950, reads=1400, deferred=3, backlog_slots=0
+    slots_read=24,
+    entries_read=900,
+    checked=950,
+    reads=1400,
+    deferred=3,
+    oldest_entry_age_s=90_000.0,
 )
 
 
@@ -22,7 +27,7 @@ def test_the_kind_of_night_is_a_label_and_the_journal_figures_follow_a_churn_nig
         "journal_checked_directories": 950.0,
         "journal_check_reads": 1400.0,
         "journal_backlog_directories": 3.0,
-        "journal_backlog_slots": 0.0,
+        "journal_oldest_entry_age_seconds": 90_000.0,
     }
 
 

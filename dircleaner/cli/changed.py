@@ -87,7 +87,7 @@ def changed_summary(report: ChangedCleanReport, removal_known: bool) -> Summary:
             "last_slot": report.slots.read[-1] if report.slots.read else None,
             "open_slot_read": report.slots.open_slot is not None,
             "slots_done": len(report.slots_done),
-            "backlog_slots": report.backlog_slots,
+            "oldest_entry_age_seconds": round(report.oldest_entry_age_s, 1),
             "settle_seconds": report.settle_s,
             "entries": t.entries,
             "batches": t.batches,
@@ -152,6 +152,4 @@ def changed_lines(report: ChangedCleanReport, audit_log: str | None, min_age: st
             f"        {_n(report.deferred)} directories put back in the journal for a night"
             f" one grace period from now (tombstones, budget)"
         )
-    if report.backlog_slots:
-        lines.append(f"        {_n(report.backlog_slots)} settled slots left for the next night")
     return lines

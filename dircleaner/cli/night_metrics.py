@@ -24,8 +24,8 @@ class ChurnFigures:
     reads: int
     #: directories put back in the journal for a later night (tombstones, budget)
     deferred: int
-    #: settled slots left undone
-    backlog_slots: int
+    #: the age of the oldest journal slot the night read that held a row
+    oldest_entry_age_s: float
 
     @classmethod
     def of(cls, report: ChangedCleanReport) -> ChurnFigures:
@@ -36,7 +36,7 @@ class ChurnFigures:
             checked=t.journaled + t.parents,
             reads=t.reads.total,
             deferred=report.deferred,
-            backlog_slots=report.backlog_slots,
+            oldest_entry_age_s=round(report.oldest_entry_age_s, 1),
         )
 
 
@@ -61,9 +61,10 @@ _CHURN_GAUGES: tuple[tuple[str, str, str], ...] = (
         "deferred",
     ),
     (
-        "journal_backlog_slots",
-        "Settled hourly slots of the journal no night has finished.",
-        "backlog_slots",
+        "journal_oldest_entry_age_seconds",
+        "Age of the oldest journal slot holding a row the churn night read (about a day when"
+        " no night is missed; 0: it read none).",
+        "oldest_entry_age_s",
     ),
 )
 

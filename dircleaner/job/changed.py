@@ -108,6 +108,8 @@ class JournalBatch:
     hints: dict[BucketDir, int]
     entries: int
     seconds: float
+    #: the oldest of ``slots`` holding a row (None: none does)
+    oldest_with_rows: int | None = None
 
 
 @dataclass
@@ -126,6 +128,8 @@ class ChangedTotals:
     deferred_unread: int = 0
     deferred_budget: int = 0
     reads: CheckReads = field(default_factory=CheckReads)
+    #: the oldest slot read that held a row (None: none did)
+    oldest_slot_with_rows: int | None = None
 
 
 @dataclass
@@ -152,9 +156,11 @@ class ChangedCleanReport:
     would_be_refused: str | None = None
 
     @property
-    def backlog_slots(self) -> int:
-        """Settled slots this night left undone (0 unless it stopped early)."""
-        return len(self.slots.closing) - len(self.slots_done) if not self.dry_run else 0
+    def oldest_entry_age_s(self) -> float:
+        """How old, at the night's start, the oldest slot it read that held a row was (0:
+        none held one): about a day when every night runs, more after nights were missed."""
+        oldest = self.totals.oldest_slot_with_rows
+        return 0.0 if oldest is None else max(0.0, self.started_us / 1e6 - oldest)
 
     @property
     def deferred(self) -> int:
@@ -251,6 +257,7 @@ def journal_batches(
     hints: dict[BucketDir, int] = {}
     taken: list[int] = []
     entries = 0
+    oldest: int | None = None
     started = time.monotonic()
     for slot in slots:
         for rows in store.journal_read(slot, bucket):
@@ -258,13 +265,14 @@ def journal_batches(
                 key = (row.bucket, row.parent)
                 hints[key] = hints.get(key, 0) + row.deleted
             entries += len(rows)
+            oldest = slot if oldest is None else oldest
             progress("journal", entries, None)
         taken.append(slot)
         if len(hints) >= max_dirs:
-            yield JournalBatch(taken, hints, entries, time.monotonic() - started)
-            hints, taken, entries, started = {}, [], 0, time.monotonic()
+            yield JournalBatch(taken, hints, entries, time.monotonic() - started, oldest)
+            hints, taken, entries, oldest, started = {}, [], 0, None, time.monotonic()
     if taken:
-        yield JournalBatch(taken, hints, entries, time.monotonic() - started)
+        yield JournalBatch(taken, hints, entries, time.monotonic() - started, oldest)
 
 
 def churn_fraction_refusal(
@@ -342,6 +350,8 @@ def _add(totals: ChangedTotals, batch: JournalBatch, check: ChangedCheck, over_b
     totals.deferred_unread += check.deferred_unread
     totals.deferred_budget += over_budget
     totals.reads = totals.reads + check.reads
+    if totals.oldest_slot_with_rows is None:
+        totals.oldest_slot_with_rows = batch.oldest_with_rows
 
 
 def _merged(parts: list[DeleteStats | None], seconds: float) -> DeleteStats | None:
