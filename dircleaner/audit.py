@@ -246,6 +246,9 @@ class RestorePlan:
     unscoped: int = 0
     #: when the selected deletes were issued, first and last (µs); None if no entry says
     issued_us: tuple[int, int] | None = None
+    #: with ``force``, the store (same tables, another location: a moved SQLite file) whose
+    #: entries were taken as this store's, the log holding none of this store's own
+    adopted_scope: str | None = None
 
     @property
     def skipped(self) -> int:
@@ -262,6 +265,27 @@ class _LogTally:
     other_scopes: dict[str, int] = field(default_factory=dict)
     unscoped: int = 0
     buckets: set[str] = field(default_factory=set)
+    other_buckets: dict[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Picked:
+    """The selected entries of one store, each directory entry once."""
+
+    by_row: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    entries: int = 0
+    generations: set[str] = field(default_factory=set)
+    issued_range: tuple[int, int] | None = None
+
+    def add(self, entry: dict[str, Any], generation: str, issued: int | None) -> None:
+        self.entries += 1
+        self.by_row[(entry["bucket"], entry["parent"], entry["name"])] = str(
+            entry.get("via", "row")
+        )
+        self.generations.add(generation)
+        if issued is not None:
+            low, high = self.issued_range or (issued, issued)
+            self.issued_range = (min(low, issued), max(high, issued))
 
 
 def audit_scope(store: Store) -> str:
@@ -285,18 +309,31 @@ def plan_restore(
     *,
     force: bool = False,
     name: str = "the audit log",
+    moved_from: Callable[[str], bool] | None = None,
 ) -> RestorePlan:
     """The selected entries of an audit log of the store ``scope``, validated before anything is
     written; RestoreRefused when none of the log is this store's (entries that record no store
     count as this store's only with ``force``), or ``selection.bucket`` is in none of it.
 
+    With ``force``, a log that holds none of this store's entries but those of one store of the
+    same tables elsewhere, which ``moved_from`` says this store may have been (an SQLite file
+    whose old path holds no file any more), is taken as this store's (``adopted_scope``).
     ``scope`` None takes every entry, whatever store it records."""
-    by_row: dict[tuple[str, str, str], str] = {}
-    entries = 0
-    generations: set[str] = set()
+
+    verdicts: dict[str, bool] = {}
+
+    def movable_scope(other: str) -> bool:
+        if other not in verdicts:  # once per store: moved_from may look at the filesystem
+            verdicts[other] = (
+                moved_from is not None and _same_tables(other, scope) and moved_from(other)
+            )
+        return verdicts[other]
+
+    picked = _Picked()
+    #: with ``force``: the selected entries of each other store of the same tables
+    movable: dict[str, _Picked] = {}
     other_scopes: dict[str, int] = {}
     unscoped = 0
-    issued_range: tuple[int, int] | None = None
     tally = _LogTally()
     issued_cache: dict[object, int | None] = {}
     for entry in iter_audit_entries(lines):
@@ -311,6 +348,7 @@ def plan_restore(
             tally.unscoped += 1
         else:
             tally.other_scopes[str(recorded)] = tally.other_scopes.get(str(recorded), 0) + 1
+            tally.other_buckets.setdefault(str(recorded), set()).add(entry["bucket"])
         raw_issued = entry.get("issued")
         if raw_issued not in issued_cache:
             issued_cache[raw_issued] = _issued_us(raw_issued)
@@ -325,27 +363,47 @@ def plan_restore(
                 unscoped += 1
             else:
                 other_scopes[str(recorded)] = other_scopes.get(str(recorded), 0) + 1
+                if force and movable_scope(str(recorded)):
+                    movable.setdefault(str(recorded), _Picked()).add(entry, generation, issued)
             continue
-        entries += 1
-        by_row[(entry["bucket"], entry["parent"], entry["name"])] = str(entry.get("via", "row"))
-        generations.add(generation)
-        if issued is not None:
-            low, high = issued_range or (issued, issued)
-            issued_range = (min(low, issued), max(high, issued))
-    _check_restorable(tally, selection, scope, force, name)
+        picked.add(entry, generation, issued)
+    adopted = _adopted_scope(tally, movable_scope) if force else None
+    if adopted is not None:
+        picked = movable.get(adopted, _Picked())
+        other_scopes.pop(adopted, None)
+        tally.ours = tally.other_scopes.pop(adopted)
+        tally.buckets = tally.other_buckets[adopted]
+    _check_restorable(tally, selection, scope, name, _adopted_scope(tally, movable_scope))
     by_via: dict[str, int] = {}
-    for via in by_row.values():
+    for via in picked.by_row.values():
         by_via[via] = by_via.get(via, 0) + 1
     return RestorePlan(
-        rows=sorted(by_row),
+        rows=sorted(picked.by_row),
         by_via=by_via,
-        generations=sorted(generations),
+        generations=sorted(picked.generations),
         logged_generations=sorted(tally.generations),
-        repeated=entries - len(by_row),
+        repeated=picked.entries - len(picked.by_row),
         other_scopes=other_scopes,
         unscoped=unscoped,
-        issued_us=issued_range,
+        issued_us=picked.issued_range,
+        adopted_scope=adopted,
     )
+
+
+def _same_tables(recorded: str, scope: str | None) -> bool:
+    """Whether two audit scopes (``tables@location``) name the same tables at two locations."""
+    if scope is None or "@" not in recorded or "@" not in scope:
+        return False
+    return recorded.partition("@")[0] == scope.partition("@")[0] and recorded != scope
+
+
+def _adopted_scope(tally: _LogTally, movable: Callable[[str], bool]) -> str | None:
+    """The one other store, this one before it moved, a log of none of this store's entries
+    holds."""
+    if tally.ours or tally.unscoped or len(tally.other_scopes) != 1:
+        return None
+    (other,) = tally.other_scopes
+    return other if movable(other) else None
 
 
 def _issued_us(raw: object) -> int | None:
@@ -358,16 +416,24 @@ def _issued_us(raw: object) -> int | None:
 
 
 def _check_restorable(
-    tally: _LogTally, selection: AuditSelection, scope: str | None, force: bool, name: str
+    tally: _LogTally,
+    selection: AuditSelection,
+    scope: str | None,
+    name: str,
+    moved_from: str | None,
 ) -> None:
-    """Refuse a log none of which is this store's, and a --bucket none of it names."""
+    """Refuse a log none of which is this store's (saying when ``--force`` would take it:
+    ``moved_from``, this store before it moved), and a --bucket none of it names."""
     if not tally.ours and tally.other_scopes:
         others = sorted(tally.other_scopes, key=lambda s: -tally.other_scopes[s])
         more = f" (and {len(others) - 1:,} more stores)" if len(others) > 1 else ""
+        moved = ""
+        if moved_from is not None:
+            moved = "; if this store was moved from there, rerun with --force"
         raise RestoreRefused(
             f"{name} holds the deletes of store {others[0]!r}{more}, not of this store"
             f" {scope!r}: restored nothing; give this store's audit log, or --store the one"
-            " it was written for"
+            f" it was written for{moved}"
         )
     if not tally.ours and tally.unscoped:
         raise RestoreRefused(

@@ -56,10 +56,10 @@ class ScanRate:
     adaptive: bool = True
 
     def __post_init__(self) -> None:
-        if self.rows_per_s is not None and self.rows_per_s < 0:
-            raise UsageError("--scan-rate must be >= 0")
-        if self.slow_page_s is not None and self.slow_page_s <= 0:
-            raise UsageError("the slow-page threshold must be more than 0")
+        if self.rows_per_s is not None and not 0 <= self.rows_per_s < math.inf:  # nan too
+            raise UsageError(f"--scan-rate must be a finite number >= 0, not {self.rows_per_s}")
+        if self.slow_page_s is not None and not 0 < self.slow_page_s < math.inf:
+            raise UsageError("the slow-page threshold must be a finite number more than 0")
 
     @property
     def cap(self) -> float:

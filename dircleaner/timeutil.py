@@ -18,11 +18,18 @@ def now_us() -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in a duration such as ``0``, ``90s``, ``10m``, ``2h``, ``1d``."""
+    """Seconds in a duration such as ``90s``, ``10m``, ``2h``, ``1d`` or ``0``: a number other
+    than zero needs its unit (``10`` meant minutes as often as seconds)."""
     match = _DURATION.match(text)
     if not match:
         raise UsageError(f"invalid duration {text!r} (use e.g. 0, 90s, 10m, 2h, 1d)")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+    number, unit = match.group(1), match.group(2)
+    if not unit and float(number) != 0:
+        raise UsageError(
+            f"duration {number!r} has no unit: write e.g. {number}m (minutes) or {number}s"
+            " (seconds)"
+        )
+    return float(number) * _UNITS[unit]
 
 
 def format_duration(seconds: float) -> str:

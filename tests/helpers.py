@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -86,3 +87,28 @@ EAGER = ("--min-age", "0", "--max-delete-fraction", "1", "--rate", "0")
 def run_eagerly(store_url: str, audit: Path, *extra: str) -> Result:
     """``dircleaner run`` with EAGER options, auditing to ``audit``."""
     return invoke(store_url, "run", *EAGER, "--audit-log", str(audit), *extra)
+
+
+#: a label every sample of a metrics file carries: which kind of run, which store
+RUN_LABEL = re.compile(r'(command|store)="(?:[^"\\]|\\.)*",?')
+
+
+def samples_of(text: str) -> dict[str, float]:
+    """A metrics file's samples, keyed by name and their own labels (``phase``, ``pass``)
+    without the labels every sample carries (``command``, ``store``: ``run_labels``)."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            values[RUN_LABEL.sub("", series).replace(",}", "}").replace("{}", "")] = float(value)
+    return values
+
+
+def run_labels(text: str) -> set[str]:
+    """The ``command``/``store`` labels of every sample of a metrics file (one set: all the
+    same)."""
+    return {
+        ",".join(m.group(0).rstrip(",") for m in RUN_LABEL.finditer(line.rsplit(" ", 1)[0]))
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }

@@ -3,8 +3,10 @@ connecting to no node: no node needed."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import pytest
 from cassandra import InvalidRequest, OperationTimedOut, WriteTimeout
@@ -301,6 +303,37 @@ def test_bad_config_is_a_usage_error(tmp_path: Path, text: str, fragment: str) -
     path = write_toml(tmp_path / "c.toml", text)
     with pytest.raises(UsageError, match=fragment):
         load_cassandra_config(parse_cassandra_url("cassandra://h/ks?dc=dc1"), path, environ={})
+
+
+def _float_keys(cls: type[object] = CassandraConfig, prefix: str = "cassandra") -> list[str]:
+    """Every float key of the config file, nested tables included (a new one is walked too)."""
+    keys = []
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            keys += _float_keys(hint, f"{prefix}.{f.name}")  # type: ignore[arg-type]
+        elif hint is float or float in get_args(hint):
+            keys.append(f"{prefix}.{f.name}")
+    return keys
+
+
+FLOAT_KEYS = _float_keys()
+
+
+def test_the_float_keys_are_walked() -> None:
+    assert {"cassandra.scan_rate", "cassandra.request_timeout_s"} <= set(FLOAT_KEYS)
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])
+def test_a_float_key_refuses_nan_and_infinities(tmp_path: Path, key: str, value: str) -> None:
+    """TOML spells nan and inf as literals: ``scan_rate = nan`` would pass ``scan_rate < 0``."""
+    table, _, name = key.rpartition(".")
+    path = write_toml(tmp_path / "c.toml", f"[{table}]\n{name} = {value}\n")
+    with pytest.raises(UsageError) as caught:
+        load_cassandra_config(parse_cassandra_url("cassandra://h/ks"), path, environ={})
+    assert str(caught.value) == f"config key {key} must be a finite number, not {float(value)}"
 
 
 def test_missing_config_file_and_keyspace(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EAGER, invoke, said
+from tests.helpers import EAGER, invoke, said, samples_of
 
 MISSING = (
     "bucket 'Photos' does not exist in this store (buckets: 'default', 'photos');"
@@ -51,7 +51,7 @@ def test_a_typo_bucket_fails_a_command_that_deletes(url: str, tmp_path: Path, co
     assert (result.exit_code, result.stdout, said(result)) == (3, "", "Error: " + MISSING)
     assert listed(url) == before
     assert not (tmp_path / "a.jsonl").exists()
-    assert "dircleaner_last_run_success 0\n" in metrics.read_text()
+    assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
     result = invoke(url, *args, "--bucket", "Photos", "--json")
     assert result.exit_code == 3
     assert json.loads(result.stdout)["error_type"] == "BucketNotFound"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,17 @@ import pytest
 from dircleaner.lease import lease_name
 from dircleaner.store import open_store
 from tests.helpers import invoke, said
+
+
+def gauges(text: str) -> dict[str, float]:
+    """The metrics file's samples by name (each name once here)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            out[series.split("{", 1)[0]] = float(value)
+    return out
+
 
 NIGHT = ("clean", "--changed", "--settle", "0s", "--min-age", "0s", "--rate", "0")
 
@@ -60,11 +72,14 @@ def test_a_night_says_what_it_read_checked_and_deleted(url: str, tmp_path: Path)
     assert lines[3].startswith("plan    3 directories to delete = 2 in 1 dead partitions + 1 by")
     assert "(night start - --min-age 0s)" in result.stdout
     text = metrics.read_text()
-    assert 'dircleaner_night{kind="churn"} 1\n' in text
-    assert "dircleaner_journal_entries_read 2\n" in text
-    assert "dircleaner_journal_checked_directories 3\n" in text
-    assert "dircleaner_journal_backlog_directories 0\n" in text
-    assert "dircleaner_delete_requested_directories 3\n" in text
+    assert re.search(
+        r'^dircleaner_night\{command="clean --changed",store="[^"]+",kind="churn"\} 1$', text, re.M
+    )
+    values = gauges(text)
+    assert values["dircleaner_journal_entries_read"] == 2
+    assert values["dircleaner_journal_checked_directories"] == 3
+    assert values["dircleaner_journal_backlog_directories"] == 0
+    assert values["dircleaner_delete_requested_directories"] == 3
     assert said(invoke(url, "list-dirs", "--sort")) == ""
 
 
@@ -76,7 +91,7 @@ def test_a_full_night_says_which_kind_it_was(url: str, tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     text = metrics.read_text()
-    assert 'dircleaner_night{kind="full"} 1\n' in text
+    assert re.search(r'^dircleaner_night\{command="run",store="[^"]+",kind="full"\} 1$', text, re.M)
     assert "dircleaner_journal_" not in text
 
 

@@ -100,8 +100,22 @@ def test_a_bad_value_is_a_usage_error() -> None:
         a_clean(lease_ttl="0")
     with pytest.raises(UsageError, match="invalid duration 'soon'"):
         a_clean(min_age="soon")
-    with pytest.raises(UsageError, match="--rate must be >= 0"):
+    with pytest.raises(UsageError, match="--rate must be a finite number >= 0"):
         a_clean(rate=-1.0)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_the_library_configs_refuse_what_is_not_finite_too(bad: float) -> None:
+    """The CLI refuses these first; a caller of the library gets the same answer, never a
+    guard that a nan passes."""
+    with pytest.raises(UsageError, match="--max-delete-fraction must be from 0 to 1"):
+        GuardConfig(max_delete_fraction=bad)
+    with pytest.raises(UsageError, match="--rate must be a finite number >= 0"):
+        ThrottleConfig(rate=bad)
+    with pytest.raises(UsageError, match="--scan-rate must be a finite number >= 0"):
+        ScanRate(rows_per_s=bad)
+    with pytest.raises(UsageError, match="slow-page threshold must be a finite number"):
+        ScanRate(slow_page_s=bad)
 
 
 def test_the_prefix_clean_takes_the_default_bucket_and_a_normalised_prefix() -> None:

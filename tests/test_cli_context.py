@@ -64,17 +64,21 @@ def test_a_dry_run_a_real_run_would_refuse_says_so_in_the_refusal_shape() -> Non
     }
 
 
-def test_the_config_file_must_be_readable_toml(tmp_path: Path) -> None:
+def test_the_config_file_must_be_one_a_cassandra_store_loads(tmp_path: Path) -> None:
     good = tmp_path / "good.toml"
-    good.write_text('[cassandra]\nhosts = ["h"]\n', encoding="utf-8")
+    good.write_text("[cassandra]\nfetch_size = 100\n", encoding="utf-8")
     assert AppContext("db.sqlite", str(good)).config() == good
     assert AppContext("db.sqlite", None).config() is None
     bad = tmp_path / "bad.toml"
     bad.write_text("not = [toml", encoding="utf-8")
     with pytest.raises(UsageError, match="is not valid TOML"):
         AppContext("db.sqlite", str(bad)).config()
-    with pytest.raises(UsageError, match="cannot read config file"):
+    with pytest.raises(UsageError, match=r"missing\.toml does not exist"):
         AppContext("db.sqlite", str(tmp_path / "missing.toml")).config()
+    hosts = tmp_path / "hosts.toml"  # the URL names the hosts, never the file
+    hosts.write_text('[cassandra]\nhosts = ["h"]\n', encoding="utf-8")
+    with pytest.raises(UsageError, match=r"unknown config key 'cassandra\.hosts'"):
+        AppContext("db.sqlite", str(hosts)).config()
 
 
 def test_a_plain_path_is_shown_as_an_sqlite_url() -> None:

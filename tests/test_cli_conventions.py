@@ -15,10 +15,11 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
-from tests.helpers import EAGER, invoke, said
+from tests.helpers import EAGER, invoke, said, samples_of
 from tests.test_cli_read_only import read_only
 from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
@@ -194,7 +195,7 @@ def test_json_of_import_keys_and_delete_keys(tmp_path: Path) -> None:
         "did_not_exist": 1,
         "rejected_lines": 1,
         "crlf_lines_stripped": 0,
-        "error": "rejected 1 lines (see stderr)",
+        "error": "rejected 1 line (see stderr)",
         "exit_code": 1,
     }
 
@@ -213,11 +214,7 @@ def test_json_of_gen_and_filters_rm(tmp_path: Path) -> None:
 
 
 def metrics(path: Path) -> dict[str, float]:
-    lines = path.read_text().splitlines()
-    return {
-        name: float(value)
-        for name, value in (line.rsplit(" ", 1) for line in lines if not line.startswith("#"))
-    }
+    return samples_of(path.read_text())
 
 
 def test_build_and_sweep_write_metrics(url: str, tmp_path: Path) -> None:
@@ -327,8 +324,56 @@ def test_a_malformed_config_is_refused_with_a_sqlite_store(
     assert result.stderr.startswith(f"Error: config file {bad} is not valid TOML: ")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
     good = tmp_path / "good.toml"
-    good.write_text("[cassandra]\nconsistency = 'QUORUM'\n")
+    good.write_text("[cassandra.consistency]\nbuild = 'QUORUM'\n")
     assert invoke(url, "--config", str(good), "list-dirs").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[cassandra]\nfetchsize = 100\n", "unknown config key 'cassandra.fetchsize' in {path}"),
+        ("[cassandra.tabels]\nfolders = 'f'\n", "unknown config key 'cassandra.tabels' in {path}"),
+        ("[cassandra]\nconsistency = 'QUORUM'\n", "config key cassandra.consistency in {path}"
+         " must be a table"),
+        ("[cassandra]\nfetch_size = 0\n", "fetch_size must be at least 1"),
+        ("[cassandra]\nscan_rate = nan\n", "config key cassandra.scan_rate must be a finite"
+         " number, not nan"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--config", "PATH", "list-dirs"),
+        ("list-dirs", "--config", "PATH"),
+        ("run", "-n", "--config", "PATH"),
+        ("import-keys", "-", "--config", "PATH"),
+    ],
+)
+def test_a_config_a_cassandra_store_would_refuse_is_refused_with_a_sqlite_store(
+    url: str, tmp_path: Path, text: str, error: str, args: tuple[str, ...]
+) -> None:
+    """README: unknown keys are refused. A SQLite store reads nothing from the file, but a
+    typo in it must not pass unnoticed until the day the file is used."""
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    before = dirs(url)
+    result = invoke(url, *[str(path) if a == "PATH" else a for a in args], input="z/1\n")
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"Error: {error.format(path=path)}\n"
+    assert result.stdout == ""
+    assert dirs(url) == before
+
+
+def test_a_config_in_the_environment_is_checked_too(url: str, tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[cassandra]\nfetchsize = 100\n")
+    result = CliRunner(env={"DIRCLEANER_CONFIG": str(path)}).invoke(
+        cli, ["--store", url, "list-dirs"]
+    )
+    assert (result.exit_code, result.stderr) == (
+        2,
+        f"Error: unknown config key 'cassandra.fetchsize' in {path}\n",
+    )
 
 
 # -- a filter cell of another SQLite type ---------------------------------------------------------

@@ -66,7 +66,7 @@ def test_missing_store_is_never_created_by_a_reading_command(
 def test_a_sqlite_file_that_is_not_a_metastore_is_refused(tmp_path: Path) -> None:
     sqlite3.connect(tmp_path / "other.db").execute("CREATE TABLE t (x)").connection.close()
     result = invoke(f"sqlite:///{tmp_path}/other.db", "run")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "not a dircleaner metastore" in one_line_error(result.output)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from dircleaner.cli import cli
@@ -14,7 +15,7 @@ def test_store_after_the_command(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/meta.db"
     runner = CliRunner()
     put = runner.invoke(cli, ["import-keys", "-", "--store", url], input="a/b/c\n")
-    assert (put.exit_code, put.stdout) == (0, "put 1 keys in bucket 'default'; rejected 0 lines\n")
+    assert (put.exit_code, put.stdout) == (0, "put 1 key in bucket 'default'; rejected 0 lines\n")
     listed = runner.invoke(cli, ["list-dirs", "--bucket", "default", "--sort", "--store", url])
     assert (listed.exit_code, listed.output) == (0, "a/\na/b/\n")
 
@@ -45,3 +46,31 @@ def test_every_command_lists_them() -> None:
     for command in leaves(cli):
         names = {opt for param in command.params for opt in param.opts}
         assert {"--store", "--config", "--log-level"} <= names, command.name
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-v", "-q", "list-dirs"),
+        ("list-dirs", "-v", "-q"),
+        ("list-dirs", "-q", "-vv"),
+        ("-v", "list-dirs", "-q"),
+        ("-q", "list-dirs", "--verbose"),
+        ("-q", "filters", "list", "-v"),
+        ("run", "-n", "--quiet", "-v"),
+    ],
+)
+def test_v_with_q_is_refused_wherever_each_is_given(tmp_path: Path, args: tuple[str, ...]) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--store", url, "import-keys", "-"], input="a/b\n").exit_code == 0
+    result = runner.invoke(cli, ["--store", url, *args])
+    assert (result.exit_code, result.stderr, result.stdout) == (
+        2,
+        "Error: -v and -q contradict each other: give one of them\n",
+        "",
+    )
+    alone = runner.invoke(
+        cli, ["--store", url, *(a for a in args if a not in ("-v", "-vv", "--verbose"))]
+    )
+    assert alone.exit_code == 0, alone.output

@@ -34,7 +34,12 @@ def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
         "error": message,
         "error_type": "TooManyCandidates",
         "exit_code": 3,
-        "details": {"swept_dirs": 11, "candidates": 3, "max_delete_fraction": 0.1},
+        "details": {
+            "swept_dirs": 11,
+            "candidates": 3,
+            "verified_nonempty": 0,
+            "max_delete_fraction": 0.1,
+        },
     }
     stored = json.loads(invoke(url, "filters", "list", "--json").stdout)
     assert [g["generation"] for g in stored] == [generation]

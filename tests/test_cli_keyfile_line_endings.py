@@ -20,7 +20,7 @@ def test_a_crlf_key_file_is_stripped_and_said_so(tmp_path: Path) -> None:
     assert listed.output == "a/\na/b/\na/c/\nlast/\n"
     deleted = invoke(url, "delete-keys", "-", input=b"a/c/y\r\n")
     assert (
-        deleted.stdout == "deleted 1 keys in bucket 'default' (0 did not exist); rejected 0 lines\n"
+        deleted.stdout == "deleted 1 key in bucket 'default' (0 did not exist); rejected 0 lines\n"
     )
 
 

@@ -53,5 +53,5 @@ def test_delete_keys_counts_only_keys_that_existed(url: str) -> None:
     result = invoke(url, "delete-keys", "-", input="a/c/y\na/c/nope\nzzz\n")
     assert (result.exit_code, result.stdout) == (
         0,
-        "deleted 1 keys in bucket 'default' (2 did not exist); rejected 0 lines\n",
+        "deleted 1 key in bucket 'default' (2 did not exist); rejected 0 lines\n",
     )

@@ -13,7 +13,7 @@ import pytest
 from dircleaner.cli.report import deleted_summary, plan_and_delete_lines
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
-from tests.helpers import invoke
+from tests.helpers import invoke, samples_of
 
 #: three empty directories under a/, written now: after T when --min-age is 10 minutes
 KEYS = "a/keep/x\na/c/y\na/d/y\na/e/y\n"
@@ -21,11 +21,7 @@ GONE = "a/c/y\na/d/y\na/e/y\n"
 
 
 def metric_values(path: Path) -> dict[str, float]:
-    return {
-        line.split()[0]: float(line.split()[1])
-        for line in path.read_text().splitlines()
-        if line and not line.startswith("#")
-    }
+    return samples_of(path.read_text())
 
 
 def stale_store(tmp_path: Path) -> str:

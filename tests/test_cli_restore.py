@@ -14,7 +14,7 @@ from dircleaner.paths import dir_of_row
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
-from tests.helpers import EAGER, audit_entries, invoke, said
+from tests.helpers import EAGER, audit_entries, invoke, said, samples_of
 
 
 def store_with_deletes(
@@ -105,6 +105,48 @@ def test_a_log_shared_by_two_stores_restores_only_this_stores_entries(tmp_path: 
     assert {"default\td1/", "default\td2/"} <= set(dirs(a))
     assert not [d for d in dirs(a) if d.startswith("default\tb")]
     assert not {"default\tb3/", "default\tb4/", "default\tb5/"} & set(dirs(b))
+
+
+def test_a_moved_store_restores_its_own_log_with_force(tmp_path: Path) -> None:
+    """The default log records the file's location: after a move it is another store's log.
+    The refusal says how (--force), and --force restores it and says so."""
+    before = tmp_path / "before"
+    before.mkdir()
+    url = store_with_deletes(before, "meta.db", ["d1/x", "d2/x"])
+    (log,) = default_logs()
+    after = tmp_path / "after"
+    before.rename(after)
+    moved = f"sqlite:///{after}/meta.db"
+    old, new = scope_of(before, "meta.db"), scope_of(after, "meta.db")
+    assert url != moved
+    refused = invoke(moved, "restore", str(log))
+    assert refused.exit_code == 3
+    assert said(refused) == (
+        f"Error: {log} holds the deletes of store {old!r}, not of this store {new!r}: restored"
+        " nothing; give this store's audit log, or --store the one it was written for; if this"
+        " store was moved from there, rerun with --force\n"
+    )
+    forced = invoke(moved, "restore", str(log), "--force")
+    assert forced.exit_code == 0, forced.output
+    lines = forced.stdout.splitlines()
+    assert lines[1].startswith("restored 2 directory entries (by ")
+    assert lines[2:] == [
+        f"  --force: the entries of store {old}, the same tables elsewhere (a moved store),"
+        " taken as this store's"
+    ]
+    assert {"default\td1/", "default\td2/"} <= set(dirs(moved))
+
+
+def test_force_never_restores_the_log_of_a_store_still_in_its_place(tmp_path: Path) -> None:
+    a = store_with_deletes(tmp_path, "a.db", ["d1/x", "d2/x"])
+    b = store_with_deletes(tmp_path, "b.db", [])
+    (log_a,) = default_logs()
+    before = dirs(b)
+    result = invoke(b, "restore", str(log_a), "--force")
+    assert result.exit_code == 3, result.output
+    assert "rerun with --force" not in result.stderr
+    assert dirs(b) == before
+    assert "default\td1/" not in dirs(a)
 
 
 def store_on(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
@@ -248,6 +290,32 @@ def test_a_bad_time_is_one_line_with_an_example(two_nights: tuple[str, Path]) ->
     )
 
 
+@pytest.mark.parametrize(
+    ("since", "until"),
+    [
+        ("2026-11-26 07:28", "2026-11-25 07:28"),
+        ("2026-11-26T07:28:00Z", "2026-11-26T09:28:00+02:00"),  # the same moment
+    ],
+)
+def test_since_not_before_until_is_refused(
+    two_nights: tuple[str, Path], tmp_path: Path, since: str, until: str
+) -> None:
+    """It only warned that nothing matched, and exited 0 with nothing restored."""
+    url, log = two_nights
+    metrics = tmp_path / "restore.prom"
+    before = dirs(url)
+    result = invoke(
+        url, "restore", str(log), "--since", since, "--until", until, "--metrics-file", str(metrics)
+    )
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"Error: --since {since} is not before --until {until}: no delete was issued in between"
+        " (are they the wrong way round?)\n"
+    )
+    assert dirs(url) == before
+    assert "dircleaner_last_run_success 0" in metrics.read_text()
+
+
 def test_the_help_shows_an_example_time_not_a_pattern() -> None:
     text = " ".join(invoke("sqlite:///x.db", "restore", "--help").output.split())
     assert "2026-11-26T07:28:00Z" in text
@@ -286,17 +354,14 @@ def test_restore_json_and_metrics_file(tmp_path: Path) -> None:
     assert summary["store"] == scope_of(tmp_path, "a.db")
     assert summary["skipped_other_stores"] == {scope_of(tmp_path, "b.db"): 1}
     assert summary["skipped"] == 1
-    text = metrics.read_text(encoding="utf-8")
-    for line in (
-        "dircleaner_last_run_success 1",
-        "dircleaner_restore_selected_directories 2",
-        "dircleaner_restored_directories 2",
-        "dircleaner_restore_skipped_entries 1",
-    ):
-        assert line + "\n" in text
+    values = samples_of(metrics.read_text(encoding="utf-8"))
+    assert values["dircleaner_last_run_success"] == 1
+    assert values["dircleaner_restore_selected_directories"] == 2
+    assert values["dircleaner_restored_directories"] == 2
+    assert values["dircleaner_restore_skipped_entries"] == 1
     dry = invoke(a, "restore", str(shared), "-n", "--json", "--metrics-file", str(metrics))
     assert json.loads(dry.stdout)["restored"] is None
-    assert "dircleaner_restored_directories 0\n" in metrics.read_text(encoding="utf-8")
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_restored_directories"] == 0
 
 
 def test_a_refusal_writes_a_failed_metrics_file(tmp_path: Path) -> None:
@@ -307,7 +372,7 @@ def test_a_refusal_writes_a_failed_metrics_file(tmp_path: Path) -> None:
     result = invoke(b, "restore", str(log_a), "--json", "--metrics-file", str(metrics))
     assert result.exit_code == 3
     assert json.loads(result.stdout)["ok"] is False
-    assert "dircleaner_last_run_success 0\n" in metrics.read_text(encoding="utf-8")
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_last_run_success"] == 0
 
 
 def test_a_bucket_in_no_entry_is_refused_naming_the_buckets(tmp_path: Path) -> None:

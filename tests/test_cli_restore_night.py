@@ -41,7 +41,7 @@ def test_restore_one_night_of_two(tmp_path: Path) -> None:
     assert (done.exit_code, without_times(done.stdout)) == (
         0,
         f"restoring into {store} from {audit}\n"
-        f"restored 1 directory entries (by 1 row; generations: {first})\n",
+        f"restored 1 directory entry (by 1 row; generations: {first})\n",
     )
     listed = invoke(url, "list-dirs", "--bucket", "default").output.splitlines()
     assert "n/1/" in listed

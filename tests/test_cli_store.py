@@ -86,21 +86,69 @@ def test_a_file_with_tables_of_its_own_is_refused_unless_forced(
     conn.close()
 
 
-@pytest.mark.parametrize(
-    "command", [["list-dirs"], ["sweep"], ["filters", "list"], ["run", *EAGER]]
-)
+#: every command that opens an existing store (the loading commands are tested above)
+OPENING = [
+    ["list-dirs"],
+    ["build"],
+    ["sweep"],
+    ["clean", *EAGER],
+    ["run", *EAGER],
+    ["run", "-n", *EAGER],
+    ["clean", "--prefix", "a/", "--min-age", "0"],
+    ["delete-keys", "-"],
+    ["restore", "AUDIT"],
+    ["filters", "list"],
+    ["filters", "show", "20261122T021500.000000Z-5f3a9c01"],
+    ["filters", "rm", "20261122T021500.000000Z-5f3a9c01"],
+]
+
+
+@pytest.mark.parametrize("command", OPENING)
 def test_a_command_on_a_file_of_someone_elses_changes_nothing(
     tmp_path: Path, command: list[str]
 ) -> None:
+    """Exit 2, as the loading commands refuse it: the store named is the wrong file."""
     other = someone_elses(tmp_path / "other.db")
     before = digest(other)
-    result = invoke(str(other), *command)
-    assert result.exit_code == 1
+    audit = write_lines(tmp_path / "audit.jsonl", [])
+    result = invoke(str(other), *[str(audit) if a == "AUDIT" else a for a in command], input="k\n")
+    assert result.exit_code == 2
     assert result.output == (
-        f"Error: {other} is not a dircleaner metastore (missing table objects)\n"
+        f"Error: {other} holds tables of its own (invoices), not a dircleaner metastore: name"
+        " the metastore's file (gen, import-keys and init-schema add dircleaner's tables to"
+        " this one only with --force)\n"
     )
     assert digest(other) == before
     assert tables(other) == ["invoices"]
+
+
+#: the commands that create a store
+LOADING = [["import-keys", "-"], ["gen", "--dirs", "20"], ["init-schema"]]
+
+
+@pytest.mark.parametrize("command", OPENING + LOADING)
+def test_a_directory_is_named_as_one(tmp_path: Path, command: list[str]) -> None:
+    """Not 'create one with gen', which then failed 'unable to open database file'."""
+    where = tmp_path / "stores"
+    where.mkdir()
+    audit = write_lines(tmp_path / "audit.jsonl", [])
+    result = invoke(str(where), *[str(audit) if a == "AUDIT" else a for a in command], input="k\n")
+    assert (result.exit_code, result.output) == (
+        2,
+        f"Error: {where} is a directory, not an SQLite file: name the file, e.g."
+        f" --store {where}/meta.db\n",
+    )
+    assert list(where.iterdir()) == []
+
+
+def test_a_file_without_tables_is_no_metastore(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    sqlite3.connect(empty).close()
+    result = invoke(str(empty), "list-dirs")
+    assert (result.exit_code, result.output) == (
+        1,
+        f"Error: {empty} is not a dircleaner metastore (missing table objects)\n",
+    )
 
 
 @pytest.mark.parametrize(
@@ -162,3 +210,14 @@ def test_every_command_that_writes_names_its_store_first(tmp_path: Path) -> None
         f"store: sqlite:///{tmp_path}/gen.db",
         f"created SQLite metastore {tmp_path}/gen.db",
     ]
+
+
+@pytest.mark.parametrize("command", LOADING)
+def test_q_drops_what_a_loading_command_created_too(tmp_path: Path, command: list[str]) -> None:
+    """-q is errors only: the line saying what was created is a note like the store line."""
+    result = invoke(f"sqlite:///{tmp_path}/new.db", "-q", *command, input="a/b\n")
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert (tmp_path / "new.db").is_file()
+    other = someone_elses(tmp_path / "other.db")
+    forced = invoke(str(other), *command, "--force", "-q", input="a/b\n")
+    assert (forced.exit_code, forced.stderr) == (0, ""), forced.output

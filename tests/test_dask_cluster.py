@@ -44,6 +44,7 @@ from tests.helpers import (
     audit_lines_written,
     invoke,
     said,
+    samples_of,
     tombstones_per_partition,
 )
 
@@ -623,7 +624,7 @@ def test_sigterm_stops_the_client_and_its_tasks_and_the_next_run_resumes(
         " deleted is in the audit log and the next run resumes",
         err.splitlines()[-1],
     ), err
-    assert "dircleaner_last_run_success 0" in metrics.read_text()
+    assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
     stopped = listed(url, "default")
     time.sleep(CHECK_INTERVAL_S + 2)
     assert listed(url, "default") == stopped  # no task went on deleting

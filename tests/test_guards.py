@@ -109,7 +109,7 @@ def test_fpr_just_above_the_limit_is_too_full() -> None:
         check_filter(HEADER, math.nextafter(limit, 1.0), NOW_US, DEFAULT)
     assert str(caught.value) == (
         "the filter's effective false-positive rate 0.04 is over 4x its target 0.01"
-        " (it was sized for 100000 directories); rebuild with a larger --expected-dirs"
+        " (it was sized for 100,000 directories); rebuild with a larger --expected-dirs"
     )
 
 
@@ -165,6 +165,16 @@ def test_too_many_candidates_message_names_the_options() -> None:
         "50 of 200 directories (25.0%) would be deleted, over --max-delete-fraction 0.1;"
         " check the store, then rerun with a higher --max-delete-fraction or --force"
     )
+
+
+def test_the_counts_of_a_refusal_are_separated_by_thousands() -> None:
+    """As every other count the job prints: 130,022 of 200,034, not 130022 of 200034."""
+    with pytest.raises(TooManyCandidates) as caught:
+        check_sweep(HEADER, 200_034, 130_022, DEFAULT)
+    assert str(caught.value).startswith("130,022 of 200,034 directories (65.0%) would be deleted")
+    with pytest.raises(FilterSuspiciouslyEmpty) as empty:
+        check_sweep(replace(HEADER, items=0), 12_345, 0, DEFAULT)
+    assert "while the folder index has 12,345 rows" in str(empty.value)
 
 
 def test_an_empty_filter_over_a_non_empty_index_is_suspicious() -> None:

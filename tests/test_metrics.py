@@ -13,22 +13,21 @@ from dircleaner.cli.metrics import RunMetrics, render
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.sweep import SweepTotals
-from tests.helpers import invoke, write_lines
+from tests.helpers import invoke, run_labels, samples_of, write_lines
 
-LABEL = r'[a-z]+="[a-z0-9.]+"'
+LABEL = r'[a-z]+="(?:[^"\\\n]|\\[\\"n])*"'
 SAMPLE = re.compile(rf"^dircleaner_[a-z_]+(\{{{LABEL}(,{LABEL})*\}})? -?[0-9.e+-]+$")
 
 
 def parse(text: str) -> dict[str, float]:
-    values = {}
+    """The samples (by name and own labels, as ``samples_of``), each line checked to be
+    the text format."""
     for line in text.splitlines():
         if line.startswith("#"):
             assert re.match(r"^# (HELP|TYPE) dircleaner_[a-z_]+ ", line), line
-            continue
-        assert SAMPLE.match(line), line
-        name, value = line.rsplit(" ", 1)
-        values[name] = float(value)
-    return values
+        else:
+            assert SAMPLE.match(line), line
+    return samples_of(text)
 
 
 def test_render_keeps_full_precision_and_labels_phases() -> None:
@@ -52,6 +51,35 @@ def test_render_keeps_full_precision_and_labels_phases() -> None:
     assert "dircleaner_object_partitions_scanned" not in values
     assert "dircleaner_removed_directories" not in values
     assert "dircleaner_kept_written_after_delete_timestamp" not in values
+
+
+def test_every_sample_carries_the_run_labels_escaped_before_its_own() -> None:
+    metrics = RunMetrics(phase_seconds={"sweep": 0.25}, plan=PlanSummary(deferred=2))
+    labels = {"command": "clean --prefix", "store": 'sqlite:///x "a"\\b\nc.db'}
+    text = render(metrics, success=True, finished_at=1.0, labels=labels)
+    shown = 'command="clean --prefix",store="sqlite:///x \\"a\\"\\\\b\\nc.db"'
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert samples == [
+        f"dircleaner_last_run_success{{{shown}}} 1",
+        f"dircleaner_last_run_refused{{{shown}}} 0",
+        f"dircleaner_last_run_timestamp_seconds{{{shown}}} 1",
+        f"dircleaner_deferred_by_budget{{{shown}}} 2",
+        f'dircleaner_phase_seconds{{{shown},phase="sweep"}} 0.25',
+    ]
+    assert run_labels(text) == {shown}
+    parse(text)
+
+
+def test_a_refusal_keeps_what_it_had_found_and_nothing_it_had_not() -> None:
+    details = {"swept_dirs": 2008, "candidates": 469, "verified_nonempty": 3, "generation": "g"}
+    found = parse(render(RunMetrics.of_refusal(details), success=False, finished_at=1.0))
+    assert (found["dircleaner_directories_scanned"], found["dircleaner_candidates"]) == (2008, 469)
+    assert found["dircleaner_verified_nonempty"] == 3
+    assert parse(render(RunMetrics.of_refusal({"owner": "x"}), success=False, finished_at=1.0)) == {
+        "dircleaner_last_run_success": 0.0,
+        "dircleaner_last_run_refused": 0.0,
+        "dircleaner_last_run_timestamp_seconds": 1.0,
+    }
 
 
 def test_a_clean_that_deleted_nothing_reports_zero_and_a_failed_run_nothing() -> None:
@@ -107,6 +135,11 @@ def test_run_writes_metrics_and_a_refusal_marks_the_run_failed(tmp_path: Path) -
     refused = parse(metrics.read_text())
     assert refused["dircleaner_last_run_success"] == 0
     assert refused["dircleaner_last_run_refused"] == 1
+    # The backlog behind the refusal stays visible: what the refused run swept and found.
+    assert refused["dircleaner_directories_scanned"] == 31
+    assert refused["dircleaner_candidates"] == 10
+    assert refused["dircleaner_verified_nonempty"] == 0
+    assert "dircleaner_delete_requested_directories" not in refused  # it deleted nothing
     # A dry run whose real run would be refused says so too (it exits 3 after its plan).
     result = invoke(
         url,

@@ -390,3 +390,51 @@ def test_plan_restore_takes_only_the_entries_of_its_scope() -> None:
     with pytest.raises(RestoreRefused, match="does not record its store"):
         plan_restore(lines[2:3], AuditSelection(), "s1")
     assert plan_restore(lines, AuditSelection(), None).skipped == 0  # no scope: every entry
+
+
+OLD = "sqlite:objects,folders@/old/meta.db"
+NEW = "sqlite:objects,folders@/new/meta.db"
+
+
+def vacated(scope: str) -> bool:
+    """As the CLI's check on SQLite: no file at the recorded path (here: the old one)."""
+    return scope == OLD
+
+
+def test_force_takes_a_moved_stores_log_as_this_stores() -> None:
+    """A moved SQLite file is the same tables at another location: its own log is refused
+    with a hint, and restored with --force (and said to be)."""
+    lines = [entry("", "a", scope=OLD), entry("", "b", scope=OLD, via="range", range=["b", "b"])]
+    with pytest.raises(RestoreRefused) as refused:
+        plan_restore(lines, AuditSelection(), NEW, moved_from=vacated)
+    assert str(refused.value).endswith("; if this store was moved from there, rerun with --force")
+    forced = plan_restore(lines, AuditSelection(), NEW, force=True, moved_from=vacated)
+    assert forced.rows == [(BUCKET, "", "a"), (BUCKET, "", "b")]
+    assert (forced.adopted_scope, forced.other_scopes, forced.skipped) == (OLD, {}, 0)
+    assert forced.by_via == {"row": 1, "range": 1}
+    with pytest.raises(RestoreRefused, match="--bucket 'other' is in no entry"):
+        plan_restore(lines, AuditSelection(bucket="other"), NEW, force=True, moved_from=vacated)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # this store's entries too: the other store's stay another store's
+        [entry("", "a", scope=OLD), entry("", "c", scope=NEW)],
+        # two other stores: which one moved here cannot be told
+        [entry("", "a", scope=OLD), entry("", "c", scope="sqlite:objects,folders@/x/m.db")],
+        # other tables: not this store, wherever it is
+        [entry("", "a", scope="cassandra:objects,folders@cluster c1")],
+        # a store still where it was: another store, not this one moved
+        [entry("", "a", scope="sqlite:objects,folders@/still/there.db")],
+    ],
+    ids=["with-own-entries", "two-stores", "other-tables", "still-there"],
+)
+def test_force_takes_no_other_stores_entries_but_a_moved_stores(lines: list[str]) -> None:
+    try:
+        plan = plan_restore(lines, AuditSelection(), NEW, force=True, moved_from=vacated)
+    except RestoreRefused as refused:
+        assert "rerun with --force" not in str(refused)
+        return
+    assert plan.adopted_scope is None
+    assert plan.rows == [(BUCKET, "", "c")]

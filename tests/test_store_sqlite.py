@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.errors import SchemaError, StoreNotFound, StoreUrlError
+from dircleaner.errors import SchemaError, StoreNotFound, StoreNotOurs, StoreUrlError
 from dircleaner.model import FolderRow, PartitionKey, Shard
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
@@ -97,7 +97,7 @@ def test_foreign_sqlite_file_is_refused(tmp_path: Path) -> None:
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE something (x)")
     conn.close()
-    with pytest.raises(StoreNotFound, match="not a dircleaner metastore"):
+    with pytest.raises(StoreNotOurs, match=r"holds tables of its own \(something\), not a"):
         SqliteStore.open(url_of(path))
 
 

@@ -21,7 +21,8 @@ from dircleaner.timeutil import (
     [
         ("0", 0.0),
         ("0s", 0.0),
-        ("45", 45.0),
+        ("0.0", 0.0),
+        ("45s", 45.0),
         ("90s", 90.0),
         ("10m", 600.0),
         ("2h", 7200.0),
@@ -65,6 +66,18 @@ def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(UsageError) as caught:
         parse_duration(text)
     assert str(caught.value) == f"invalid duration {text!r} (use e.g. 0, 90s, 10m, 2h, 1d)"
+    assert caught.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["10", " 45 ", "1.5", "007"])
+def test_a_duration_other_than_zero_needs_its_unit(text: str) -> None:
+    """``--min-age 10`` was 10 seconds to dircleaner and 10 minutes to whoever typed it."""
+    with pytest.raises(UsageError) as caught:
+        parse_duration(text)
+    number = text.strip()
+    assert str(caught.value) == (
+        f"duration {number!r} has no unit: write e.g. {number}m (minutes) or {number}s (seconds)"
+    )
     assert caught.value.exit_code == 2
 
 

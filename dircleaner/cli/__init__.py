@@ -37,7 +37,8 @@ from dircleaner.store import DEFAULT_STORE_URL
     "config_path",
     envvar="DIRCLEANER_CONFIG",
     type=click.Path(dir_okay=False, exists=True),
-    help="TOML file with the Cassandra mapping, consistency, auth and TLS (env DIRCLEANER_CONFIG).",
+    help="TOML file with the Cassandra mapping, consistency, auth and TLS (env DIRCLEANER_CONFIG);"
+    " an SQLite store uses none of it, but refuses a file a Cassandra store would.",
 )
 @click.option(
     "--log-level",

@@ -8,7 +8,6 @@ import os
 import sqlite3
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 import click
 
 from dircleaner.cli import progress_display
+from dircleaner.cli.ending import Ending, check_writable, ending_of
 from dircleaner.cli.interrupted import interrupted_line
 from dircleaner.cli.metrics import RunMetrics, render, write_atomically
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
@@ -59,6 +59,8 @@ _BY_EXIT_CODE: dict[int, type[CliError]] = {1: CliError, 2: CliUsageError, 3: Cl
 JSON_REQUESTED = "dircleaner.json"
 #: ``ctx.meta`` key: the ``--metrics-file`` not written yet (a failure writes it)
 METRICS_FILE = "dircleaner.metrics_file"
+#: ``ctx.meta`` key: what the command line asks of every ending (``ending.Ending``)
+ENDING = "dircleaner.ending"
 
 
 def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
@@ -70,10 +72,12 @@ def note_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
 
 
 def note_metrics_file(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    """Callback of the eager ``--metrics-file``: from here on, whatever ends the command
-    (a bad option too) writes it."""
-    if value is not None:
+    """Callback of the eager ``--metrics-file``: a file that could not be written is refused
+    before the command does anything (exit 2); from here on, whatever ends the command writes
+    it (an ending before this callback writes the one the command line names, ``ending``)."""
+    if value is not None and not ctx.resilient_parsing:
         ctx.meta[METRICS_FILE] = value
+        check_writable(Path(value))
 
 
 def write_metrics(
@@ -83,12 +87,50 @@ def write_metrics(
     the command's own figures were written does not replace them)."""
     path = ctx.meta.pop(METRICS_FILE, None)
     if path is not None:
-        text = render(metrics, success=success, finished_at=time.time(), refused=refused)
+        ending: Ending = ctx.meta.get(ENDING, Ending())
+        text = render(
+            metrics,
+            success=success,
+            finished_at=time.time(),
+            refused=refused,
+            labels=ending.labels,
+        )
         write_atomically(Path(path), text)
 
 
 class DircleanerGroup(click.Group):
     """Turns library errors into one-line messages and their exit codes (the one mapping)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """The context, with what the command line asks of every ending: a command line the
+        group itself refuses (a --config that does not exist, a bad --log-level) still writes
+        the metrics file it names, and prints the error as JSON when --json was given."""
+        ending = ending_of(self, args) if parent is None else Ending()
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            if ending.as_json:
+                _echo_json_failure(exc.format_message(), type(exc).__name__, exc.exit_code)
+            if ending.metrics_file is not None:
+                with suppress(OSError):
+                    text = render(
+                        RunMetrics(), success=False, finished_at=time.time(), labels=ending.labels
+                    )
+                    write_atomically(Path(ending.metrics_file), text)
+            raise
+        if parent is None:
+            ctx.meta[ENDING] = ending
+            if ending.as_json:
+                ctx.meta[JSON_REQUESTED] = True
+            if ending.metrics_file is not None:
+                ctx.meta[METRICS_FILE] = ending.metrics_file
+        return ctx
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -100,7 +142,9 @@ class DircleanerGroup(click.Group):
         except BaseException as exc:
             # Every way out but success (an error, a refusal, a bad option, Ctrl-C, SIGTERM, a
             # bug) tells monitoring the run failed: an old ``last_run_success 1`` must not stay.
-            _failed_run_metrics(ctx, refused=isinstance(exc, CliRefused))
+            # A refusal keeps what the run had found (the sweep's counts, in its details).
+            refused = isinstance(exc, CliRefused)
+            _failed_run_metrics(ctx, refused=refused, found=_details_of(exc) if refused else {})
             raise
 
     def _invoke_mapped(self, ctx: click.Context) -> Any:
@@ -147,9 +191,18 @@ class DircleanerGroup(click.Group):
             raise fail(ctx, message, 1, type(exc).__name__) from exc
 
 
-def _failed_run_metrics(ctx: click.Context, *, refused: bool = False) -> None:
+def _failed_run_metrics(
+    ctx: click.Context, *, refused: bool = False, found: dict[str, object] | None = None
+) -> None:
+    metrics = RunMetrics.of_refusal(found or {})
     with suppress(OSError):  # the original error is the one to report
-        write_metrics(ctx, RunMetrics(), success=False, refused=refused)
+        write_metrics(ctx, metrics, success=False, refused=refused)
+
+
+def _details_of(exc: BaseException) -> dict[str, object]:
+    """The details of the library error behind a one-line error (what a refused run found)."""
+    cause = exc.__cause__
+    return dict(cause.details) if isinstance(cause, DircleanerError) else {}
 
 
 def refused_without_json(message: str) -> CliError:
@@ -216,18 +269,15 @@ class AppContext:
         object.__setattr__(self, "store_url", store_url(self.store_url))
 
     def config(self) -> Path | None:
-        """The --config file, checked to be TOML whatever the store (a SQLite store reads
-        nothing from it, but a broken file must not pass unnoticed until the day it is used)."""
+        """The --config file, checked as a Cassandra store loads it (TOML, no unknown key, every
+        value of its type) whatever the store: an SQLite store reads nothing from it, but a
+        broken or typo'd file must not pass unnoticed until the day it is used."""
         if self.config_path is None:
             return None
+        from dircleaner.store.cassandra.config import check_config_file
+
         path = Path(self.config_path)
-        try:
-            with path.open("rb") as stream:
-                tomllib.load(stream)
-        except OSError as exc:
-            raise DircleanerUsageError(f"cannot read config file {path}: {exc.strerror}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise DircleanerUsageError(f"config file {path} is not valid TOML: {exc}") from exc
+        check_config_file(path)
         return path
 
     def open(self, *, writes: bool = False, create: bool = False, force: bool = False) -> Store:
@@ -241,10 +291,10 @@ class AppContext:
 
 def announce_store(url: str, created: Sequence[str] = ()) -> None:
     """The first line of a command that writes: which store (never a credential), then what
-    it created there, if anything (``-q`` drops the first, never the second)."""
+    it created there, if anything (``-q`` drops both: errors only)."""
     note(f"store: {shown_url(url)}")
     for name in created:
-        click.echo(f"created {name}", err=True)
+        note(f"created {name}")
 
 
 #: --log-level's choices, most verbose first (-v steps towards the first, -q goes to the last)
@@ -253,11 +303,15 @@ _handler: logging.Handler | None = None
 _level = "warning"
 
 
+#: the one line of ``-v`` given with ``-q``, before or after the command
+VERBOSE_AND_QUIET = "-v and -q contradict each other: give one of them"
+
+
 def set_verbosity(level: str | None, verbose: int, be_quiet: bool) -> None:
     """--log-level, then ``-v`` (once per step towards debug) or ``-q`` (errors only, and no
     progress or notes on stderr)."""
     if verbose and be_quiet:
-        raise DircleanerUsageError("-v and -q contradict each other: give one of them")
+        raise DircleanerUsageError(VERBOSE_AND_QUIET)
     set_quiet(be_quiet)
     if be_quiet:
         configure_logging("error")

@@ -30,6 +30,8 @@ from dircleaner.cli.context import (
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
+from dircleaner.cli.report import counted
+from dircleaner.cli.values import FiniteFloat
 from dircleaner.errors import UsageError
 from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
@@ -99,7 +101,7 @@ def _apply_keys(
     if endings.crlf:
         note(
             f"CRLF line endings (a Windows file): stripped the carriage return of"
-            f" {endings.stripped:,} lines"
+            f" {counted(endings.stripped, 'line')}"
         )
     return KeysApplied(verb, bucket, done, found, rejected, endings.stripped)
 
@@ -107,11 +109,14 @@ def _apply_keys(
 def _report_keys(applied: KeysApplied, as_json: bool) -> None:
     """The summary (one line, or JSON); exit 1 if any line was rejected."""
     found, done = applied.found, applied.keys
-    missing = "" if found is None else f" ({done - found:,} did not exist)"
+    if not done:
+        missing = " (the file holds no valid key)"
+    else:
+        missing = "" if found is None else f" ({done - found:,} did not exist)"
     count = done if found is None else found
     line = (
-        f"{applied.verb} {count:,} keys in bucket {applied.bucket!r}{missing};"
-        f" rejected {applied.rejected_lines:,} lines"
+        f"{applied.verb} {counted(count, 'key')} in bucket {applied.bucket!r}{missing};"
+        f" rejected {counted(applied.rejected_lines, 'line')}"
     )
     summary: dict[str, object] = {
         "bucket": applied.bucket,
@@ -123,7 +128,8 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
     if found is not None:
         summary["did_not_exist"] = done - found
     if applied.rejected_lines:
-        summary.update(error=f"rejected {applied.rejected_lines:,} lines (see stderr)", exit_code=1)
+        rejected = counted(applied.rejected_lines, "line")
+        summary.update(error=f"rejected {rejected} (see stderr)", exit_code=1)
     emit(summary, [line], as_json, ok=not applied.rejected_lines)
     if applied.rejected_lines:
         sys.exit(1)
@@ -218,7 +224,7 @@ def list_dirs(ctx: click.Context, bucket: str | None, sort_output: bool) -> None
 @click.option("--truth", type=click.Path(dir_okay=False), help="Write every empty directory here.")
 @click.option(
     "--empty-fraction",
-    type=click.FloatRange(0, 0.5),
+    type=FiniteFloat(0, 0.5),
     default=0.05,
     show_default=True,
     help="Share of directories left empty.",
@@ -286,7 +292,8 @@ def gen(
 @click.option(
     "--force",
     is_flag=True,
-    help="Also restore the entries of an old log that does not record its store.",
+    help="Also restore the entries of an old log that does not record its store, or of a log"
+    " holding only the deletes of this store's tables at another location (a moved file).",
 )
 @json_option
 @metrics_option
@@ -314,17 +321,24 @@ def restore_cmd(
     """
     if bucket is not None:
         validate_bucket(bucket)
-    selection = AuditSelection(
-        generation,
-        None if since is None else _time_option(since, "--since"),
-        None if until is None else _time_option(until, "--until"),
-        bucket,
-    )
+    since_us = None if since is None else _time_option(since, "--since")
+    until_us = None if until is None else _time_option(until, "--until")
+    if since_us is not None and until_us is not None and since_us >= until_us:
+        raise UsageError(
+            f"--since {since} is not before --until {until}: no delete was issued in between"
+            " (are they the wrong way round?)"
+        )
+    selection = AuditSelection(generation, since_us, until_us, bucket)
     name = audit_log.name
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
-            decoded_lines(audit_log, name), selection, scope, force=force, name=name
+            decoded_lines(audit_log, name),
+            selection,
+            scope,
+            force=force,
+            name=name,
+            moved_from=_vacated_file if store.traits.scheme == "sqlite" else None,
         )
         if not plan.rows and selection != AuditSelection() and plan.logged_generations:
             _warn_nothing_selected(name, plan.logged_generations)
@@ -339,6 +353,12 @@ def restore_cmd(
         restore_lines(plan, scope, restored),
         as_json,
     )
+
+
+def _vacated_file(scope: str) -> bool:
+    """Whether an SQLite store's recorded location holds no file any more: this store may be
+    that file, moved (a path where a store still is names another store)."""
+    return not Path(scope.partition("@")[2]).exists()
 
 
 def _time_option(text: str, option: str) -> int:
@@ -377,6 +397,7 @@ def restore_summary(
         "skipped_other_stores": dict(sorted(plan.other_scopes.items())),
         "skipped_no_store": plan.unscoped,
         "skipped": plan.skipped,
+        "adopted_store": plan.adopted_scope,
     }
 
 
@@ -389,17 +410,25 @@ def restore_lines(plan: RestorePlan, scope: str, restored: int | None) -> list[s
         first, last = format_utc(issued[0]), format_utc(issued[1])
         when = f"; deletes issued {first}" + ("" if first == last else f" to {last}")
     of = f"(by {vias}; generations: {', '.join(plan.generations) or 'none'}{when})"
+    entries = "directory entry", "directory entries"
     if restored is None:
-        lines = [f"would restore {len(plan.rows):,} directory entries into {scope} {of}"]
+        lines = [f"would restore {counted(len(plan.rows), *entries)} into {scope} {of}"]
     else:
-        lines = [f"restored {restored:,} directory entries {of}"]
+        lines = [f"restored {counted(restored, *entries)} {of}"]
+    if plan.adopted_scope is not None:
+        lines.append(
+            f"  --force: the entries of store {plan.adopted_scope}, the same tables elsewhere"
+            " (a moved store), taken as this store's"
+        )
     if plan.repeated:
-        lines.append(f"  {plan.repeated:,} more entries named a directory already counted")
+        more = counted(plan.repeated, "more entry", "more entries")
+        lines.append(f"  {more} named a directory already counted")
     for other, count in sorted(plan.other_scopes.items()):
-        lines.append(f"  skipped {count:,} entries of another store: {other}")
+        lines.append(f"  skipped {counted(count, 'entry', 'entries')} of another store: {other}")
     if plan.unscoped:
         lines.append(
-            f"  skipped {plan.unscoped:,} entries that record no store (--force restores them)"
+            f"  skipped {counted(plan.unscoped, 'entry', 'entries')} that record no store"
+            " (--force restores them)"
         )
     return lines
 

@@ -12,7 +12,14 @@ from dataclasses import replace
 
 import click
 
-from dircleaner.cli.context import LOG_LEVELS, AppContext, set_verbosity
+from dircleaner.cli.context import (
+    LOG_LEVELS,
+    VERBOSE_AND_QUIET,
+    AppContext,
+    configure_logging,
+    set_verbosity,
+)
+from dircleaner.errors import UsageError
 
 
 def _set_store(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -32,12 +39,33 @@ def _set_log_level(ctx: click.Context, _param: click.Parameter, value: str | Non
 
 def _set_verbose(ctx: click.Context, _param: click.Parameter, value: int) -> None:
     if value:
+        _refuse_both(ctx, "-v")
         set_verbosity(None, value, False)
 
 
 def _set_quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
+        _refuse_both(ctx, "-q")
         set_verbosity(None, 0, True)
+
+
+#: ``ctx.meta`` key: which of -v and -q the command line gave after the command
+_VERBOSITY_GIVEN = "dircleaner.verbosity_given"
+
+
+def _refuse_both(ctx: click.Context, flag: str) -> None:
+    """-v and -q contradict each other wherever each is given: before the command (the
+    group's own options), after it, or one on each side."""
+    given: set[str] = ctx.meta.setdefault(_VERBOSITY_GIVEN, set())
+    given.add(flag)
+    before = ctx.find_root().params
+    if before.get("verbose"):
+        given.add("-v")
+    if before.get("quiet"):
+        given.add("-q")
+    if {"-v", "-q"} <= given:
+        configure_logging("warning")  # the one given first must not log the refusal too
+        raise UsageError(VERBOSE_AND_QUIET)
 
 
 def _app(ctx: click.Context) -> AppContext:

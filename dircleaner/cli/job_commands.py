@@ -39,6 +39,7 @@ from dircleaner.cli.options import (
     build_options,
     changed_options,
     clean_options,
+    given,
     json_option,
     metrics_option,
     prefix_options,
@@ -371,11 +372,19 @@ def run(
     from dircleaner.pipeline.build import BuildConfig
 
     if dry_run and scheduler is not None:
-        # Checked before connecting: the library refuses it too, once the cluster is up.
-        raise UsageError(
-            "run --dry-run keeps its filter in memory, where a cluster's workers cannot load"
-            " it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
+        if given(ctx, "scheduler") or slices is not None:
+            # Checked before connecting: the library refuses it too, once the cluster is up.
+            raise UsageError(
+                "run --dry-run keeps its filter in memory, where a cluster's workers cannot"
+                " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
+            )
+        # The host's environment names the cluster the nightly job runs on (the documented
+        # "try it by hand" sources that file): a dry run is run here instead.
+        note(
+            "note: run --dry-run runs in this process, not on DIRCLEANER_SCHEDULER's cluster"
+            " (its filter stays in memory, where the cluster's workers could not load it)"
         )
+        scheduler = None
     progress = TerminalProgress()
     sweep = sweep_config(
         bucket=bucket,

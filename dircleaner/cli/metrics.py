@@ -99,6 +99,18 @@ class RunMetrics:
         return cls(restore_selected=selected, restored=restored or 0, restore_skipped=skipped)
 
     @classmethod
+    def of_refusal(cls, details: Mapping[str, object]) -> RunMetrics:
+        """What a refused run had found, from its refusal's details: the sweep's rows and
+        candidates, and the candidates the re-check found non-empty (nothing, when it was
+        refused before its sweep: the filter's checks, the lease, the bucket)."""
+        swept, candidates = details.get("swept_dirs"), details.get("candidates")
+        nonempty = details.get("verified_nonempty")
+        sweep = None
+        if isinstance(swept, int) and isinstance(candidates, int):
+            sweep = SweepTotals(swept_rows=swept, partitions=0, candidates=candidates, seconds=0.0)
+        return cls(sweep=sweep, dropped_nonempty=nonempty if isinstance(nonempty, int) else None)
+
+    @classmethod
     def of_prefix_clean(cls, report: PrefixCleanReport, removal_known: bool) -> RunMetrics:
         """A prefix clean's figures: no build and no sweep."""
         return cls(
@@ -255,19 +267,31 @@ _SCAN_GAUGES: tuple[tuple[str, str, Callable[[ScanStats], float]], ...] = (
 )
 
 
-def render(metrics: RunMetrics, *, success: bool, finished_at: float, refused: bool = False) -> str:
+def render(
+    metrics: RunMetrics,
+    *,
+    success: bool,
+    finished_at: float,
+    refused: bool = False,
+    labels: Mapping[str, str] | None = None,
+) -> str:
     """The run's figures in Prometheus text exposition format.
 
     ``refused``: the run ended with exit code 3 (a safety guard, a corrupt or foreign filter,
-    another run's lease), or it was a dry run whose real run would have been."""
+    another run's lease), or it was a dry run whose real run would have been. ``labels``: on
+    every sample, first (the kind of run and its store: two files never carry one series)."""
     lines: list[str] = []
+    common = [f'{name}="{escape_label(value)}"' for name, value in (labels or {}).items()]
 
-    def gauge(name: str, help_text: str, value: float, labels: str = "") -> None:
+    def gauge(name: str, help_text: str, value: float, own: str = "") -> None:
         full = PREFIX + name
         if not any(line.startswith(f"# TYPE {full} ") for line in lines):
             lines.append(f"# HELP {full} {help_text}")
             lines.append(f"# TYPE {full} gauge")
-        lines.append(f"{full}{labels} {float(value):.15g}")
+        pairs = ",".join(common + ([own] if own else []))
+        lines.append(
+            f"{full}{{{pairs}}} {float(value):.15g}" if pairs else f"{full} {float(value):.15g}"
+        )
 
     gauge("last_run_success", "1 if the last run finished without error.", 1.0 if success else 0.0)
     gauge(
@@ -281,21 +305,27 @@ def render(metrics: RunMetrics, *, success: bool, finished_at: float, refused: b
         if value is not None:
             gauge(name, help_text, value)
     for name, help_text, value, own in night_gauges(metrics.night, metrics.churn):
-        gauge(name, help_text, value, own and f"{{{own}}}")
+        gauge(name, help_text, value, own)
     for phase, seconds in sorted(metrics.phase_seconds.items()):
-        gauge("phase_seconds", "Duration of each phase.", seconds, f'{{phase="{phase}"}}')
+        gauge("phase_seconds", "Duration of each phase.", seconds, f'phase="{phase}"')
     for name, help_text, scan_reading in _SCAN_GAUGES:
         for scan_pass, scan in sorted(metrics.scans.items()):
-            gauge(name, help_text, scan_reading(scan), f'{{pass="{scan_pass}"}}')
+            gauge(name, help_text, scan_reading(scan), f'pass="{scan_pass}"')
     for scan_pass, scan in sorted(metrics.scans.items()):
         for quantile in (0.5, 0.99):
             gauge(
                 "scan_page_latency_seconds",
                 "Latency of the scan's pages (quantiles, to the histogram's ~19% buckets).",
                 scan.latency_quantile_s(quantile),
-                f'{{pass="{scan_pass}",quantile="{quantile:g}"}}',
+                f'pass="{scan_pass}",quantile="{quantile:g}"',
             )
     return "\n".join(lines) + "\n"
+
+
+def escape_label(value: str) -> str:
+    """A label value as the text format wants it: backslash, double quote and newline
+    escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from dircleaner.cli.context import note_json, note_metrics_file
+from dircleaner.cli.values import Duration, FiniteFloat
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
@@ -48,8 +49,9 @@ metrics_option = click.option(
     is_eager=True,
     expose_value=False,
     callback=note_metrics_file,
-    help="Write Prometheus text-format metrics here (node_exporter textfile collector);"
-    " on any failure (a bad option value too) with dircleaner_last_run_success 0.",
+    help="Write Prometheus text-format metrics here (node_exporter textfile collector),"
+    " labelled with the command and the store; its directory is checked writable before"
+    " anything is done; on any failure (a bad option too) dircleaner_last_run_success 0.",
 )
 
 
@@ -113,7 +115,7 @@ scheduler_option = _apply(
 )
 scan_rate_option = click.option(
     "--scan-rate",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="Rows per second the scans may read, all workers and tasks together (0 = no cap;"
     " default: the store config's scan_rate, else 0). Either way a scan backs off while pages"
@@ -127,7 +129,7 @@ build_options = _apply(
     [
         click.option(
             "--fpr",
-            type=float,
+            type=FiniteFloat(),
             default=DEFAULT_FPR,
             show_default=True,
             help="Target false-positive rate of the filter.",
@@ -152,6 +154,7 @@ sweep_options = _apply(
         click.option("--generation", help="Filter generation to use (default: newest complete)."),
         click.option(
             "--max-filter-age",
+            type=Duration(),
             default="24h",
             show_default=True,
             help="Refuse a filter older than this (e.g. 90m, 24h).",
@@ -163,9 +166,11 @@ clean_options = _apply(
     [
         click.option(
             "--min-age",
+            type=Duration(),
             default="10m",
             show_default=True,
-            help="Delete at (build start - this): entries written later always survive.",
+            help="Delete at (build start - this, with its unit: 10m, 90s): entries written later"
+            " always survive.",
         ),
         click.option(
             "--max-tombstones-per-partition",
@@ -189,13 +194,14 @@ clean_options = _apply(
         ),
         click.option(
             "--grace-period",
+            type=Duration(),
             default=None,
             hidden=True,
             help="How long a tombstone counts (default: the table's gc_grace_seconds; 10d).",
         ),
         click.option(
             "--max-delete-fraction",
-            type=click.FloatRange(0, 1),
+            type=FiniteFloat(0, 1),
             default=0.10,
             show_default=True,
             help="Refuse if more than this share of directories would go.",
@@ -209,7 +215,7 @@ clean_options = _apply(
         click.option("--dry-run", is_flag=True, help="Plan and report; delete nothing."),
         click.option(
             "--rate",
-            type=click.FloatRange(min=0),
+            type=FiniteFloat(min=0),
             default=1000.0,
             show_default=True,
             help="Deletes per second at most (0 = unlimited); starts lower and ramps up.",
@@ -235,6 +241,7 @@ clean_options = _apply(
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
         click.option(
             "--lease-ttl",
+            type=Duration(),
             default="60s",
             hidden=True,
             help="How long the run lease outlives its last heartbeat (tests shorten it).",

@@ -152,6 +152,11 @@ def _n(value: int) -> str:
     return f"{value:,}"
 
 
+def counted(value: int, noun: str, plural: str | None = None) -> str:
+    """``1 key``, ``2 keys``, ``1,024 lines``: a count with its noun in the right number."""
+    return f"{value:,} {noun if value == 1 else plural or noun + 's'}"
+
+
 def _mib(size: int) -> str:
     return f"{size / (1 << 20):.2f} MiB"
 

@@ -390,6 +390,10 @@ def decide_sweep(
         check_sweep(header, totals.swept_rows, totals.candidates, guards)
     except GuardRefused as exc:
         if not dry_run:
+            # What the sweep found stays visible behind the refusal (--json, the metrics).
+            exc.details.setdefault("swept_dirs", totals.swept_rows)
+            exc.details.setdefault("candidates", totals.candidates)
+            exc.details.setdefault("verified_nonempty", sum(len(t.nonempty) for t in tallies))
             raise
         verdict = str(exc)
     # A directory with an object keeps its ancestors, whichever slice lists them: every slice

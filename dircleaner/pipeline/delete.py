@@ -12,6 +12,7 @@ T, so a directory that received an object after T keeps its entry whatever this 
 
 from __future__ import annotations
 
+import math
 import queue
 import random
 import threading
@@ -64,8 +65,8 @@ class ThrottleConfig:
     max_backoff_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.rate < 0:
-            raise UsageError("--rate must be >= 0")
+        if not 0 <= self.rate < math.inf:  # nan too
+            raise UsageError(f"--rate must be a finite number >= 0, not {self.rate}")
         if self.concurrency < 1:
             raise UsageError("--concurrency must be >= 1")
 

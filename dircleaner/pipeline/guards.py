@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,15 @@ class GuardConfig:
     #: refuse a filter whose effective false-positive rate exceeds target × this factor
     max_fpr_factor: float = 4.0
     force: bool = False
+
+    def __post_init__(self) -> None:
+        # ``not (a <= x <= b)`` holds for nan too: a nan fraction would pass every comparison.
+        if not 0 <= self.max_delete_fraction <= 1:
+            raise UsageError(
+                f"--max-delete-fraction must be from 0 to 1, not {self.max_delete_fraction}"
+            )
+        if not 0 <= self.max_filter_age_s < math.inf:
+            raise UsageError("--max-filter-age must be a finite duration of at least 0")
 
 
 def check_scan_consistency(store: Store, verify: bool) -> None:
@@ -69,7 +79,7 @@ def check_filter(
         raise FilterTooFull(
             f"the filter's effective false-positive rate {estimated_fpr:.4g} is over"
             f" {config.max_fpr_factor:g}x its target {header.target_p:g} (it was sized for"
-            f" {header.expected_n} directories); rebuild with a larger --expected-dirs"
+            f" {header.expected_n:,} directories); rebuild with a larger --expected-dirs"
         )
 
 
@@ -81,14 +91,14 @@ def check_sweep(
         return
     if header.items == 0:
         raise FilterSuspiciouslyEmpty(
-            f"the filter holds no directory while the folder index has {swept_rows} rows"
+            f"the filter holds no directory while the folder index has {swept_rows:,} rows"
             " (is the objects table empty or the mapping wrong?); if everything really went,"
             " rerun with --force"
         )
     fraction = candidates / swept_rows
     if fraction > config.max_delete_fraction:
         raise TooManyCandidates(
-            f"{candidates} of {swept_rows} directories ({fraction:.1%}) would be deleted, over"
+            f"{candidates:,} of {swept_rows:,} directories ({fraction:.1%}) would be deleted, over"
             f" --max-delete-fraction {config.max_delete_fraction:g}; check the store, then rerun"
             " with a higher --max-delete-fraction or --force",
             details={

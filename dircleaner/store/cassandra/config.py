@@ -23,6 +23,7 @@ tool's mapping must not silently fall back to a default). Precedence:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import tomllib
@@ -354,6 +355,9 @@ def _typed(hint: Any, key: str, value: object) -> object:
     options = [o for o in (get_args(hint) if union else (hint,)) if o is not type(None)]
     for option in options:
         if option is float and isinstance(value, int | float) and not isinstance(value, bool):
+            # TOML has nan and inf literals: each would pass every check a setting gets.
+            if not math.isfinite(value):
+                raise UsageError(f"config key {key} must be a finite number, not {value}")
             return float(value)
         if option is Path and isinstance(value, str):
             return Path(value).expanduser()
@@ -405,18 +409,8 @@ def load_cassandra_config(
     environ: Mapping[str, str] | None = None,
 ) -> CassandraConfig:
     """Merge the URL, the TOML file (if any) and the environment into one CassandraConfig."""
-    env = os.environ if environ is None else environ
     source = config_path if config_path is not None else Path("<no config file>")
-    data = _read_toml(config_path) if config_path else {}
-    env_auth = {
-        attr: env[var]
-        for attr, var in (("username", ENV_USERNAME), ("password", ENV_PASSWORD))
-        if env.get(var)
-    }
-    section = data.setdefault("cassandra", {})
-    if env_auth and isinstance(section, dict) and isinstance(section.setdefault("auth", {}), dict):
-        section["auth"].update(env_auth)
-    settings = _settings_from_toml(data, source)
+    settings = _file_settings(config_path, os.environ if environ is None else environ)
 
     file_keyspace = settings.pop("keyspace", None)
     if url_parts.keyspace and file_keyspace and url_parts.keyspace != file_keyspace:
@@ -438,3 +432,27 @@ def load_cassandra_config(
         local_dc=url_parts.dc or (str(file_dc) if file_dc else None),
         **settings,  # type: ignore[arg-type]
     )
+
+
+def check_config_file(config_path: Path, environ: Mapping[str, str] | None = None) -> None:
+    """UsageError unless the file is one a Cassandra store would load: every key known, every
+    value of its type and range. A store that reads nothing from it (SQLite) checks it all the
+    same: a typo'd key must not pass unnoticed until the day the file is used."""
+    settings = _file_settings(config_path, os.environ if environ is None else environ)
+    CassandraConfig(**settings)  # type: ignore[arg-type]
+
+
+def _file_settings(config_path: Path | None, env: Mapping[str, str]) -> dict[str, object]:
+    """The file's ``[cassandra]`` tree (none: no file) as CassandraConfig keyword values, the
+    credentials of the environment winning over the file's."""
+    source = config_path if config_path is not None else Path("<no config file>")
+    data = _read_toml(config_path) if config_path else {}
+    env_auth = {
+        attr: env[var]
+        for attr, var in (("username", ENV_USERNAME), ("password", ENV_PASSWORD))
+        if env.get(var)
+    }
+    section = data.setdefault("cassandra", {})
+    if env_auth and isinstance(section, dict) and isinstance(section.setdefault("auth", {}), dict):
+        section["auth"].update(env_auth)
+    return _settings_from_toml(data, source)

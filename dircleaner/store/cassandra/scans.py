@@ -178,7 +178,7 @@ class IndexScans:
                 share = covered / 2**64
                 return DirCountEstimate(
                     math.ceil(counted / share),
-                    f"{counted} folder rows counted in {done} of {len(splits)} token splits"
+                    f"{counted:,} folder rows counted in {done:,} of {len(splits):,} token splits"
                     f" ({share:.1%} of the ring), extrapolated ({why})",
                 )
         return DirCountEstimate(

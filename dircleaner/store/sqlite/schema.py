@@ -174,6 +174,11 @@ def open_database(
     metastore is changed. A file this process cannot write (a read-only mount) is opened for
     reading, unless ``create`` says the command writes to it.
     """
+    if path.is_dir():
+        raise StoreUrlError(
+            f"{path} is a directory, not an SQLite file: name the file, e.g."
+            f" --store {path / 'meta.db'}"
+        )
     if not create and not path.is_file():
         raise StoreNotFound(
             f"no metastore at {path} (create one with 'dircleaner gen' or 'import-keys')"
@@ -300,9 +305,17 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
 
 
 def _check_tables(path: Path, conn: sqlite3.Connection, have: set[str] | None = None) -> None:
-    """StoreNotFound (and the connection closed) unless every required table is there."""
+    """The connection closed, and StoreNotOurs (a file of someone else's: tables of its own)
+    or StoreNotFound (no tables), unless every required table is there."""
     have = _tables(conn) if have is None else have
     missing = [t for t in REQUIRED_TABLES if t not in have]
     if missing:
         conn.close()
+        foreign = sorted(have - set(OUR_TABLES))
+        if foreign:
+            raise StoreNotOurs(
+                f"{path} holds tables of its own ({', '.join(foreign)}), not a dircleaner"
+                " metastore: name the metastore's file (gen, import-keys and init-schema add"
+                " dircleaner's tables to this one only with --force)"
+            )
         raise StoreNotFound(f"{path} is not a dircleaner metastore (missing table {missing[0]})")
