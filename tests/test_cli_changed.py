@@ -44,7 +44,8 @@ def url(tmp_path: Path) -> str:
         (["--changed", "--no-verify"], "--no-verify does not apply with --changed"),
         (["--changed", "--shard", "0/2"], "--shard does not apply with --changed"),
         (["--prefix", "x/", "--changed"], "--prefix does not apply with --changed"),
-        (["--changed", "--settle", "soon"], "invalid duration 'soon'"),
+        (["--changed", "--settle", "soon"], "--settle: invalid duration 'soon'"),
+        (["--changed", "--settle", "15"], "--settle: "),
     ],
 )
 def test_options_that_do_not_apply_are_refused(url: str, args: list[str], message: str) -> None:

@@ -280,6 +280,7 @@ changed_options = _apply(
         ),
         click.option(
             "--settle",
+            type=Duration(),
             default="15m",
             show_default=True,
             help="With --changed: read the journal's hourly slots once this long past their"
