@@ -68,6 +68,11 @@ def test_done_marks_per_bucket_and_for_every_bucket(tmp_path: Path) -> None:
         assert done_slots(store, "b|odd") == {SLOT - H, SLOT - 2 * H}
         assert done_slots(store, "other") == {SLOT - 2 * H}
         assert done_slots(store, None) == {SLOT - 2 * H}
+        # One record per scope, rewritten: the slots whose rows expired are dropped from it.
+        expired = SLOT - JOURNAL_TTL_S - 2 * H
+        mark_done(store, None, [expired, SLOT - 3 * H], NIGHT_US)
+        assert done_slots(store, None) == {SLOT - 2 * H, SLOT - 3 * H}
+        assert [e.key for e in store.kv_read("journal")] == ["done|*", "done|b|odd"]
         now = slot_of(NIGHT_US)
         assert defer(store, [("b", "x/")], NIGHT_US, 0) == 1
         assert [e.parent for batch in store.journal_read(now) for e in batch] == ["x/"]

@@ -4,8 +4,9 @@ and the directories put back in it for a later night.
 A slot is read once it is closed and settled (its hour over, and ``--settle`` more for late
 writers); ``--settle 0s`` also reads the slot still open, without marking it done. Once a
 slot's directories are checked and deleted, the slot is marked done in the key-value table
-(space ``journal``, key ``done|<bucket or *>|<slot>``, expiring with the slot's rows), so a
-night killed halfway reads again only the slots it had not finished. A night with ``--bucket``
+(space ``journal``, key ``done|<bucket or *>``: the done slots whose rows are still alive, one
+value rewritten by each batch under the night's lease), so a night killed halfway reads again
+only the slots it had not finished. A night with ``--bucket``
 marks only that bucket's part of a slot done; a night of every bucket, all of it.
 """
 
@@ -23,7 +24,7 @@ from dircleaner.store.records import JournalEntry
 JOURNAL_SPACE = "journal"
 #: the scope of a night of every bucket
 EVERY_BUCKET = "*"
-#: the key prefix of a done slot: ``done|<scope>|<slot>``
+#: the key prefix of a scope's done slots: ``done|<scope>``
 DONE_PREFIX = "done|"
 
 
@@ -55,22 +56,30 @@ def slots_to_read(done: Iterable[int], now_us: int, settle_s: float) -> SlotsToR
 
 def done_slots(store: Store, bucket: str | None) -> set[int]:
     """The slots marked done for ``bucket``'s nights (a night of every bucket counts too)."""
-    scopes = {EVERY_BUCKET, _scope(bucket)}
     out: set[int] = set()
-    for entry in store.kv_read(JOURNAL_SPACE, DONE_PREFIX):
-        scope, _, slot = entry.key.removeprefix(DONE_PREFIX).rpartition("|")
-        if scope in scopes and slot.isdigit():
-            out.add(int(slot))
+    for scope in dict.fromkeys((EVERY_BUCKET, _scope(bucket))):
+        out |= _read_done(store, scope)
     return out
 
 
 def mark_done(store: Store, bucket: str | None, slots: Sequence[int], now_us: int) -> None:
-    """Record that ``slots`` were read, checked and deleted by a night of ``bucket``."""
+    """Record that ``slots`` were read, checked and deleted by a night of ``bucket`` (one
+    write; the slots whose rows have expired are dropped from the record)."""
+    if not slots:
+        return
     scope = _scope(bucket)
-    for slot in slots:
-        store.kv_write(
-            JOURNAL_SPACE, f"{DONE_PREFIX}{scope}|{slot}", b"", ttl_s=ttl_for(slot, now_us)
-        )
+    oldest = slot_of(now_us - JOURNAL_TTL_S * 1_000_000) - JOURNAL_SLOT_S
+    done = sorted(slot for slot in _read_done(store, scope) | set(slots) if slot >= oldest)
+    value = ",".join(map(str, done)).encode("ascii")
+    store.kv_write(JOURNAL_SPACE, DONE_PREFIX + scope, value)
+
+
+def _read_done(store: Store, scope: str) -> set[int]:
+    key = DONE_PREFIX + scope
+    for entry in store.kv_read(JOURNAL_SPACE, key):
+        if entry.key == key:
+            return {int(slot) for slot in entry.value.decode("ascii").split(",") if slot}
+    return set()
 
 
 def deferral_entries(dirs: Iterable[BucketDir], now_us: int, delay_s: float) -> list[JournalEntry]:
