@@ -287,11 +287,17 @@ def night_process(backend: Backend, tmp: Path) -> subprocess.Popen[bytes]:
 def test_kill_9_mid_night_resumes(backend: Backend, tmp_path: Path, seed: int) -> None:
     put_and_delete(backend, tmp_path, KILL_KEEP + KILL_DEAD, KILL_DEAD)
     proc = night_process(backend, tmp_path)
-    time.sleep(random.Random(seed).uniform(2.0, 6.0))
+    # Killed while it deletes: once its first group is in the audit log, a random moment into
+    # the 8 seconds its 800 deletes take at 100 a second.
+    deadline = time.monotonic() + 120
+    while audit_lines_written(tmp_path / "audit.jsonl") == 0:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the night never started deleting"
+        time.sleep(0.05)
+    time.sleep(random.Random(seed).uniform(0.0, 3.0))
     assert proc.poll() is None, "the night finished before the kill: slow it down"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert audit_lines_written(tmp_path / "audit.jsonl") > 0, "killed before any delete"
     killed = backend.listed()
     assert {f"k{i:02d}/" for i in range(40)} <= killed
     deadline = time.monotonic() + 60
