@@ -8,14 +8,17 @@ On SQLite, for ``--dirs``:
 
 1. the cached synthetic store of ``bench/e2e.py`` (generated once) is copied and a full night
    runs on it once: the steady store, holding no empty directory (its false positives aside),
-   kept as ``churn-steady-<dirs>.db`` beside the dataset;
+   kept as ``churn-steady-<dirs>.db`` beside the dataset, its tombstones and their charges in the
+   ledger forgotten, as if the grace period had passed since (they would otherwise hold back
+   either night's deletes in the partitions the setup night cleaned);
 2. for each churn fraction: a copy of the steady store; that fraction of its object partitions,
    drawn at random (``--seed``), loses every object, through the journaled delete path
    (``Store.delete_objects``, then ``dircleaner.journal.record_deletes``: a batch of keys is a
    request). The truth: the folder index's directories that held an object before and hold
    none now, the newly emptied;
 3. the copy is copied again; ``clean --changed --settle 0s`` runs on one, ``run`` on the other,
-   each a subprocess (wall time, interpreter start-up included), ``--rate 0``. Reads: the
+   each a subprocess (wall time, interpreter start-up included), ``--rate 0``, the same
+   ``--concurrency`` (1000 on SQLite, as ``bench/e2e.py``: a group is one transaction). Reads: the
    full night's object partitions scanned + folder rows swept + candidates re-checked; the
    churn night's journal rows + objects partitions probed + folders partitions read + folder
    rows read. Precision: no deleted directory holds an object (must be 1.0); recall: the newly
@@ -71,18 +74,20 @@ def run_cli(url: str, args: list[str], work: Path, name: str) -> dict[str, Any]:
     return {"seconds": seconds, "summary": json.loads(out.read_text())}
 
 
-def full_night(url: str, work: Path, workers: int, *extra: str) -> dict[str, Any]:
+def full_night(url: str, work: Path, workers: int, concurrency: int, *extra: str) -> dict[str, Any]:
     audit = work / "full.jsonl"
     audit.unlink(missing_ok=True)
     args = ["run", "--rate", "0", "--max-delete-fraction", "1", "--workers", str(workers)]
-    return run_cli(url, [*args, "--audit-log", str(audit), *extra], work, "full")
+    args += ["--concurrency", str(concurrency), "--audit-log", str(audit), *extra]
+    return run_cli(url, args, work, "full")
 
 
-def churn_night(url: str, work: Path) -> dict[str, Any]:
+def churn_night(url: str, work: Path, concurrency: int) -> dict[str, Any]:
     audit = work / "churn.jsonl"
     audit.unlink(missing_ok=True)
     args = ["clean", "--changed", "--settle", "0s", "--rate", "0", "--max-delete-fraction", "1"]
-    return run_cli(url, [*args, "--audit-log", str(audit)], work, "churn")
+    args += ["--concurrency", str(concurrency), "--audit-log", str(audit)]
+    return run_cli(url, args, work, "churn")
 
 
 def full_reads(summary: dict[str, Any]) -> int:
@@ -188,6 +193,16 @@ def delete_journaled(store: Store, keys: Sequence[tuple[str, str]]) -> float:
 # -- SQLite -----------------------------------------------------------------------------------
 
 
+def forget_the_grace_period(db: Path) -> None:
+    """The steady store as a long-running one is: the setup night's tombstones and their
+    charges in the ledger older than the grace period, purged as compaction would purge them
+    (else they would hold back what either night may delete in the same partitions)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM ledger")
+        conn.execute("DELETE FROM tombstones")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
 def steady_store(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
     """The dataset after one full night: cached beside it."""
     source, meta = ensure_dataset(args.cache_dir, SynthSpec(dirs=args.dirs))
@@ -196,7 +211,8 @@ def steady_store(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         print(f"the steady store of {args.dirs:,} directories ...", file=sys.stderr)
         scratch = source / "churn-steady.partial.db"
         copy_dataset(source / "meta.db", scratch)
-        full_night(store_url(scratch), source, args.workers, "--min-age", "0s")
+        full_night(store_url(scratch), source, args.workers, 1000, "--min-age", "0s")
+        forget_the_grace_period(scratch)
         with sqlite3.connect(scratch) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         scratch.rename(steady)
@@ -230,10 +246,10 @@ def sqlite_fraction(args: argparse.Namespace, steady: Path, fraction: float) -> 
         "delete_and_journal_s": deleting,
     }
     # The two nights one after the other on identical copies; the churn night first.
-    result["churn_night"] = churn_night(url, work)
+    result["churn_night"] = churn_night(url, work, args.concurrency)
     with open_store(url) as store:
         result["churn_score"] = score(before, folder_dirs(store), live_after, emptied)
-    result["full_night"] = full_night(store_url(full_db), work, args.workers)
+    result["full_night"] = full_night(store_url(full_db), work, args.workers, args.concurrency)
     with open_store(store_url(full_db)) as store:
         result["full_score"] = score(before, folder_dirs(store), live_after, emptied)
     for db in (churn_db, full_db):
@@ -274,7 +290,13 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
         elif int(loaded) != args.cassandra_dirs:
             raise SystemExit(f"{url} holds the {loaded} dataset, not {args.cassandra_dirs:,}")
     print("the steady keyspace: a full night ...", file=sys.stderr)
-    full_night(url, work, args.workers, "--min-age", "0s")
+    full_night(url, work, args.workers, args.cassandra_concurrency, "--min-age", "0s")
+    with open_store(url) as store:
+        cfg = store.config  # type: ignore[attr-defined]
+        # As if the grace period had passed since: the setup's tombstones no longer count.
+        store.requests.session.execute(  # type: ignore[attr-defined]
+            f'TRUNCATE "{cfg.keyspace}"."{cfg.tables.ledger}"'
+        )
     results = []
     for fraction in args.churn:
         print(f"cassandra, churn {fraction:g} ...", file=sys.stderr)
@@ -295,8 +317,9 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
             "objects_deleted": len(keys),
             "delete_and_journal_s": deleting,
         }
-        result["full_night"] = full_night(url, work, args.workers, "--dry-run")
-        result["churn_night"] = churn_night(url, work)
+        concurrency = args.cassandra_concurrency
+        result["full_night"] = full_night(url, work, args.workers, concurrency, "--dry-run")
+        result["churn_night"] = churn_night(url, work, concurrency)
         with open_store(url) as store:
             result["churn_score"] = score(before, folder_dirs(store), live_after, emptied)
         results.append(ratios(result))
@@ -329,6 +352,10 @@ def main() -> None:
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
     ap.add_argument("--work-dir", type=Path, help="where the scratch copies go (default: cache)")
     ap.add_argument("--workers", type=int, default=1, help="of the full night")
+    ap.add_argument(
+        "--concurrency", type=int, default=1000, help="both nights' on SQLite (bench/e2e.py's)"
+    )
+    ap.add_argument("--cassandra-concurrency", type=int, default=32, help="both nights' there")
     ap.add_argument("--no-sqlite", action="store_true", help="only the Cassandra part")
     ap.add_argument("--cassandra-url", help="also measure on this keyspace (one of its own)")
     ap.add_argument("--cassandra-dirs", type=int, default=100_000)

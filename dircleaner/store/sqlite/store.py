@@ -14,11 +14,11 @@ import logging
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dircleaner.errors import SchemaError, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
-from dircleaner.paths import folder_row_of
+from dircleaner.paths import dir_of_row, folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
 from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
@@ -313,19 +313,6 @@ class SqliteStore(Store):
         ).fetchone()
         return row is not None
 
-    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
-        out: dict[tuple[str, str], FolderRow] = {}
-        for bucket, directory in dict.fromkeys(dirs):
-            parent, name = folder_row_of(directory)
-            token = murmur_token(bucket, parent)
-            found = self._conn.execute(
-                "SELECT 1 FROM folders WHERE token = ? AND bucket = ? AND parent = ? AND name = ?",
-                (token, bucket, parent, name),
-            ).fetchone()
-            if found is not None:
-                out[(bucket, directory)] = FolderRow(token, bucket, parent, name)
-        return out
-
     def bucket_names(self, within_s: float | None = None) -> tuple[list[str], bool]:
         rows = self._conn.execute(
             "SELECT bucket FROM objects UNION SELECT bucket FROM folders ORDER BY bucket"
@@ -370,23 +357,95 @@ class SqliteStore(Store):
     def probe_object_partitions(
         self, keys: Sequence[tuple[str, str]], tombstone_limit: int
     ) -> ObjectProbe:
-        """The probe, then each partition found without a live row counted in the object
-        tombstones table: a read of it would scan every one younger than the grace period."""
-        nonempty = self.nonempty_object_partitions(keys)
+        """One set-based query per chunk: each partition's first object row, and for one
+        without any, its tombstones younger than the grace period, counted up to one past the
+        limit (a read of it would scan every one of them)."""
+        unique = list(dict.fromkeys(keys))
+        if not self._journal_tables_exist():
+            return ObjectProbe(self.nonempty_object_partitions(unique))
+        sql = (
+            "SELECT k.bucket, k.parent, EXISTS (SELECT 1 FROM objects AS o WHERE o.token ="
+            " k.token AND o.bucket = k.bucket AND o.parent = k.parent) AS live,"
+            " (SELECT count(*) FROM (SELECT 1 FROM object_tombstones AS t WHERE t.token ="
+            " k.token AND t.bucket = k.bucket AND t.parent = k.parent AND t.written_us >= ?"
+            " LIMIT ?)) FROM temp.dircleaner_keys AS k"
+        )
+        nonempty: set[tuple[str, str]] = set()
         heavy: set[tuple[str, str]] = set()
-        if self._journal_tables_exist():
-            cutoff = self._grace_cutoff_us()
-            for bucket, parent in dict.fromkeys(keys):
-                if (bucket, parent) in nonempty:
-                    continue
-                (count,) = self._conn.execute(
-                    "SELECT count(*) FROM object_tombstones"
-                    " WHERE token = ? AND bucket = ? AND parent = ? AND written_us >= ?",
-                    (murmur_token(bucket, parent), bucket, parent, cutoff),
-                ).fetchone()
-                if count > tombstone_limit:
-                    heavy.add((bucket, parent))
+        params = (self._grace_cutoff_us(), tombstone_limit + 1)
+        rows = [(murmur_token(b, p), b, p, "") for b, p in unique]
+        for bucket, parent, live, tombstones in self._keyed_query(rows, sql, params):
+            if live:
+                nonempty.add((str(bucket), str(parent)))
+            elif tombstones > tombstone_limit:
+                heavy.add((str(bucket), str(parent)))
         return ObjectProbe(nonempty, heavy)
+
+    def folder_partition_heads(
+        self, keys: Sequence[tuple[str, str]], rows: int
+    ) -> dict[tuple[str, str], list[FolderRow]]:
+        """One set-based query per chunk: per partition, its first ``rows`` names in name order
+        (a correlated ``LIMIT``, so a wide partition is read no further), joined by NUL, which
+        no key holds."""
+        if rows < 1:
+            raise ValueError("rows must be >= 1")
+        sql = (
+            "SELECT k.token, k.bucket, k.parent, (SELECT group_concat(name, char(0)) FROM"
+            " (SELECT f.name FROM folders AS f WHERE f.token = k.token AND f.bucket = k.bucket"
+            " AND f.parent = k.parent ORDER BY f.name LIMIT ?)) FROM temp.dircleaner_keys AS k"
+        )
+        keyed = [(murmur_token(b, p), b, p, "") for b, p in dict.fromkeys(keys)]
+        out: dict[tuple[str, str], list[FolderRow]] = {}
+        for token, bucket, parent, names in self._keyed_query(keyed, sql, (rows,)):
+            if names is not None:
+                out[(bucket, parent)] = [
+                    FolderRow(token, bucket, parent, name) for name in names.split("\0")
+                ]
+        return out
+
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        """One set-based query per chunk: the rows that exist among those listing ``dirs``."""
+        keyed = []
+        for bucket, directory in dict.fromkeys(dirs):
+            parent, name = folder_row_of(directory)
+            keyed.append((murmur_token(bucket, parent), bucket, parent, name))
+        sql = (
+            "SELECT k.token, k.bucket, k.parent, k.name FROM temp.dircleaner_keys AS k WHERE"
+            " EXISTS (SELECT 1 FROM folders AS f WHERE f.token = k.token AND f.bucket ="
+            " k.bucket AND f.parent = k.parent AND f.name = k.name)"
+        )
+        return {
+            (bucket, dir_of_row(parent, name)): FolderRow(token, bucket, parent, name)
+            for token, bucket, parent, name in self._keyed_query(keyed, sql, ())
+        }
+
+    def _keyed_query(
+        self, keys: list[tuple[int, str, str, str]], sql: str, params: Sequence[object]
+    ) -> Iterator[tuple[Any, ...]]:
+        """``sql``'s rows over ``keys`` (token, bucket, parent, name), loaded a chunk at a time
+        in key order into ``temp.dircleaner_keys``, in a deferred transaction (only the temp
+        table is written: the metastore's writers are never locked out)."""
+        conn = self._conn
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_keys (token INTEGER NOT NULL,"
+            " bucket TEXT NOT NULL, parent TEXT NOT NULL, name TEXT NOT NULL)"
+        )
+        try:
+            with self._read_once():
+                for start in range(0, len(keys), RECHECK_CHUNK):
+                    chunk = sorted(keys[start : start + RECHECK_CHUNK])
+                    conn.execute("BEGIN")
+                    try:
+                        conn.execute("DELETE FROM temp.dircleaner_keys")
+                        conn.executemany(
+                            "INSERT INTO temp.dircleaner_keys VALUES (?, ?, ?, ?)", chunk
+                        )
+                        found = conn.execute(sql, params).fetchall()
+                    finally:
+                        conn.execute("COMMIT")
+                    yield from found
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_keys")
 
     # -- deletes at a timestamp ---------------------------------------------------------------
     def delete_folder_rows(
