@@ -200,6 +200,7 @@ def forget_the_grace_period(db: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("DELETE FROM ledger")
         conn.execute("DELETE FROM tombstones")
+        conn.commit()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
@@ -213,8 +214,6 @@ def steady_store(args: argparse.Namespace) -> tuple[Path, dict[str, Any]]:
         copy_dataset(source / "meta.db", scratch)
         full_night(store_url(scratch), source, args.workers, 1000, "--min-age", "0s")
         forget_the_grace_period(scratch)
-        with sqlite3.connect(scratch) as conn:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         scratch.rename(steady)
     return steady, meta
 

@@ -537,6 +537,11 @@ class StoreContract:
         scanned = {(r.bucket, dir_of_row(r.parent, r.name)): r for r in folder_rows(store)}
         assert store.rows_listing(asked) == {key: scanned[key] for key in [(b, "a/"), (b, "a/b/")]}
         assert store.rows_listing([]) == {}
+        # Rows read together, partitions and names in two lists: a same-named row of another
+        # partition (x/b/, not asked) is not one of them.
+        store.put_objects(b, ["x/b/1", "x/q/1"], self.t0)
+        many = [(b, "a/b/"), (b, "x/q/"), *((b, f"none{i}/b/") for i in range(100))]
+        assert set(store.rows_listing(many)) == {(b, "a/b/"), (b, "x/q/")}
 
     # -- deletes at a timestamp -------------------------------------------------------------------
     def test_delete_rows_at_t_removes_rows_written_at_or_before_t(self, store: Store) -> None:

@@ -6,6 +6,7 @@ read's tombstone count (tests)."""
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
@@ -13,9 +14,9 @@ from cassandra import ReadFailure
 
 from dircleaner.errors import SchemaError
 from dircleaner.model import FolderRow
-from dircleaner.paths import folder_row_of
+from dircleaner.paths import dir_of_row, folder_row_of
 from dircleaner.store.base import PARTITION_PAGE_ROWS
-from dircleaner.store.cassandra.mapping import model_parent, partition_token
+from dircleaner.store.cassandra.mapping import model_parent, padded_in, partition_token
 from dircleaner.store.cassandra.requests import CassandraRequests, ChunkKey, InStatements
 from dircleaner.store.cassandra.session import map_error
 from dircleaner.store.records import ObjectProbe
@@ -41,9 +42,9 @@ class PartitionReads:
             f"SELECT {c.token}, {c.name} FROM {c.folders} WHERE {c.key_eq}"
         )
         self.folder_row_stmt = p(f"SELECT {c.name} FROM {c.folders} WHERE {c.row_eq}")
-        self.folder_row_token_stmt = p(
-            f"SELECT {c.token}, {c.name} FROM {c.folders} WHERE {c.row_eq}"
-        )
+        #: the churn night's rows' reads, one statement per pair of IN sizes
+        self._rows_by_size: dict[tuple[int, int], Any] = {}
+        self._rows_lock = threading.Lock()
         #: the re-check's IN reads (``… PER PARTITION LIMIT 1``), one statement per size
         self.in_probe = InStatements(
             p, f"SELECT {c.key} FROM {c.objects} WHERE {c.parent_in}", ") PER PARTITION LIMIT 1"
@@ -223,22 +224,57 @@ class PartitionReads:
         return out
 
     def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
-        """One point read per directory's row, ``concurrency`` in flight, at the verify
-        consistency."""
-        unique = list(dict.fromkeys(dirs))
-        params = []
-        for bucket, directory in unique:
+        """The rows, ``verify_batch`` parent partitions of one ring range a request, at the
+        verify consistency::
+
+            SELECT token(…), bucket, parent, name FROM folders
+            WHERE bucket = ? AND parent IN (?, …) AND name IN (?, …)
+
+        with the chunk's parents and every name asked of any of them (both lists padded to a
+        power of two, as the re-check pads): the answer holds each asked row that exists, and
+        maybe a same-named sibling in another of the chunk's partitions, which is left out.
+        """
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for bucket, directory in dict.fromkeys(dirs):
             parent, name = folder_row_of(directory)
-            params.append((*self.requests.key_values(bucket, parent), name))
-        results = self.requests.run_many(self.folder_row_token_stmt, params, "verify", retry=True)
+            wanted.setdefault((bucket, parent), set()).add(name)
+        cfg = self.requests.config
+        items = []
+        for bucket, chunk in self.verify_chunks(list(wanted)):
+            values, size = self.requests.in_keys(bucket, chunk, cfg.verify_batch)
+            names = sorted({n for _, _, parent in chunk for n in wanted[(bucket, parent)]})
+            padded = padded_in(names, max(cfg.verify_batch, len(names)))
+            bound = self._in_rows(size, len(padded)).bind((*values, *padded))
+            bound.routing_token = chunk[0][0]
+            bound.fetch_size = cfg.fetch_size
+            items.append((bound, ()))
+        results = self.requests.run_statements(items, "verify", retry=True)
         self.requests.raise_first(results)
         out: dict[tuple[str, str], FolderRow] = {}
-        for (bucket, directory), result in zip(unique, results, strict=True):
-            for token, name in result.current_rows:
-                out[(bucket, directory)] = FolderRow(
-                    int(token), bucket, folder_row_of(directory)[0], name
-                )
+        for result in results:
+            for row in result:  # every page
+                bucket, parent = self.requests.bucket_of(row)
+                name = row[-1]
+                if name in wanted.get((bucket, parent), ()):
+                    out[(bucket, dir_of_row(parent, name))] = FolderRow(
+                        int(row[0]), bucket, parent, name
+                    )
         return out
+
+    def _in_rows(self, parents: int, names: int) -> Any:
+        """The rows' read with ``parents`` partitions and ``names`` names in its IN lists."""
+        with self._rows_lock:
+            stmt = self._rows_by_size.get((parents, names))
+            if stmt is None:
+                c = self.requests.cql
+                stmt = self._rows_by_size[(parents, names)] = self.requests.prepare(
+                    f"SELECT {c.token}, {c.key}, {c.name} FROM {c.folders} WHERE {c.parent_in}"
+                    + ", ".join("?" * parents)
+                    + f") AND {c.name} IN ("
+                    + ", ".join("?" * names)
+                    + ")"
+                )
+            return stmt
 
     def verify_chunks(self, keys: Sequence[tuple[str, str]]) -> list[tuple[str, list[ChunkKey]]]:
         """``keys`` (distinct) as the re-check's and the walk's IN chunks (``verify_batch``)."""
