@@ -25,9 +25,9 @@ On SQLite, for ``--dirs``:
    emptied ones the night deleted.
 
 With ``--cassandra-url`` (a keyspace of its own), ``--cassandra-dirs`` are generated into it
-once; a full night makes it steady; then, for each fraction, the deletes, a full ``run
---dry-run`` (timed: the full night's reads without its deletes, so the ratio errs against the
-churn night), and the churn night, checked against the truth scanned from the keyspace.
+once; a full night makes it steady; then, for each fraction, the deletes, the churn night, its
+deletes put back (``restore`` of its audit log, its ledger charges dropped), and the full night
+on the same deletes; both checked against the truth scanned from the keyspace.
 
 Speed is a ratio taken in one run (churn ÷ full); absolute seconds on a shared machine are
 noise. Writes JSON (``--out``) and prints a Markdown table.
@@ -271,6 +271,16 @@ def ratios(result: dict[str, Any]) -> dict[str, Any]:
 DATASET_STATE = "bench:churn-dataset"
 
 
+def forget(url: str, table: str) -> None:
+    """Empty one of dircleaner's own tables of the benchmark's keyspace: the ledger (as if the
+    grace period had passed since the nights before), the journal (the rows an earlier night
+    read: each fraction's night reads only its own deletes)."""
+    with open_store(url) as store:
+        cfg = store.config  # type: ignore[attr-defined]
+        name = getattr(cfg.tables, table)
+        store.requests.session.execute(f'TRUNCATE "{cfg.keyspace}"."{name}"')  # type: ignore[attr-defined]
+
+
 def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The keyspace loaded once and made steady, then each fraction in turn on it."""
     from dircleaner.synth import generate
@@ -290,15 +300,11 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
             raise SystemExit(f"{url} holds the {loaded} dataset, not {args.cassandra_dirs:,}")
     print("the steady keyspace: a full night ...", file=sys.stderr)
     full_night(url, work, args.workers, args.cassandra_concurrency, "--min-age", "0s")
-    with open_store(url) as store:
-        cfg = store.config  # type: ignore[attr-defined]
-        # As if the grace period had passed since: the setup's tombstones no longer count.
-        store.requests.session.execute(  # type: ignore[attr-defined]
-            f'TRUNCATE "{cfg.keyspace}"."{cfg.tables.ledger}"'
-        )
+    forget(url, "ledger")
     results = []
     for fraction in args.churn:
         print(f"cassandra, churn {fraction:g} ...", file=sys.stderr)
+        forget(url, "journal")
         with open_store(url) as store:
             partitions = object_partitions(store)
             chosen = pick(partitions, fraction, args.seed)
@@ -317,10 +323,19 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
             "delete_and_journal_s": deleting,
         }
         concurrency = args.cassandra_concurrency
-        result["full_night"] = full_night(url, work, args.workers, concurrency, "--dry-run")
         result["churn_night"] = churn_night(url, work, concurrency)
         with open_store(url) as store:
             result["churn_score"] = score(before, folder_dirs(store), live_after, emptied)
+        # The same deletes for the full night: the churn night's put back from its audit log,
+        # and its charges dropped from the ledger (the rows' tombstones stay).
+        generation = result["churn_night"]["summary"]["generation"]
+        put_back = ["restore", str(work / "churn.jsonl"), "--generation", generation]
+        result["restore"] = run_cli(url, put_back, work, "restore")
+        forget(url, "ledger")
+        # At T = its build's start: the rows restored just now are older than that.
+        result["full_night"] = full_night(url, work, args.workers, concurrency, "--min-age", "0s")
+        with open_store(url) as store:
+            result["full_score"] = score(before, folder_dirs(store), live_after, emptied)
         results.append(ratios(result))
     return results
 
