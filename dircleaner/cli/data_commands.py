@@ -33,7 +33,8 @@ from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.cli.report import counted
 from dircleaner.cli.values import FiniteFloat
-from dircleaner.errors import UsageError
+from dircleaner.errors import SchemaError, UsageError
+from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.store import Store, backend_class
 from dircleaner.store.base import require_bucket
@@ -193,7 +194,8 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 @json_option
 @click.pass_context
 def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
-    """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
+    """Delete each key of PATH lazily: object rows only, the folder index is left as it is;
+    the keys' parent directories are journaled for the next 'clean --changed'.
 
     \b
     Example:
@@ -202,10 +204,30 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
     validate_bucket(bucket)
     with obj(ctx).open(writes=True) as store:
         require_bucket(store, bucket)
-        applied = _apply_keys(
-            path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
-        )
+        journaled = _Journaling(store, bucket)
+        applied = _apply_keys(path, bucket, journaled.delete, "deleted")
     _report_keys(applied, as_json)
+
+
+@dataclass
+class _Journaling:
+    """Lazy deletes as the metastore's delete path makes them: a batch's object rows, then a
+    journal row per parent directory (a crash between the two loses only a hint). A store
+    without the journal's table (a keyspace made before it) deletes all the same, once told."""
+
+    store: Store
+    bucket: str
+    journal: bool = True
+
+    def delete(self, keys: Sequence[str]) -> int | None:
+        found = self.store.delete_objects(self.bucket, keys, now_us())
+        if self.journal:
+            try:
+                record_deletes(self.store, self.bucket, keys)
+            except SchemaError as exc:
+                self.journal = False
+                click.echo(f"warning: deletes not journaled: {exc}", err=True)
+        return found
 
 
 @click.command("list-dirs")
