@@ -108,3 +108,8 @@ class RewriteUnsupported(DircleanerError):
     """The folders table has a column a partition rewrite cannot copy faithfully."""
 
     exit_code = 3
+
+
+class SpillFailed(DircleanerError):
+    """A slice's candidates (or its plan) could not be written to or read back from its spill
+    file: nothing of that slice was deleted."""

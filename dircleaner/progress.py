@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from typing import Protocol
+from collections import deque
+from collections.abc import Iterable, Iterator, Sized
+from typing import Protocol, TypeVar
+
+
+class _Covers(Protocol):
+    """An action that covers items (a delete and the directory entries it removes)."""
+
+    @property
+    def rows(self) -> Sized: ...
+
+
+A = TypeVar("A", bound=_Covers)
 
 
 class Progress(Protocol):
@@ -33,19 +44,33 @@ def expecting(progress: Progress, phase: str, total: int | None) -> Progress:
     return report
 
 
-def counting_actions(progress: Progress, counted: str, sizes: list[int]) -> Progress:
-    """``progress`` of phase ``counted`` in actions rather than in the items they cover:
-    ``sizes`` are the items of each action, in the order they are done."""
-    ends: list[int] = []
-    covered = 0
-    for size in sizes:
-        covered += size
-        ends.append(covered)
+class ActionCounter:
+    """``progress`` of phase ``counted`` in actions rather than in the items they cover, for
+    actions handed out once, in order, through ``through``: each action's end (the items
+    covered up to it) is kept from when it is handed out until a report counts it done, so a
+    plan read back as a stream is never held whole for its progress."""
 
-    def report(phase: str, done: int, total: int | None) -> None:
-        if phase == counted:
-            progress(phase, bisect_right(ends, done), len(ends))
-        else:
-            progress(phase, done, total)
+    def __init__(self, progress: Progress, counted: str, total: int) -> None:
+        self._progress = progress
+        self._counted = counted
+        self._total = total
+        self._ends: deque[int] = deque()
+        self._covered = 0
+        self._done = 0
 
-    return report
+    def through(self, actions: Iterable[A]) -> Iterator[A]:
+        """``actions``, each one's end noted as it is handed out."""
+        for action in actions:
+            self._covered += len(action.rows)
+            self._ends.append(self._covered)
+            yield action
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if phase != self._counted:
+            self._progress(phase, done, total)
+            return
+        ends = self._ends
+        while ends and ends[0] <= done:
+            ends.popleft()
+            self._done += 1
+        self._progress(phase, self._done, self._total)

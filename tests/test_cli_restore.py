@@ -313,7 +313,7 @@ def test_since_not_before_until_is_refused(
         " (are they the wrong way round?)\n"
     )
     assert dirs(url) == before
-    assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_last_run_success"] == 0
 
 
 def test_the_help_shows_an_example_time_not_a_pattern() -> None:

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,6 +32,7 @@ from dircleaner.paths import dir_of_row, directories_of
 from dircleaner.pipeline.build import BuildConfig, BuildResult, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.pipeline.spillfile import SpillConfig
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.cassandra.store import CassandraStore
@@ -215,6 +216,47 @@ def test_same_filter_same_deletes_as_one_process(
     assert sorted(e["dir"] for e in audit_entries(many_audit)) == by_one
     left = assert_precise(dataset)
     assert left == listed_expected(dataset, set(by_one)) == left_in_copy
+
+
+def test_spilled_on_the_workers_the_same_deletes_and_nothing_held_after(
+    dataset: Dataset, workers: DaskWorkers, tmp_path: Path
+) -> None:
+    """Every slice spills on the worker that swept it (and plans there in chunks): the same
+    directories go as with one process holding them in memory, and no worker holds a spill
+    file once the run is over."""
+    with open_store(dataset.url) as store:
+        built = build_filter(store, BuildConfig(fpr=0.01, bucket=dataset.bucket), workers=workers)
+    one_audit, many_audit = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
+    with copy_of(dataset, built, tmp_path) as copy_url, open_store(copy_url) as copy:
+        one = run_clean(copy, clean_config(dataset, one_audit))
+    spill = tmp_path / "spill"
+    config = replace(
+        clean_config(dataset, many_audit),
+        spill=SpillConfig(spill, memory_candidates=0, plan_chunk=30),
+    )
+    with open_store(dataset.url) as store:
+        many = run_clean(store, config, workers=workers)
+    assert one.spilled == 0 and many.spilled == many.sweep.result.candidates > 100
+    assert many.plan_spill_bytes > 0
+    assert many.plan == one.plan
+    by_one = sorted(e["dir"] for e in audit_entries(one_audit))
+    assert sorted(e["dir"] for e in audit_entries(many_audit)) == by_one
+    assert_precise(dataset)
+
+    def spill_files_held() -> list[str]:
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/self/fd/{fd}").startswith(f"{spill}/"):
+                    held.append(fd)
+        return held
+
+    # The client let go of the tasks' results; each worker drops them as it hears so.
+    deadline = time.monotonic() + 30
+    while any(workers.client.run(spill_files_held).values()):
+        assert time.monotonic() < deadline, workers.client.run(spill_files_held)
+        time.sleep(0.1)
+    assert list(spill.iterdir()) == []
 
 
 def listed_expected(data: Dataset, deleted: set[str]) -> set[str]:

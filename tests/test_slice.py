@@ -92,8 +92,8 @@ def test_a_dry_run_plans_and_deletes_nothing(swept: tuple[Store, Filter]) -> Non
 def test_the_candidates_go_once_planned_whoever_holds_their_list(
     swept: tuple[Store, Filter], dry_run: bool
 ) -> None:
-    """The deletes hold only the plan: the list of facts the first phase kept (still referred to
-    by the worker's state between the phases) is emptied once planned, so a slice's candidates
+    """The deletes hold only the plan: the candidates the first phase kept (still referred to
+    by the worker's state between the phases) are let go once planned, so a slice's candidates
     do not stay in memory beside its plan through the deletes."""
     store, filt = swept
     first, facts = sweep_and_recheck(store, Shard(), None, filt, True, no_progress)
@@ -101,7 +101,7 @@ def test_the_candidates_go_once_planned_whoever_holds_their_list(
     assert len(kept[0]) == 3  # gone/, gone/'s own partition, late/
     cleaned = plan_and_delete(store, kept[0], first.nonempty, orders(dry_run), no_progress)
     assert cleaned.plan.directories == 3
-    assert kept[0] == []
+    assert len(kept[0]) == 0 and list(kept[0]) == []
 
 
 def test_merged_delete_stats_add_up_and_rates_sum() -> None:

@@ -14,12 +14,18 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
+from dircleaner.pipeline.spillfile import (
+    DEFAULT_MEMORY_CANDIDATES,
+    DEFAULT_PLAN_CHUNK,
+    SpillConfig,
+)
 from dircleaner.scanrate import ScanRate
 from dircleaner.timeutil import parse_duration
 
 if TYPE_CHECKING:
     # The store-wide job pulls in numpy and the filter modules: it is imported where a config
     # is built, so that `clean --prefix` starts without it.
+    from dircleaner.job.changed import ChangedCleanConfig
     from dircleaner.job.clean import CleanConfig
     from dircleaner.job.sweep import SweepConfig
     from dircleaner.store.base import Store
@@ -89,6 +95,8 @@ def clean_config(
     concurrency: int,
     audit_log: str | None,
     lease_ttl: str,
+    spill_dir: str | None = None,
+    spill_after: int = DEFAULT_MEMORY_CANDIDATES,
 ) -> CleanConfig:
     """The store-wide clean's config; its audit log is None until the store is open, when
     --audit-log was not given (``store_audit_log``)."""
@@ -105,6 +113,14 @@ def clean_config(
         max_rewrite_rows=max_rewrite_rows,
         lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
         grace_period_s=_optional_duration(grace_period),
+        # A relative --spill-dir is where the command was started (a Dask worker's directory
+        # is its own); without one, each host that runs a slice uses its own default.
+        spill=SpillConfig(
+            directory=None if spill_dir is None else Path(spill_dir).absolute(),
+            memory_candidates=spill_after,
+            # A chunk of the plan is never more than a process keeps in memory.
+            plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, spill_after)),
+        ),
     )
 
 
@@ -139,6 +155,38 @@ def prefix_clean_config(
         throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
         audit_log=_given_audit_log(audit_log),
         scan=ScanRate(rows_per_s=scan_rate),
+    )
+
+
+def changed_clean_config(
+    *,
+    bucket: str | None,
+    settle: str,
+    min_age: str,
+    max_tombstones_per_partition: int | None,
+    grace_period: str | None,
+    max_delete_fraction: float,
+    force: bool,
+    dry_run: bool,
+    rate: float,
+    concurrency: int,
+    audit_log: str | None,
+    lease_ttl: str,
+) -> ChangedCleanConfig:
+    """The --changed night's config (the options it refuses are checked by the command)."""
+    from dircleaner.job.changed import ChangedCleanConfig
+
+    return ChangedCleanConfig(
+        bucket=bucket,
+        settle_s=parse_duration(settle),
+        min_age_s=parse_duration(min_age),
+        max_tombstones_per_partition=max_tombstones_per_partition,
+        grace_period_s=_optional_duration(grace_period),
+        guards=guard_config(max_delete_fraction=max_delete_fraction, force=force),
+        dry_run=dry_run,
+        throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
+        audit_log=_given_audit_log(audit_log),
+        lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
     )
 
 

@@ -6,11 +6,12 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from dircleaner.audit import audit_log_lines, audit_scope
+from dircleaner.cli.bulk import bulk_helper, bulk_loader, bulk_options, bulk_summary
 from dircleaner.cli.context import (
     TerminalProgress,
     announce_store,
@@ -25,12 +26,16 @@ from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.cli.report import counted
 from dircleaner.cli.values import FiniteFloat
-from dircleaner.errors import UsageError
+from dircleaner.errors import SchemaError, UsageError
+from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.restore import AuditSelection, RestorePlan, plan_restore, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import format_utc, now_us, parse_utc_time
+
+if TYPE_CHECKING:
+    from dircleaner.store.cassandra.bulkload import BulkLoadReport
 
 KEY_BATCH = 5000
 
@@ -99,7 +104,7 @@ def _apply_keys(
     return KeysApplied(verb, bucket, done, found, rejected, endings.stripped)
 
 
-def _report_keys(applied: KeysApplied, as_json: bool) -> None:
+def _report_keys(applied: KeysApplied, as_json: bool, bulk: BulkLoadReport | None = None) -> None:
     """The summary (one line, or JSON); exit 1 if any line was rejected."""
     found, done = applied.found, applied.keys
     if not done:
@@ -120,10 +125,14 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
     }
     if found is not None:
         summary["did_not_exist"] = done - found
+    lines = [line]
+    if bulk is not None:
+        summary["bulk"], bulk_line = bulk_summary(bulk)
+        lines.append(bulk_line)
     if applied.rejected_lines:
         rejected = counted(applied.rejected_lines, "line")
         summary.update(error=f"rejected {rejected} (see stderr)", exit_code=1)
-    emit(summary, [line], as_json, ok=not applied.rejected_lines)
+    emit(summary, lines, as_json, ok=not applied.rejected_lines)
     if applied.rejected_lines:
         sys.exit(1)
 
@@ -131,25 +140,42 @@ def _report_keys(applied: KeysApplied, as_json: bool) -> None:
 @click.command("import-keys")
 @click.argument("path", type=click.File("rb"))
 @keys_bucket_option
+@bulk_options
 @json_option
 @force_option
 @click.pass_context
 def import_keys(
-    ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool, force: bool
+    ctx: click.Context,
+    path: BinaryIO,
+    bucket: str,
+    bulk: bool,
+    bulk_via: str | None,
+    as_json: bool,
+    force: bool,
 ) -> None:
     """Write each key of PATH (one per line, '-' for stdin) as an S3 put.
 
     A put upserts the object row and a folder row for every ancestor directory. Invalid lines
     (bad UTF-8, empty, over 1024 bytes) are reported with their line number and skipped.
-    Creates the store if it does not exist (and says so).
+    Creates the store if it does not exist (and says so). With --bulk (Cassandra), the rows
+    are written as sstables and loaded at the end: nothing is in the store before that.
 
     \b
     Example:
       dircleaner --store meta.db import-keys keys.txt
+      dircleaner --store cassandra://10.0.0.5/s3meta import-keys --bulk keys.txt
     """
+    helper = bulk_helper(obj(ctx).store_url, bulk, bulk_via)
     with obj(ctx).open(create=True, force=force) as store:
-        applied = _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
-    _report_keys(applied, as_json)
+        loader = bulk_loader(store, helper, bulk_via)
+        if loader is None:
+            applied = _apply_keys(path, bucket, lambda keys: _put(store, bucket, keys), "put")
+        else:
+            with loader.bulk_loading():
+                applied = _apply_keys(
+                    path, bucket, lambda keys: loader.put_objects(bucket, keys, now_us()), "put"
+                )
+    _report_keys(applied, as_json, loader.report if loader is not None else None)
 
 
 def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
@@ -162,7 +188,8 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 @json_option
 @click.pass_context
 def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
-    """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
+    """Delete each key of PATH lazily: object rows only, the folder index is left as it is;
+    the keys' parent directories are journaled for the next 'clean --changed'.
 
     \b
     Example:
@@ -171,10 +198,30 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
     validate_bucket(bucket)
     with obj(ctx).open(writes=True) as store:
         require_bucket(store, bucket)
-        applied = _apply_keys(
-            path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
-        )
+        journaled = _Journaling(store, bucket)
+        applied = _apply_keys(path, bucket, journaled.delete, "deleted")
     _report_keys(applied, as_json)
+
+
+@dataclass
+class _Journaling:
+    """Lazy deletes as the metastore's delete path makes them: a batch's object rows, then a
+    journal row per parent directory (a crash between the two loses only a hint). A store
+    without the journal's table (a keyspace made before it) deletes all the same, once told."""
+
+    store: Store
+    bucket: str
+    journal: bool = True
+
+    def delete(self, keys: Sequence[str]) -> int | None:
+        found = self.store.delete_objects(self.bucket, keys, now_us())
+        if self.journal:
+            try:
+                record_deletes(self.store, self.bucket, keys)
+            except SchemaError as exc:
+                self.journal = False
+                click.echo(f"warning: deletes not journaled: {exc}", err=True)
+        return found
 
 
 @click.command("list-dirs")
@@ -229,6 +276,7 @@ SHAPE_NAMES = ("steady", "backlog")
     " lazy deletes under live parents, whole expired subtrees, wide parents).",
 )
 @keys_bucket_option
+@bulk_options
 @json_option
 @force_option
 @click.pass_context
@@ -240,6 +288,8 @@ def gen(
     empty_fraction: float | None,
     shape: str | None,
     bucket: str,
+    bulk: bool,
+    bulk_via: str | None,
     as_json: bool,
     force: bool,
 ) -> None:
@@ -251,6 +301,7 @@ def gen(
     Example:
       dircleaner --store sqlite:///demo.db gen --dirs 200000 --seed 1 --truth truth.txt
       dircleaner --store sqlite:///backlog.db gen --dirs 25000000 --shape backlog
+      dircleaner --store cassandra://127.0.0.1/bench30m gen --dirs 30000000 --bulk
     """
     from dircleaner.synth import SHAPES, SynthSpec, generate  # only needed here
 
@@ -261,15 +312,20 @@ def gen(
         dirs=dirs, seed=seed, bucket=bucket, empty_fraction=0.05 if fraction is None else fraction
     )
     progress = TerminalProgress()
+    helper = bulk_helper(obj(ctx).store_url, bulk, bulk_via)
     with obj(ctx).open(create=True, force=force) as store:
+        loader = bulk_loader(
+            store, helper, bulk_via, lambda rows: progress("bulk load (rows)", rows, None)
+        )
         result = generate(
             store,
             spec,
             Path(truth) if truth else None,
             lambda done: progress("generate", done, dirs),
+            bulk=loader,
         )
     progress.close()
-    summary = {
+    summary: dict[str, Any] = {
         "dirs": result.dirs,
         "empty_dirs": result.empty_dirs,
         "objects": result.objects,
@@ -280,7 +336,11 @@ def gen(
         f" {result.empty_fraction:.3g} of them) and {result.objects:,} objects"
         f" in {result.seconds:.1f}s"
     )
-    emit(summary, [line], as_json)
+    lines = [line]
+    if loader is not None:
+        summary["bulk"], bulk_line = bulk_summary(loader.report)
+        lines.append(bulk_line)
+    emit(summary, lines, as_json)
 
 
 @click.command("restore")

@@ -16,6 +16,7 @@ from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES
 from dircleaner.paths import DEFAULT_BUCKET
+from dircleaner.pipeline.spillfile import DEFAULT_MEMORY_CANDIDATES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -241,6 +242,21 @@ clean_options = _apply(
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
         click.option(
+            "--spill-dir",
+            type=click.Path(file_okay=False),
+            help="Where a slice's candidates go beyond what a process keeps in memory"
+            f" ({DEFAULT_MEMORY_CANDIDATES:,} candidates), as files that vanish with the run."
+            " Default: $DIRCLEANER_SPILL_DIR, else $XDG_STATE_HOME/dircleaner/spill"
+            " (~/.local/state/dircleaner/spill), on the host that runs the slice.",
+        ),
+        click.option(
+            "--spill-after",
+            type=click.IntRange(min=0),
+            default=DEFAULT_MEMORY_CANDIDATES,
+            hidden=True,
+            help="Candidates a process keeps in memory before a slice spills (tests lower it).",
+        ),
+        click.option(
             "--lease-ttl",
             type=Duration(),
             default="60s",
@@ -270,6 +286,27 @@ prefix_options = _apply(
     ]
 )
 
+changed_options = _apply(
+    [
+        click.option(
+            "--changed",
+            is_flag=True,
+            help="The churn night: check only the directories the journal names (the parents"
+            " of deleted objects, and theirs once emptied), exactly, and delete the empty ones"
+            " (no filter is used; the weekly full night is the safety net).",
+        ),
+        click.option(
+            "--settle",
+            type=Duration(),
+            default="15m",
+            show_default=True,
+            help="With --changed: read the journal's hourly slots once this long past their"
+            " hour, for writers still in flight ('0s': everything journaled so far, the"
+            " current hour included).",
+        ),
+    ]
+)
+
 
 #: options of the store-wide clean that a --prefix clean has no use for, and why (refused when
 #: given: an option that is accepted and then ignored misleads whoever reads the command line)
@@ -283,10 +320,31 @@ NOT_WITH_PREFIX: dict[str, str] = {
     "scheduler": "the walk runs in this process",
     "slices": "the walk runs in this process",
     "shard": "the walk covers its subtree, not a slice of the ring",
+    "spill_dir": "the walk keeps its subtree (at most --max-deletes directories) in memory",
+    "spill_after": "the walk keeps its subtree (at most --max-deletes directories) in memory",
+    "changed": "--prefix cleans one subtree; --changed the journal's directories",
 }
 #: options only a --prefix clean uses, and why the store-wide clean refuses them
 ONLY_WITH_PREFIX: dict[str, str] = {
     "max_deletes": "it bounds a --prefix clean (the store-wide clean has --max-delete-fraction)",
+}
+#: options of the store-wide clean that a --changed night has no use for, and why
+NOT_WITH_CHANGED: dict[str, str] = {
+    "generation": "no filter is read",
+    "max_filter_age": "no filter is read",
+    "verify": "the night checks every directory's objects itself",
+    "max_rewrite_rows": "the churn night never rewrites a partition (it reads none whole)",
+    "prefix": "--prefix cleans one subtree; --changed the journal's directories",
+    "max_deletes": "it bounds a --prefix clean",
+    "workers": "the night runs in this process",
+    "scheduler": "the night runs in this process",
+    "slices": "the night runs in this process",
+    "shard": "the night reads the journal, not a slice of the ring",
+    "scan_rate": "the night scans nothing: it reads the partitions the journal names",
+}
+#: options only a --changed night uses, and why the other cleans refuse them
+ONLY_WITH_CHANGED: dict[str, str] = {
+    "settle": "it says which journal slots a --changed night reads",
 }
 
 

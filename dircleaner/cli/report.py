@@ -119,6 +119,19 @@ def clean_summary(report: CleanReport, removal_known: bool) -> Summary:
         "slices_already_clean": list(report.slices_already_clean),
         "would_be_refused": report.would_be_refused,
         "budget": budget_summary(report.budget),
+        "spill": spill_summary(report),
+    }
+
+
+def spill_summary(report: CleanReport) -> Summary:
+    """What went to spill files beyond the processes' memory budget (zeros: nothing)."""
+    return {
+        "candidates": report.spilled,
+        "bytes": report.spill_bytes,
+        "bytes_per_candidate": (
+            round(report.spill_bytes / report.spilled, 1) if report.spilled else None
+        ),
+        "plan_bytes": report.plan_spill_bytes,
     }
 
 
@@ -259,6 +272,13 @@ def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") 
             " (with their ancestors)"
         )
         lines.append(reads_line(report.recheck))
+    if report.spilled:
+        lines.append(
+            f"spill   {_n(report.spilled)} candidates spilled to disk, their slices over a"
+            f" process's memory budget: {_mib(report.spill_bytes)}"
+            f" ({report.spill_bytes / report.spilled:.1f} bytes per candidate), their plan"
+            f" {_mib(report.plan_spill_bytes)}"
+        )
     lines += plan_and_delete_lines(
         plan,
         report.budget,

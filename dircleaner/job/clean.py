@@ -40,7 +40,7 @@ from dircleaner.job.sliceorder import (
 )
 from dircleaner.job.sweep import LoadedFilter, SweepConfig, expected_sweep, load_filter
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
-from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.model import BucketDir, Shard
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import scope_of, swept_count_key
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
@@ -59,6 +59,8 @@ from dircleaner.pipeline.slice import (
     plan_and_delete,
     sweep_and_recheck,
 )
+from dircleaner.pipeline.spill import Candidates
+from dircleaner.pipeline.spillfile import SpillConfig
 from dircleaner.pipeline.sweep import SweepTotals
 from dircleaner.progress import Progress, expecting, no_progress
 from dircleaner.scanrate import ScanRate, ScanStats
@@ -71,7 +73,7 @@ from dircleaner.workers.base import CLEAN, LocalWorkers, TwoPhaseWork, Workers
 DEFAULT_MAX_REWRITE_ROWS = 100_000
 
 #: what a slice's first phase keeps for its second: its candidates and its own non-empty finds
-Kept = tuple[list[PartitionFacts], frozenset[BucketDir]]
+Kept = tuple[Candidates, frozenset[BucketDir]]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class CleanConfig:
     grace_period_s: float | None = None
     #: when the run began (wall clock, µs; the audit log records it); None: when the clean began
     started_us: int | None = None
+    #: where the slices spill their candidates beyond a process's memory budget
+    spill: SpillConfig = field(default_factory=SpillConfig)
 
 
 @dataclass
@@ -127,6 +131,11 @@ class CleanReport:
     #: of ``verified``, the directories that were not candidates: the own directories of
     #: partitions found empty whose row another slice swept (each slice re-checks them)
     verified_parents: int = 0
+    #: candidates the slices spilled beyond their processes' memory budget, the bytes of
+    #: their spill files, and of their plans' (each file gone by the end of its slice)
+    spilled: int = 0
+    spill_bytes: int = 0
+    plan_spill_bytes: int = 0
     #: how the re-check's reads went (rows: directories read), under the scan's cap
     recheck: ScanStats = field(default_factory=ScanStats)
 
@@ -274,6 +283,7 @@ def clean_work(
         orders.delete,
         # The scan cap is the total too, shared like the delete rate.
         sweep.scan.over(store.traits.scan_defaults).share(running),
+        config.spill,
     )
     return TwoPhaseWork(
         slice_work.sweep,
@@ -337,6 +347,9 @@ def summary(
         budget=orders.budget,
         would_be_refused=verdict,
         verified_parents=sum(t.checked_parents for t in tallies),
+        spilled=sum(t.spilled for t in tallies),
+        spill_bytes=sum(t.spill_bytes for t in tallies),
+        plan_spill_bytes=sum(c.plan_spill_bytes for c in cleaned),
         recheck=outcome.recheck,
     )
 
@@ -486,13 +499,22 @@ class SliceWork:
     orders: DeleteOrders
     #: one slice's share of the sweep's scan rate
     scan: ScanRate = field(default_factory=ScanRate)
+    spill: SpillConfig = field(default_factory=SpillConfig)
 
     def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
         """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
-        swept, facts = sweep_and_recheck(
-            store, shard, self.bucket, self.shared.get(store), self.verify, report, self.scan
+        swept, held = sweep_and_recheck(
+            store,
+            shard,
+            self.bucket,
+            self.shared.get(store),
+            self.verify,
+            report,
+            self.scan,
+            spill=self.spill,
+            deletes=not self.orders.dry_run,
         )
-        return swept, (facts, swept.nonempty)
+        return swept, (held, swept.nonempty)
 
     def clean(
         self,

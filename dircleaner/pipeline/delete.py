@@ -21,7 +21,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NoReturn
+from itertools import islice
+from typing import NoReturn, Protocol
 
 from dircleaner.audit import AuditLog
 from dircleaner.errors import (
@@ -32,7 +33,6 @@ from dircleaner.errors import (
     UsageError,
 )
 from dircleaner.model import ActionKind, DeleteAction
-from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.progress import Progress, no_progress
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
@@ -117,6 +117,25 @@ class AdaptiveRate:
             self.rate = max(self.floor, self.rate / 2)
 
 
+class PlannedDeletes(Protocol):
+    """What the deleter needs of a plan: its actions in order (read once), and the directory
+    entries they cover (a ``DeletionPlan``, or a plan read back from a spill file)."""
+
+    @property
+    def actions(self) -> Iterable[DeleteAction]: ...
+
+    @property
+    def directories(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class PlannedActions:
+    """Actions to delete, streamed, and the directory entries they cover."""
+
+    actions: Iterable[DeleteAction]
+    directories: int
+
+
 @dataclass
 class DeleteStats:
     """What the deleter did."""
@@ -147,7 +166,7 @@ class DeleteStats:
 
 def execute_plan(
     store: Store,
-    plan: DeletionPlan,
+    plan: PlannedDeletes,
     timestamp_us: int,
     throttle: ThrottleConfig,
     audit: AuditLog | None = None,
@@ -173,7 +192,7 @@ def execute_plan(
     stats = DeleteStats()
     removed_before = store.rows_removed
     window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
-    window.total_dirs = sum(len(action.rows) for action in plan.actions)
+    window.total_dirs = plan.directories
     size = max(1, throttle.concurrency * max(1, store.traits.deletes_per_request))
     last: _Group | None = None
     try:
@@ -549,6 +568,7 @@ def _count(stats: DeleteStats, action: DeleteAction) -> None:
     stats.directories += len(action.rows)
 
 
-def _chunks(items: Sequence[DeleteAction], size: int) -> Iterator[Sequence[DeleteAction]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _chunks(items: Iterable[DeleteAction], size: int) -> Iterator[Sequence[DeleteAction]]:
+    actions = iter(items)
+    while chunk := list(islice(actions, size)):
+        yield chunk

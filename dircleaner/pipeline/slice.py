@@ -2,12 +2,14 @@
 
 1. **Sweep and re-check** (``sweep_and_recheck``): stream the slice's folder rows against the
    filter, then ask the objects table whether any candidate directory has gained an object
-   since the build. The candidates stay in the process that found them; only counts and the
-   (few) non-empty directories go to the parent.
+   since the build. The candidates stay in the process that found them (``spill.Candidates``:
+   in memory within the process's budget, else in a spill file); only counts and the (few)
+   non-empty directories go to the parent.
 2. **Plan and delete** (``plan_slice``, ``delete_slice``): once the parent has checked the
    totals against the guards and pooled every slice's non-empty directories (with their
    ancestors, which may live in another slice), drop those from the candidates, plan within
-   the per-partition budgets and delete.
+   the per-partition budgets and delete. A spilled slice is planned a chunk of partitions at a
+   time (``plan_in_chunks``), the plan written to a spill file before the first delete.
 
 ``job.clean`` runs them.
 
@@ -19,19 +21,21 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.lease import lease_check
-from dircleaner.model import BucketDir, PartitionFacts, Shard
+from dircleaner.model import BucketDir, DeleteAction, PartitionFacts, Shard
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig, execute_plan
+from dircleaner.pipeline.delete import DeleteStats, PlannedActions, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
 from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.pipeline.spill import Candidates, SpilledActions
+from dircleaner.pipeline.spillfile import SpillConfig
 from dircleaner.pipeline.sweep import MembershipFilter, SweepTotals, sweep
-from dircleaner.progress import Progress, counting_actions
+from dircleaner.progress import ActionCounter, Progress
 from dircleaner.scanrate import ScanRate, ScanStats, ScanThrottle
 from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
@@ -52,6 +56,9 @@ class ShardSwept:
     checked_parents: int = 0
     #: how the slice's scan of the folders index read
     scan: ScanStats = field(default_factory=ScanStats)
+    #: candidates written to a spill file (0: kept in memory), and that file's bytes
+    spilled: int = 0
+    spill_bytes: int = 0
     #: how the re-check's reads went (rows: directories re-checked), under the same cap
     recheck: ScanStats = field(default_factory=ScanStats)
 
@@ -87,6 +94,8 @@ class ShardCleaned:
     delete_s: float
     #: reading the budget ledger and planning, before the deletes
     plan_s: float = 0.0
+    #: bytes of the plan's spill file (0: planned in one piece, in memory)
+    plan_spill_bytes: int = 0
 
 
 def sweep_and_recheck(
@@ -97,61 +106,94 @@ def sweep_and_recheck(
     verify: bool,
     progress: Progress,
     scan: ScanRate | None = None,
-) -> tuple[ShardSwept, list[PartitionFacts]]:
-    """Phase 1: the slice's candidates (kept) and what the parent must know of them."""
+    *,
+    spill: SpillConfig | None = None,
+    deletes: bool = True,
+) -> tuple[ShardSwept, Candidates]:
+    """Phase 1: the slice's candidates (kept) and what the parent must know of them.
+
+    ``spill``: where candidates beyond the process's memory budget go; ``deletes``: whether a
+    second phase will delete (then a chunked plan's room on disk is reserved here, before the
+    decision).
+    """
     from dircleaner.filter.bloom import finish_loading_kernels
 
     # The kernels loaded while the filter was read; a loader still importing numba would hold
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
     throttle = ScanThrottle(scan or ScanRate())
-    result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress)
-    scanned = throttle.stats()
+    held = Candidates(spill or SpillConfig())
     nonempty: set[BucketDir] = set()
     checked = parents = 0
-    started = time.monotonic()
     # The re-check's reads go through the slice's share of the cap too; a batch of reads is no
     # page, so its latency steers nothing (the store retries what times out).
     reads = ScanThrottle(replace(scan or ScanRate(), adaptive=False))
-    if verify:
-        rechecked = find_nonempty(store, result.facts, reads, progress)
-        nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
+    try:
+        result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
+        held.finish(plan_room=deletes)
+        scanned = throttle.stats()
+        started = time.monotonic()
+        if verify:
+            rechecked = find_nonempty(store, held, reads, progress)
+            nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
+    except BaseException:
+        held.release()  # now, not whenever the traceback that refers to it goes
+        raise
     swept = ShardSwept(
-        result.totals(),
+        SweepTotals(result.swept_rows, result.partitions, held.candidates, result.seconds),
         checked,
         time.monotonic() - started,
         frozenset(nonempty),
         parents,
         scanned,
-        reads.stats() if verify else ScanStats(),
+        spilled=held.candidates if held.spilled else 0,
+        spill_bytes=held.spill_bytes,
+        recheck=reads.stats() if verify else ScanStats(),
     )
-    return swept, result.facts
+    return swept, held
 
 
 def plan_and_delete(
     store: Store,
-    facts: list[PartitionFacts],
+    facts: list[PartitionFacts] | Candidates,
     nonempty: frozenset[BucketDir],
     orders: DeleteOrders,
     progress: Progress,
 ) -> ShardCleaned:
-    """Phase 2: plan (``plan_slice``), then (unless a dry run) delete (``delete_slice``).
+    """Phase 2: plan (``plan_slice``, or ``plan_in_chunks`` for a spilled slice), then (unless
+    a dry run) delete (``delete_slice``).
 
-    ``facts`` is emptied once planned: the plan holds what the deletes need (the partitions'
-    keys and candidate rows), and the rest (the facts themselves, their ordinals) goes before
-    the deletes, whoever else holds the list (the worker's state between the phases).
+    The candidates are let go once planned: the plan holds what the deletes need (the
+    partitions' keys and candidate rows), and the rest (the facts themselves, their ordinals, a
+    spill file) goes before the deletes, whoever else holds them (the worker's state between
+    the phases).
     """
     planning = time.monotonic()
-    plan = plan_slice(store, facts, nonempty, orders)
-    facts.clear()
-    started = time.monotonic()
-    deleted = delete_slice(store, plan, orders, progress)
-    return ShardCleaned(
-        PlanSummary.of(plan),
-        deleted,
-        time.monotonic() - started,
-        started - planning,
-    )
+    planned: DeletionPlan | ChunkedPlan
+    try:
+        if isinstance(facts, Candidates) and facts.chunked:
+            planned = plan_in_chunks(store, facts, nonempty, orders)
+        else:
+            whole = facts if isinstance(facts, list) else [f for c in facts.chunks() for f in c]
+            planned = plan_slice(store, whole, nonempty, orders)
+    finally:
+        if isinstance(facts, Candidates):
+            facts.release()
+        else:
+            facts.clear()
+    try:
+        started = time.monotonic()
+        deleted = delete_slice(store, planned, orders, progress)
+        return ShardCleaned(
+            planned.summary if isinstance(planned, ChunkedPlan) else PlanSummary.of(planned),
+            deleted,
+            time.monotonic() - started,
+            started - planning,
+            planned.spill_bytes if isinstance(planned, ChunkedPlan) else 0,
+        )
+    finally:
+        if isinstance(planned, ChunkedPlan):
+            planned.close()
 
 
 def plan_slice(
@@ -178,16 +220,68 @@ def plan_slice(
     )
 
 
+@dataclass
+class ChunkedPlan:
+    """A spilled slice's plan, made a chunk of partitions at a time: its summary, and (unless a
+    dry run) its actions in a spill file, read back in the plan's order."""
+
+    summary: PlanSummary
+    spilled: SpilledActions | None
+
+    @property
+    def actions(self) -> Iterator[DeleteAction]:
+        return self.spilled.actions() if self.spilled is not None else iter(())
+
+    @property
+    def directories(self) -> int:
+        return self.summary.directories
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spilled.spill_bytes if self.spilled is not None else 0
+
+    def close(self) -> None:
+        if self.spilled is not None:
+            self.spilled.close()
+
+
+def plan_in_chunks(
+    store: Store, held: Candidates, nonempty: frozenset[BucketDir], orders: DeleteOrders
+) -> ChunkedPlan:
+    """Phase 2, the plan of a spilled slice: ``plan_slice`` on each chunk of whole partitions
+    (a chunk plans as a slice of the ring would: a partition's deletes depend on its own facts,
+    the ledger's charges to it and the pooled non-empty finds), the actions written to the
+    slice's plan file (room reserved by the first phase) before any is deleted."""
+    out = None if orders.dry_run else SpilledActions(held.plan_file())
+    summary = PlanSummary()
+    try:
+        for chunk in held.chunks():
+            plan = plan_slice(store, chunk, nonempty, orders)
+            summary += PlanSummary.of(plan)
+            if out is not None:
+                out.add(plan)
+    except BaseException:
+        if out is not None:
+            out.close()
+        raise
+    return ChunkedPlan(summary, out)
+
+
 def delete_slice(
-    store: Store, plan: DeletionPlan, orders: DeleteOrders, progress: Progress
+    store: Store, plan: DeletionPlan | ChunkedPlan, orders: DeleteOrders, progress: Progress
 ) -> DeleteStats | None:
     """Phase 2, the deletes: the plan at T, audited, charged to the ledger batch by batch,
     stopping once the store shows another lease holder (None: a dry run, or nothing to do)."""
     if orders.dry_run:
         return None
-    progress("clean", 0, len(plan.actions))  # the slice's total, even when it is 0
-    if not plan.actions:
+    # A plan writes one tombstone per action.
+    count = plan.summary.tombstones if isinstance(plan, ChunkedPlan) else len(plan.actions)
+    progress("clean", 0, count)  # the slice's total, even when it is 0
+    if not count:
         return None
+    # In deletes, the unit --rate limits (a range or partition delete takes several
+    # directories).
+    counted = ActionCounter(progress, "clean", count)
     stream = open_audit_log(orders.audit_log) if orders.audit_log else None
     try:
         audit = (
@@ -204,13 +298,11 @@ def delete_slice(
         )
         return execute_plan(
             store,
-            plan,
+            PlannedActions(counted.through(plan.actions), plan.directories),
             orders.delete_timestamp_us,
             orders.throttle,
             audit,
-            # In deletes, the unit --rate limits (a range or partition delete takes several
-            # directories).
-            counting_actions(progress, "clean", [len(a.rows) for a in plan.actions]),
+            counted,
             keep_going=lease_check(store, orders.lease_owner),
             charge=ledger_charger(store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s),
         )

@@ -35,6 +35,12 @@ class MembershipFilter(Protocol):
     def contains_many(self, keys: list[bytes]) -> np.ndarray: ...
 
 
+class FactSink(Protocol):
+    """Where the sweep puts each partition's facts (a list, or a clean's ``Candidates``)."""
+
+    def append(self, fact: PartitionFacts, /) -> None: ...
+
+
 @dataclass(frozen=True)
 class SweepTotals:
     """What a sweep counted (of one shard, or several added up)."""
@@ -113,8 +119,12 @@ def sweep(
     batches: Iterable[FolderKeys | list[FolderRow]],
     filt: MembershipFilter,
     progress: Progress = no_progress,
+    into: FactSink | None = None,
 ) -> SweepResult:
     """Test every folder row (and every partition's own directory) against the filter.
+
+    The facts go to ``into`` when given (the result's ``facts`` is then empty), else to the
+    result.
 
     The rows come packed (``Store.scan_folder_keys``: the keys laid out as one buffer by the
     store) or as rows. Keys, partition boundaries, the rows of absent partitions, the grouping
@@ -130,7 +140,8 @@ def sweep(
 
     load_kernels()  # loaded already in a job's processes; the mmh3 path where unavailable
     started = time.monotonic()
-    facts: list[PartitionFacts] = []
+    kept: list[PartitionFacts] = []
+    facts: FactSink = kept if into is None else into
     swept = partitions = 0
     run: _PartitionRun | None = None
     buckets: dict[str, str] = {}
@@ -221,7 +232,7 @@ def sweep(
         partitions += 1
         if (done := run.facts(shared)) is not None:
             facts.append(done)
-    return SweepResult(facts, swept, partitions, time.monotonic() - started)
+    return SweepResult(kept, swept, partitions, time.monotonic() - started)
 
 
 class _SegmentKeys:

@@ -307,10 +307,15 @@ def _run_jobs(jobs: list[_Job], workers: int, progress: Progress | None) -> list
 
 
 def _load(
-    store: Store, outputs: list[_JobOutput], buckets: int, bucket: str, timestamp_us: int
+    store: Store,
+    outputs: list[_JobOutput],
+    buckets: int,
+    bucket: str,
+    timestamp_us: int,
+    bulk: BulkLoader | None = None,
 ) -> None:
     """Insert every spilled row, one token bucket at a time, slice by slice (near token order)."""
-    loader = store if isinstance(store, BulkLoader) else None
+    loader = bulk if bulk is not None else store if isinstance(store, BulkLoader) else None
     writer = index_writer(store)
     # The protocol job's rows reach the store through put_objects, not through the spill.
     outputs = [out for out in outputs if out.protocol_keys is None]
@@ -383,6 +388,7 @@ def generate(
     *,
     workers: int | None = None,
     spill_dir: Path | None = None,
+    bulk: BulkLoader | None = None,
 ) -> SynthResult:
     """Fill an empty bucket of ``store`` with the dataset of ``spec``; write its ground truth.
 
@@ -390,6 +396,8 @@ def generate(
     ``progress`` is called with the number of directories generated so far, every ~100k; the bulk
     load follows generation. ``workers`` processes generate layouts in parallel (default: CPUs);
     the dataset does not depend on it. Spill files go to ``spill_dir`` (default: the temp dir).
+    The rows go to ``bulk`` when given (the Cassandra bulk loader), else to the store's own
+    ``BulkLoader`` or ``IndexWriter``.
     """
     started = time.perf_counter()
     _ensure_fresh(store, spec.bucket)
@@ -401,7 +409,7 @@ def generate(
         jobs = plan_jobs(spec, Path(tmp), timestamp_us)
         outputs = _run_jobs(jobs, workers, progress)
         generated = time.perf_counter()
-        _load(store, outputs, jobs[0].buckets, spec.bucket, timestamp_us)
+        _load(store, outputs, jobs[0].buckets, spec.bucket, timestamp_us, bulk)
         protocol = [key for out in outputs for key in out.protocol_keys or ()]
         if protocol:
             store.put_objects(spec.bucket, [key for key, _ in protocol], timestamp_us)

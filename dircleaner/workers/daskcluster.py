@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import operator
 import os
@@ -356,6 +357,23 @@ def _gc_paused_while_tasks_run() -> Iterator[None]:
                 gc.enable()
 
 
+@functools.cache
+def weigh_held_candidates() -> None:
+    """Have Dask weigh a clean's kept candidates (``spill.Candidates``) by what they hold, in
+    memory or in their spill file: Dask runs a task where its inputs weigh most, and moves
+    inputs only where that costs little, so a first phase's weight keeps its second phase on
+    the worker that holds it (its own ``sys.getsizeof`` would say a few dozen bytes)."""
+    from dask.sizeof import sizeof
+
+    from dircleaner.pipeline.spill import Candidates
+
+    sizeof.register(Candidates)(_weight)
+
+
+def _weight(held: Any) -> int:
+    return int(held.nbytes)
+
+
 def _one_phase(
     url: str,
     config_path: Path | None,
@@ -371,6 +389,7 @@ def _one_phase(
     # key with mmh3.
     tune_malloc_under_nanny()
     load_kernels()
+    weigh_held_candidates()
     store = open_store(url, config_path=config_path, read_only=read_only)
     report = _Reporter(topic, phase, shard)
     try:

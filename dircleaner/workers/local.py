@@ -105,7 +105,11 @@ def run_two_phases(
         return [], []
     if len(shards) == 1:
         tally, kept = work.first(store, shards[0], progress)
-        message = work.decide([tally])
+        try:
+            message = work.decide([tally])
+        except BaseException:
+            del kept  # what the first phase kept (a spill file) goes now, not with the traceback
+            raise
         result = work.second(store, shards[0], kept, message, progress)
         work.on_second_done(0)
         return [tally], [result]
