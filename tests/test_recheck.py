@@ -17,6 +17,7 @@ from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
 
 B = "b"
+Report = tuple[str, int, int | None]
 
 
 def key(parent: str) -> PartitionKey:
@@ -119,3 +120,38 @@ def test_uncapped_reads_go_in_full_batches_without_a_wait() -> None:
     assert recheck.batch_size(None) == recheck.RECHECK_BATCH
     assert recheck.batch_size(ScanThrottle(ScanRate(0))) == recheck.RECHECK_BATCH
     assert recheck.batch_size(ScanThrottle(ScanRate(100.0))) == recheck.MIN_CAPPED_BATCH
+
+
+def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
+    store: Store, tmp_path: Path
+) -> None:
+    from dircleaner.pipeline.spill import Candidates
+    from dircleaner.pipeline.spillfile import SpillConfig
+
+    swept = [facts(f"p{i}/", [f"n{j:03d}" for j in range(100)]) for i in range(6)]
+    swept.append(facts("q/r/", ["s"], dir_absent=True))  # q/r/'s own row is in another slice
+    store.put_objects(B, ["p3/n042/late", "q/r/late"], 10)
+    outcomes = []
+    for memory in (10**6, 0):
+        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
+        for fact in swept:
+            held.append(fact)
+        held.finish(plan_room=False)
+        assert held.spilled is (memory == 0)
+        clock = FakeClock()
+        throttle = ScanThrottle(ScanRate(800.0, adaptive=False), clock=clock, sleep=clock.sleep)
+        reports: list[Report] = []
+
+        def report(phase: str, done: int, total: int | None, into: list[Report] = reports) -> None:
+            into.append((phase, done, total))
+
+        found = find_nonempty(store, held, throttle, report)
+        assert found.nonempty == {(B, "p3/n042/"), (B, "q/r/")}
+        assert (found.candidates, found.parents) == (601, 1)
+        assert throttle.stats().rows == 602
+        assert sum(clock.slept) == pytest.approx(602 / 800)  # batches of 200, each paid
+        assert reports[0] == ("verify", 0, reports[0][2]) and reports[-1] == ("verify", 602, 602)
+        outcomes.append([done for _phase, done, _total in reports])
+        held.release()
+    # spilled, the orphans no candidate row named are read after the candidates' last batch
+    assert outcomes == [[0, 200, 400, 600, 602], [0, 200, 400, 600, 601, 602]]
