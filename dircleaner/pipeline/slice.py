@@ -125,14 +125,15 @@ def sweep_and_recheck(
     held = Candidates(spill or SpillConfig())
     nonempty: set[BucketDir] = set()
     checked = parents = 0
-    # The re-check's reads go through the slice's share of the cap too; a batch of reads is no
-    # page, so its latency steers nothing (the store retries what times out).
-    reads = ScanThrottle(replace(scan or ScanRate(), adaptive=False))
     try:
         result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
         held.finish(plan_room=deletes)
         scanned = throttle.stats()
         started = time.monotonic()
+        # The re-check's reads go through the slice's share of the cap too (a throttle of their
+        # own, made now: nothing saved up while the sweep read); a batch of reads is no page,
+        # so its latency steers nothing (the store retries what times out).
+        reads = ScanThrottle(replace(scan or ScanRate(), adaptive=False))
         if verify:
             rechecked = find_nonempty(store, held, reads, progress)
             nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
