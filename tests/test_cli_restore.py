@@ -39,7 +39,7 @@ def audit_log_of(run_output: str) -> Path:
 def default_logs() -> list[Path]:
     import os
 
-    return sorted((Path(os.environ["XDG_STATE_HOME"]) / "dircleaner").glob("audit-*.jsonl"))
+    return sorted((Path(os.environ["XDG_STATE_HOME"]) / "dircleaner").glob("audit-*.jsonl.gz"))
 
 
 def scope_of(tmp_path: Path, name: str) -> str:

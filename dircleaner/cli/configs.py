@@ -191,9 +191,9 @@ def changed_clean_config(
 
 
 def default_audit_log(scope: str) -> str:
-    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl``, else under ``~/.local/state``: a nightly
-    job's state belongs in one place, not in whatever directory cron started it in; one file
-    per store, so that no store's restore can read another's deletes."""
+    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl.gz``, else under ``~/.local/state``: a
+    nightly job's state belongs in one place, not in whatever directory cron started it in; one
+    file per store, so that no store's restore can read another's deletes."""
     from dircleaner.audit import audit_log_name
 
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

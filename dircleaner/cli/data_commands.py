@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from dircleaner.audit import (
-    AuditSelection,
-    RestorePlan,
-    audit_scope,
-    decoded_lines,
-    plan_restore,
-    restore,
-)
+from dircleaner.audit import audit_log_lines, audit_scope
 from dircleaner.cli.bulk import bulk_helper, bulk_loader, bulk_options, bulk_summary
 from dircleaner.cli.context import (
     TerminalProgress,
@@ -36,6 +29,7 @@ from dircleaner.cli.values import FiniteFloat
 from dircleaner.errors import SchemaError, UsageError
 from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
+from dircleaner.restore import AuditSelection, RestorePlan, plan_restore, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import format_utc, now_us, parse_utc_time
@@ -390,7 +384,7 @@ def restore_cmd(
     \b
     Example:
       dircleaner --store sqlite:///meta.db restore \\
-        ~/.local/state/dircleaner/audit-<store>.jsonl --since '2026-11-26 07:00' --dry-run
+        ~/.local/state/dircleaner/audit-<store>.jsonl.gz --since '2026-11-26 07:00' --dry-run
     """
     if bucket is not None:
         validate_bucket(bucket)
@@ -406,20 +400,21 @@ def restore_cmd(
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
-            decoded_lines(audit_log, name),
+            audit_log_lines(audit_log, name),
             selection,
             scope,
             force=force,
             name=name,
             moved_from=_vacated_file if store.traits.scheme == "sqlite" else None,
         )
-        if not plan.rows and selection != AuditSelection() and plan.logged_generations:
-            _warn_nothing_selected(name, plan.logged_generations)
-        restored = None
-        if not dry_run:
-            if not as_json:
-                click.echo(f"restoring into {scope} from {name}")
-            restored = restore(store, plan.rows, now_us()).restored
+        with plan:
+            if not plan.rows and selection != AuditSelection() and plan.logged_generations:
+                _warn_nothing_selected(name, plan.logged_generations)
+            restored = None
+            if not dry_run:
+                if not as_json:
+                    click.echo(f"restoring into {scope} from {name}")
+                restored = restore(store, plan.rows, now_us()).restored
     write_metrics(ctx, RunMetrics.of_restore(len(plan.rows), restored, plan.skipped), success=True)
     emit(
         restore_summary(plan, scope, name, restored),

@@ -46,7 +46,7 @@ class RunMetrics:
     restore_skipped: int | None = None
     #: the store tells removed entries from requested ones (SQLite; not Cassandra)
     removal_known: bool = False
-    #: each pass's scan (``build``, ``sweep``, ``walk``)
+    #: each pass's scan (``build``, ``sweep``, ``walk``), and the re-check's reads (``verify``)
     scans: Mapping[str, ScanStats] = field(default_factory=dict)
     #: the kind of night (``night_metrics``: churn or full), and a churn night's journal
     night: str | None = None
@@ -61,6 +61,8 @@ class RunMetrics:
         phases = {} if build is None else {"build": round(build.seconds, 3)}
         phases.update((k, round(v, 3)) for k, v in report.phase_seconds.items())
         scans = {"sweep": report.sweep.scan}
+        if report.verified:
+            scans["verify"] = report.recheck  # the re-check's reads, under the same cap
         if build is not None:
             scans["build"] = build.scan
         return cls(

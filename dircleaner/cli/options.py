@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
 AUDIT_LOG_DISPLAY = (
-    "one file per store, named after it: $XDG_STATE_HOME/dircleaner/audit-<store>.jsonl"
+    "one file per store, named after it, audit-<store>.jsonl.gz in $XDG_STATE_HOME/dircleaner/"
     " (~/.local/state/dircleaner/ without XDG_STATE_HOME)"
 )
 
@@ -236,7 +236,8 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            help="Append every deleted directory here (JSON lines; kept across runs)."
+            help="Append every deleted directory here, kept across runs (JSON lines, written"
+            " compressed when FILE ends in .gz)."
             f" Default: {AUDIT_LOG_DISPLAY}.",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
