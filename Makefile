@@ -40,8 +40,8 @@ tools:
 demo: install
 	rm -rf $(DEMO) && mkdir -p $(DEMO)
 	$(BIN)/dircleaner --store sqlite:///$(DEMO)/meta.db gen --dirs $(DEMO_DIRS) --seed 1 --truth $(DEMO)/truth.txt
-	$(BIN)/dircleaner --store sqlite:///$(DEMO)/meta.db run --fpr 0.001 --rate 0 --audit-log $(DEMO)/audit.jsonl
-	$(BIN)/python scripts/score.py --store sqlite:///$(DEMO)/meta.db --truth $(DEMO)/truth.txt --audit-log $(DEMO)/audit.jsonl
+	$(BIN)/dircleaner --store sqlite:///$(DEMO)/meta.db run --fpr 0.001 --rate 0 --audit-log $(DEMO)/audit.jsonl.gz
+	$(BIN)/python scripts/score.py --store sqlite:///$(DEMO)/meta.db --truth $(DEMO)/truth.txt --audit-log $(DEMO)/audit.jsonl.gz
 
 lint: install
 	$(BIN)/ruff check dircleaner tests bench scripts

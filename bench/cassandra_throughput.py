@@ -172,7 +172,7 @@ def run_deleter(
         ledger(actions)
         charge_s += time.perf_counter() - started
 
-    with (scratch / "audit.jsonl").open("w", encoding="utf-8") as stream:
+    with (scratch / "audit.jsonl.gz").open("wb") as stream:
         audit = TimedAudit(stream, "bench-gen", ts)
         started, cpu = time.monotonic(), time.process_time()
         stats = execute_plan(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -11,6 +10,7 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
+from dircleaner.audit import read_audit_log
 from dircleaner.cli import cli
 from dircleaner.paths import directories_of
 
@@ -40,11 +40,11 @@ def expected_dirs(put: Iterable[str], deleted: Iterable[str]) -> tuple[set[str],
     return every, live
 
 
-def audit_entries(path: Path) -> list[dict[str, str]]:
+def audit_entries(path: Path) -> list[dict[str, Any]]:
+    """Every entry of an audit log (plain or compressed), with its batch's fields."""
     if not path.exists():
         return []
-    with path.open(encoding="utf-8") as stream:
-        return [json.loads(line) for line in stream if line.strip()]
+    return list(read_audit_log(path))
 
 
 def audit_lines_written(path: Path) -> int:

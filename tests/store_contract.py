@@ -24,7 +24,7 @@ import pytest
 
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
-from dircleaner.paths import directories_of, folder_row_of, split_key
+from dircleaner.paths import dir_of_row, directories_of, folder_row_of, split_key
 from dircleaner.store import open_store
 from dircleaner.store.base import (
     HEADER_SEQ,
@@ -36,7 +36,13 @@ from dircleaner.store.base import (
     require_bucket,
 )
 from dircleaner.store.kv import MAX_VALUE_BYTES
-from dircleaner.store.records import StoreTraits, TombstoneCharge
+from dircleaner.store.records import (
+    JOURNAL_SHARDS,
+    JOURNAL_SLOT_S,
+    JournalEntry,
+    StoreTraits,
+    TombstoneCharge,
+)
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
@@ -484,6 +490,58 @@ class StoreContract:
         parents = sorted(expected_partitions(self.BUCKET, keys))
         missing = [(self.BUCKET, f"missing{i}/") for i in range(100)]
         assert store.nonempty_object_partitions(parents + missing) == set(parents)
+
+    # -- the churn night's checks -----------------------------------------------------------------
+    def test_probe_object_partitions_tells_live_empty_and_tombstone_heavy(
+        self, store: Store
+    ) -> None:
+        b = self.BUCKET
+        # Past Cassandra's default tombstone_warn_threshold (1000), the one it tells a read of.
+        heavy = [f"heavy/o{i:04d}" for i in range(1100)]
+        store.put_objects(b, [*heavy, "light/o1", "light/o2", "live/o", "mixed/keep"], self.t0)
+        store.put_objects(b, [f"mixed/o{i:04d}" for i in range(1100)], self.t0)
+        store.delete_objects(b, [*heavy, "light/o1", "light/o2"], self.t0 + 10)
+        store.delete_objects(b, [f"mixed/o{i:04d}" for i in range(1100)], self.t0 + 10)
+        asked = [(b, p) for p in ("heavy/", "light/", "live/", "mixed/", "never/", "heavy/")]
+        probe = store.probe_object_partitions(asked, 500)
+        assert probe.nonempty == {(b, "live/"), (b, "mixed/")}
+        assert probe.tombstone_heavy == {(b, "heavy/")}
+        # The verdict on a live row does not change with the tombstones in front of it.
+        assert store.nonempty_object_partitions(asked) == probe.nonempty
+        assert store.probe_object_partitions([], 500).nonempty == set()
+
+    def test_folder_partition_heads_are_each_partitions_first_rows(self, store: Store) -> None:
+        b = self.BUCKET
+        store.put_objects(b, [f"w/{i:02d}/o" for i in range(12)] + ["one/x/o", "top"], self.t0)
+        asked = [(b, "w/"), (b, "one/"), (b, "one/x/"), (b, "never/"), (b, "")]
+        heads = store.folder_partition_heads(asked, 3)
+        assert {key: [r.name for r in rows] for key, rows in heads.items()} == {
+            (b, "w/"): ["00", "01", "02"],
+            (b, "one/"): ["x"],
+            (b, ""): ["one", "w"],
+        }
+        scanned = {(r.bucket, r.parent, r.name): r.token for r in folder_rows(store)}
+        assert all(
+            scanned[(r.bucket, r.parent, r.name)] == r.token for rs in heads.values() for r in rs
+        )
+        assert [r.name for r in store.folder_partition_heads([(b, "w/")], 100)[(b, "w/")]] == [
+            f"{i:02d}" for i in range(12)
+        ]
+        with pytest.raises(ValueError):
+            store.folder_partition_heads(asked, 0)
+
+    def test_rows_listing(self, store: Store) -> None:
+        b = self.BUCKET
+        store.put_objects(b, ["a/b/c", "top"], self.t0)
+        asked = [(b, "a/"), (b, "a/b/"), (b, "a/b/c/"), (b, "x/"), (b, "a/")]
+        scanned = {(r.bucket, dir_of_row(r.parent, r.name)): r for r in folder_rows(store)}
+        assert store.rows_listing(asked) == {key: scanned[key] for key in [(b, "a/"), (b, "a/b/")]}
+        assert store.rows_listing([]) == {}
+        # Rows read together, partitions and names in two lists: a same-named row of another
+        # partition (x/b/, not asked) is not one of them.
+        store.put_objects(b, ["x/b/1", "x/q/1"], self.t0)
+        many = [(b, "a/b/"), (b, "x/q/"), *((b, f"none{i}/b/") for i in range(100))]
+        assert set(store.rows_listing(many)) == {(b, "a/b/"), (b, "x/q/")}
 
     # -- deletes at a timestamp -------------------------------------------------------------------
     def test_delete_rows_at_t_removes_rows_written_at_or_before_t(self, store: Store) -> None:
@@ -963,6 +1021,49 @@ class StoreContract:
         deadline = time.monotonic() + 30
         while store.tombstones_charged([(b, f"e{run}/")]) != {(b, f"e{run}/"): 2}:
             assert time.monotonic() < deadline, "the charge never expired"
+            time.sleep(0.2)
+
+    # -- the journal of dirty directories ---------------------------------------------------------
+    def _slots(self, count: int) -> list[int]:
+        """Time slots no other test writes (a store the fixture empties keeps its journal)."""
+        first = (self.t0 // 1000) * JOURNAL_SLOT_S
+        return [first + i * JOURNAL_SLOT_S for i in range(count)]
+
+    def test_journal_rows_are_read_by_slot_and_bucket(self, store: Store) -> None:
+        b = self.BUCKET
+        s1, s2 = self._slots(2)
+        rows = [JournalEntry(s1, i % JOURNAL_SHARDS, b, f"d{i}/", i) for i in range(150)]
+        rows += [JournalEntry(s1, 0, b, "", 1), JournalEntry(s2, 3, b, "later/", 2)]
+        store.journal_write(rows, 3600)
+        got = [entry for batch in store.journal_read(s1) for entry in batch]
+        assert sorted(got) == sorted(r for r in rows if r.slot == s1)
+        assert [e for batch in store.journal_read(s2, b) for e in batch] == [rows[-1]]
+        assert list(store.journal_read(s1 + 7 * JOURNAL_SLOT_S)) in ([], [[]])
+        # The last write of a row wins; the same parent in another shard is another row.
+        store.journal_write([JournalEntry(s2, 3, b, "later/", 7)], 3600)
+        store.journal_write([JournalEntry(s2, 4, b, "later/", 1)], 3600)
+        assert sorted(e for batch in store.journal_read(s2) for e in batch) == [
+            JournalEntry(s2, 3, b, "later/", 7),
+            JournalEntry(s2, 4, b, "later/", 1),
+        ]
+
+    @pytest.mark.two_buckets
+    def test_journal_reads_one_bucket(self, store: Store) -> None:
+        b, other = self.BUCKET, self.need_two_buckets()
+        (slot,) = self._slots(1)
+        store.journal_write(
+            [JournalEntry(slot, 1, b, "x/", 1), JournalEntry(slot, 1, other, "x/", 1)], 3600
+        )
+        assert [e.bucket for batch in store.journal_read(slot, other) for e in batch] == [other]
+        assert len([e for batch in store.journal_read(slot) for e in batch]) == 2
+
+    def test_journal_rows_expire(self, store: Store) -> None:
+        (slot,) = self._slots(1)
+        store.journal_write([JournalEntry(slot, 2, self.BUCKET, "gone/", 1)], 1)
+        store.journal_write([JournalEntry(slot, 2, self.BUCKET, "kept/", 1)], 3600)
+        deadline = time.monotonic() + 30
+        while [e.parent for batch in store.journal_read(slot) for e in batch] != ["kept/"]:
+            assert time.monotonic() < deadline, "the journal row never expired"
             time.sleep(0.2)
 
     def test_grace_period_is_known(self, store: Store) -> None:

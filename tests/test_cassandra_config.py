@@ -461,3 +461,19 @@ def test_partition_tokens_are_partition_token_of_the_bound_key(cfg: CassandraCon
             partition_tokens(cfg, [("other", "a/")])
     with pytest.raises(UsageError, match="65535 bytes"):
         partition_tokens(cfg, [(bucket, "x" * 65536)])
+
+
+def test_the_journal_is_a_time_window_table_whose_rows_expire() -> None:
+    cfg = CassandraConfig(keyspace="ks", tables=Tables(journal="jrnl"))
+    (journal,) = [s for s in schema_cql(cfg) if '"jrnl"' in s]
+    assert journal.startswith(
+        'CREATE TABLE IF NOT EXISTS "ks"."jrnl" ("slot" bigint, "shard" int, "bucket" text,'
+        ' "parent" text, "deleted" int, PRIMARY KEY (("slot", "shard"), "bucket", "parent"))'
+        " WITH compaction = {'class': 'TimeWindowCompactionStrategy',"
+    )
+    # Longer than the full night's week; a short grace: rows only ever expire, never deleted.
+    ttl = int(journal.split("default_time_to_live = ")[1].split()[0])
+    assert ttl > 7 * 86_400
+    assert "gc_grace_seconds = 10800" in journal
+    with pytest.raises(UsageError, match="must be distinct"):
+        Tables(journal="dircleaner_kv")

@@ -3,12 +3,11 @@ file per store, named after it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import EAGER, invoke, write_lines
+from tests.helpers import EAGER, audit_entries, invoke, write_lines
 
 
 @pytest.mark.parametrize("xdg", [True, False])
@@ -33,13 +32,16 @@ def test_run_without_audit_log_writes_under_the_state_home(
     assert result.exit_code == 0, result.output
     (expected,) = home.iterdir()
     assert expected.name.startswith("audit-sqlite_objects_folders_")
-    assert expected.name.endswith("_meta.db-" + expected.name[-16:-6] + ".jsonl")
+    assert expected.name.endswith("_meta.db-" + expected.name[-19:-9] + ".jsonl.gz")
+    assert expected.read_bytes().startswith(b"\x1f\x8b")  # gzip
     assert f"        audit log: {expected}\n" in result.output
     assert list(work.iterdir()) == []
-    entries = [json.loads(line) for line in expected.read_text().splitlines()]
+    entries = audit_entries(expected)
     assert [(e["parent"], e["name"]) for e in entries] == [("a/", "c")]
 
 
 def test_help_documents_the_default() -> None:
     result = invoke("sqlite:///x.db", "run", "--help")
-    assert "$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert "audit-<store>.jsonl.gz in $XDG_STATE_HOME/dircleaner/" in said
+    assert "(JSON lines, written compressed when FILE ends in .gz)" in said

@@ -150,4 +150,4 @@ def test_the_audit_log_is_the_given_one_else_the_stores_own(tmp_path: Path) -> N
         assert store_audit_log("mine.jsonl", store) == "mine.jsonl"
         default = Path(store_audit_log(None, store))
     assert default.parent.name == "dircleaner"
-    assert default.name.startswith("audit-") and default.suffix == ".jsonl"
+    assert default.name.startswith("audit-") and default.suffixes[-2:] == [".jsonl", ".gz"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pty
 import re
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import invoke, samples_of, write_lines
+from tests.helpers import audit_entries, invoke, samples_of, write_lines
 
 KEYS = [f"p{i % 50}/{i}/x" for i in range(1500)]
 DEAD = KEYS[:1000]
@@ -66,7 +65,7 @@ def test_a_signal_stops_after_the_batch_in_flight_and_the_next_run_resumes(
     assert "Traceback" not in err
     assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
     # Every audited delete ran (no batch was cut in half) and some were left for later.
-    audited = [json.loads(line) for line in audit.read_text().splitlines()]
+    audited = audit_entries(audit)
     left = _folder_names(tmp_path)
     assert not {(e["parent"], e["name"]) for e in audited} & left
     dead_dirs = {(f"p{i % 50}/", str(i)) for i in range(1000)}
@@ -118,7 +117,7 @@ def test_a_signal_stops_a_prefix_clean_the_same_way(tmp_path: Path, signum: int,
         err.splitlines()[-1],
     ), err
     assert samples_of(metrics.read_text())["dircleaner_last_run_success"] == 0
-    audited = [json.loads(line) for line in audit.read_text().splitlines()]
+    audited = audit_entries(audit)
     left = _folder_names(tmp_path)
     assert not {(e["parent"], e["name"]) for e in audited} & left
     dead_dirs = {("big/", key.split("/")[1]) for key in PREFIX_DEAD}
@@ -219,7 +218,7 @@ def test_ctrl_c_at_a_terminal_stops_a_parallel_run_with_one_line(
     assert PHASES.index(said["counted"]) >= PHASES.index(counted), err
     deleted = before - _directories(db)
     assert deleted <= truth  # precision 1: only empty directories went
-    logged = {f"{e['parent']}{e['name']}/" for e in map(json.loads, _lines(audit))}
+    logged = {f"{e['parent']}{e['name']}/" for e in audit_entries(audit)}
     assert logged == deleted
     if said["counted"] == "deletes":
         # Delete requests, the unit --rate limits: a range or a partition delete takes
@@ -229,10 +228,6 @@ def test_ctrl_c_at_a_terminal_stops_a_parallel_run_with_one_line(
     else:
         assert not deleted
         assert "nothing was deleted yet" in err.splitlines()[-1]
-
-
-def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def test_the_progress_line_is_ended_before_the_error(

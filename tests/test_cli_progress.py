@@ -108,3 +108,37 @@ def test_with_workers_every_phase_shows_its_total(
         "sweep": (41, 41),
         "clean": (20, 20),  # 20 row deletes (no three empty neighbours: no range)
     }
+
+
+def test_the_deletes_eta_is_timed_from_their_start_not_from_the_plan_before(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 16M-delete night plans for minutes between the re-check and the deletes: the deletes'
+    rate and ETA count from their first report (nothing done yet), in a form people read."""
+    import io
+    import logging
+
+    from dircleaner.cli import progress_display
+
+    now = [0.0]
+    monkeypatch.setattr(progress_display.time, "monotonic", lambda: now[0])
+    monkeypatch.setenv("DIRCLEANER_PROGRESS_SECONDS", "0")
+    progress = TerminalProgress(io.StringIO())  # not a terminal: log lines
+    caplog.set_level(logging.INFO, logger="dircleaner")
+    for at, phase, done, total in [
+        (0.0, "verify", 0, 4000),
+        (2.0, "verify", 2000, 4000),
+        (4.0, "verify", 4000, 4000),
+        (64.0, "clean", 0, 1000),  # a minute of planning before the first delete
+        (74.0, "clean", 100, 1000),
+        (75.0, "clean", 101, 1_000_000),
+    ]:
+        now[0] = at
+        progress(phase, done, total)
+    progress.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert "verify: 2,000/4,000 directories (1,000/s, ETA 2.0s)" in said
+    assert "verify: done: 4,000 directories in 4.0s (1,000/s)" in said
+    assert "clean: 100/1,000 deletes (10/s, ETA 1m30s)" in said
+    assert "clean: 101/1,000,000 deletes (9/s, ETA 30h14m)" in said
+    assert "clean: done: 101 deletes in 11.0s (9/s)" in said

@@ -39,7 +39,7 @@ def audit_log_of(run_output: str) -> Path:
 def default_logs() -> list[Path]:
     import os
 
-    return sorted((Path(os.environ["XDG_STATE_HOME"]) / "dircleaner").glob("audit-*.jsonl"))
+    return sorted((Path(os.environ["XDG_STATE_HOME"]) / "dircleaner").glob("audit-*.jsonl.gz"))
 
 
 def scope_of(tmp_path: Path, name: str) -> str:
@@ -313,7 +313,7 @@ def test_since_not_before_until_is_refused(
         " (are they the wrong way round?)\n"
     )
     assert dirs(url) == before
-    assert "dircleaner_last_run_success 0" in metrics.read_text()
+    assert samples_of(metrics.read_text(encoding="utf-8"))["dircleaner_last_run_success"] == 0
 
 
 def test_the_help_shows_an_example_time_not_a_pattern() -> None:

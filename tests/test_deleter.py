@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.audit import AuditLog, open_audit_log
+from dircleaner.audit import (
+    AuditLog,
+    audit_log_lines,
+    iter_audit_entries,
+    open_audit_log,
+    read_audit_log,
+)
 from dircleaner.errors import (
     DircleanerError,
     StoreUnavailable,
@@ -25,7 +31,6 @@ from dircleaner.model import (
     PartitionFacts,
     PartitionKey,
 )
-from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import AdaptiveRate, DeleteFailed, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, plan_deletions
@@ -282,13 +287,13 @@ def remaining(store: SqliteStore) -> set[tuple[str, str]]:
     return {(r.parent, r.name) for r in store.iter_folder_rows()}
 
 
-def audit_entries(buffer: io.StringIO) -> list[dict[str, object]]:
-    text = buffer.getvalue()
-    assert text == "" or text.endswith("\n")
-    return [json.loads(line) for line in text.splitlines()]
+def audit_entries(buffer: io.BytesIO) -> list[dict[str, object]]:
+    data = buffer.getvalue()
+    assert data == b"" or data.endswith(b"\n")
+    return list(iter_audit_entries(audit_log_lines(io.BytesIO(data))))
 
 
-def audited_rows(buffer: io.StringIO) -> list[tuple[str, str]]:
+def audited_rows(buffer: io.BytesIO) -> list[tuple[str, str]]:
     return [(str(e["parent"]), str(e["name"])) for e in audit_entries(buffer)]
 
 
@@ -327,7 +332,7 @@ class SleepLog:
 def test_execute_deletes_the_plan_and_audits_every_entry_once(store: FaultyStore) -> None:
     populate(store)
     plan = make_plan()
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     sleep = SleepLog()
     stats = execute_plan(
         store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=sleep
@@ -350,8 +355,7 @@ def test_execute_deletes_the_plan_and_audits_every_entry_once(store: FaultyStore
         "generation": GENERATION,
     }
     assert entries[("m/", "c3")]["via"] == "row"
-    assert entries[("", "x")]["dir"] == "x/"
-    assert all(e["dir"] == dir_of_row(str(e["parent"]), str(e["name"])) for e in entries.values())
+    assert entries[("", "x")]["dir"] == "x/"  # derived: not written
     # Partitions x/ and x/y/ went with a partition deletion (no tombstone cell on reads), m/ got
     # 5 row tombstones.
     assert store.tombstones_in_partition(BUCKET, "x/") == 0
@@ -378,7 +382,7 @@ def range_facts() -> list[PartitionFacts]:
 def test_execute_deletes_a_run_with_one_range_and_audits_each_entry(store: FaultyStore) -> None:
     populate(store)
     plan = plan_deletions(range_facts(), 100)
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     stats = execute_plan(
         store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=SleepLog()
     )
@@ -478,7 +482,7 @@ def test_transient_failures_are_retried_with_capped_jittered_backoff(store: Faul
     store.transient[pkey("x/y/")] = 2
     throttle = fast(base_backoff_s=1.0, max_backoff_s=3.0, max_retries=6)
     sleep = SleepLog()
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     stats = execute_plan(
         store,
         plan,
@@ -558,7 +562,7 @@ def test_transient_failures_beyond_max_retries_raise_store_unavailable(
     plan = make_plan()
     stuck = frow("m/", "c2")
     store.transient[stuck] = 100
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     sleep = SleepLog()
     with pytest.raises(StoreUnavailable, match="1 deletes still failing after 3 retries: timeout"):
         execute_plan(
@@ -591,7 +595,7 @@ def test_a_non_transient_error_stops_the_run_with_delete_failed(store: FaultySto
     plan = make_plan()
     broken = frow("m/", "c1")
     store.hard[broken] = ValueError("disk on fire")
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     with pytest.raises(DeleteFailed, match=r"^delete failed: disk on fire$") as caught:
         execute_plan(
             store,
@@ -620,7 +624,7 @@ def test_a_non_transient_error_in_a_batch_was_audited_ahead(
     plan = make_plan()
     store.hard[frow("m/", "c1")] = RuntimeError("bad request")
     store.transient[frow("m/", "c3")] = 1
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     with pytest.raises(DeleteFailed, match="bad request"):
         execute_plan(
             store,
@@ -647,25 +651,23 @@ def test_an_empty_plan_issues_nothing(store: FaultyStore) -> None:
 # -- the audit log ---------------------------------------------------------------------------------
 
 
-def test_audit_log_writes_one_json_line_per_row_keeping_unicode() -> None:
-    buffer = io.StringIO()
+def test_audit_log_writes_a_header_and_one_json_line_per_row_keeping_unicode() -> None:
+    buffer = io.BytesIO()
     log = AuditLog(buffer, "g1", 42)
     rows = (FolderRow(7, "bü", "ñ/", "q\"'\\\n"), FolderRow(7, "bü", "ñ/", "z"))
     log.record(DeleteAction(ActionKind.PARTITION, PartitionKey(7, "bü", "ñ/"), rows))
-    lines = buffer.getvalue().split("\n")
+    lines = buffer.getvalue().decode("utf-8").split("\n")
     assert lines[-1] == ""
-    assert len(lines) == 3
-    assert "ñ/" in lines[0]  # ensure_ascii=False
-    assert json.loads(lines[0]) == {
+    assert len(lines) == 4
+    assert json.loads(lines[0]) == {"format": 2, "delete_ts_us": 42, "generation": "g1"}
+    assert "ñ/" in lines[1]  # ensure_ascii=False
+    assert json.loads(lines[1]) == {
         "bucket": "bü",
-        "dir": "ñ/q\"'\\\n/",
         "parent": "ñ/",
         "name": "q\"'\\\n",
         "via": "partition",
-        "delete_ts_us": 42,
-        "generation": "g1",
     }
-    assert json.loads(lines[1])["name"] == "z"
+    assert json.loads(lines[2])["name"] == "z"
 
 
 def test_open_audit_log_creates_directories_and_appends(tmp_path: Path) -> None:
@@ -675,36 +677,34 @@ def test_open_audit_log_creates_directories_and_appends(tmp_path: Path) -> None:
             log = AuditLog(stream, gen, 1)
             log.record(DeleteAction(ActionKind.ROW, pkey(""), (frow("", "x"),)))
             log.flush()
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line)["generation"] for line in lines] == ["g1", "g2"]
+    assert [e["generation"] for e in read_audit_log(path)] == ["g1", "g2"]
 
 
 @pytest.mark.parametrize("kind", list(ActionKind))
 def test_audit_lines_are_exactly_what_json_dumps_writes(kind: ActionKind) -> None:
     names = ["plain", "q\"'\\\n", "tab\there", "ü\u2028\x00", "😀", "a/b"]
     rows = tuple(FolderRow(3, bucket, "p/ä/", name) for bucket in ("b", "bü") for name in names)
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     AuditLog(buffer, "gen-ü", 12345).record(DeleteAction(kind, PartitionKey(3, "b", "p/ä/"), rows))
     # A range's lines also carry its bounds, between "via" and the tail.
     bounds = {"range": [rows[0].name, rows[-1].name]} if kind is ActionKind.RANGE else {}
-    expected = "".join(
+    header = {"format": 2, "delete_ts_us": 12345, "generation": "gen-ü"}
+    expected = json.dumps(header, ensure_ascii=False) + "\n"
+    expected += "".join(
         json.dumps(
             {
                 "bucket": row.bucket,
-                "dir": row.parent + row.name + "/",
                 "parent": row.parent,
                 "name": row.name,
                 "via": kind.value,
                 **bounds,
-                "delete_ts_us": 12345,
-                "generation": "gen-ü",
             },
             ensure_ascii=False,
         )
         + "\n"
         for row in rows
     )
-    assert buffer.getvalue() == expected
+    assert buffer.getvalue().decode("utf-8") == expected
 
 
 def test_audit_lines_of_a_batch_mixing_kinds_are_each_what_json_dumps_writes() -> None:
@@ -716,9 +716,9 @@ def test_audit_lines_of_a_batch_mixing_kinds_are_each_what_json_dumps_writes() -
         DeleteAction(ActionKind.RANGE, key, rows[1:]),
         DeleteAction(ActionKind.PARTITION, key, rows[2:]),
     ]
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     AuditLog(buffer, "g", 9).record_many(actions)
-    lines = buffer.getvalue().splitlines()
+    lines = buffer.getvalue().decode("utf-8").splitlines()[1:]
     assert [json.loads(line).get("range") for line in lines] == [
         ["a", "z"],
         ["a", "z"],

@@ -38,7 +38,14 @@ RULE_TESTS = DEPLOY / "prometheus" / "dircleaner.rules.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "dircleaner.json"
 TMPFILES = DEPLOY / "tmpfiles.d" / "dircleaner.conf"
 CRON = DEPLOY / "cron.example"
-UNITS = ("dircleaner.service", "dircleaner.timer", "dask-scheduler.service", "dask-worker.service")
+UNITS = (
+    "dircleaner.service",
+    "dircleaner.timer",
+    "dircleaner-churn.service",
+    "dircleaner-churn.timer",
+    "dask-scheduler.service",
+    "dask-worker.service",
+)
 METRIC = re.compile(r"\bdircleaner_[a-z_]+")
 
 
@@ -91,6 +98,13 @@ def run_metrics(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prefix = ["clean", "--prefix", "logs/2025/", "--min-age", "0", "--rate", "0"]
     prefix += ["--audit-log", str(base / "audit.jsonl")]
     result = invoke(url, *prefix, "--metrics-file", str(textfile / "dircleaner-prefix.prom"))
+    assert result.exit_code == 0, result.output
+    churned = [f"churn/{i}/x" for i in range(3)]
+    assert invoke(url, "import-keys", str(write_lines(base / "churn", churned))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(base / "churn", churned))).exit_code == 0
+    churn = ["clean", "--changed", "--settle", "0s", "--min-age", "0s", "--rate", "0"]
+    churn += ["--audit-log", str(base / "audit.jsonl")]
+    result = invoke(url, *churn, "--metrics-file", str(textfile / "dircleaner-churn.prom"))
     assert result.exit_code == 0, result.output
     return textfile
 
@@ -163,21 +177,22 @@ def node_exporter(run_metrics: Path) -> Iterator[str]:
         process.stderr.close()
 
 
-def test_node_exporter_serves_both_files_each_with_series_of_its_own(
+def test_node_exporter_serves_every_file_each_with_series_of_its_own(
     run_metrics: Path, node_exporter: str
 ) -> None:
-    """The nightly run's file and a prefix clean's beside it: every sample of both is served
-    (node_exporter serves only one of two samples with the same name and labels, and says
-    so only in its log)."""
+    """The full night's file, a churn night's and a prefix clean's beside them: every sample of
+    each is served (node_exporter serves only one of two samples with the same name and
+    labels, and says so only in its log)."""
     nightly = (run_metrics / "dircleaner.prom").read_text()
+    churn = (run_metrics / "dircleaner-churn.prom").read_text()
     prefix = (run_metrics / "dircleaner-prefix.prom").read_text()
     with urllib.request.urlopen(node_exporter, timeout=10) as response:
         scraped = samples(response.read().decode())
     assert scraped["node_textfile_scrape_error"] == 0
     ours = {name: value for name, value in scraped.items() if name.startswith("dircleaner_")}
-    assert ours == samples(nightly) | samples(prefix)
-    assert len(ours) == len(samples(nightly)) + len(samples(prefix))
-    for text, command in ((nightly, "run"), (prefix, "clean --prefix")):
+    assert ours == samples(nightly) | samples(churn) | samples(prefix)
+    assert len(ours) == len(samples(nightly)) + len(samples(churn)) + len(samples(prefix))
+    for text, command in ((nightly, "run"), (churn, "clean --changed"), (prefix, "clean --prefix")):
         values = samples_of(text)
         assert (values["dircleaner_last_run_success"], values["dircleaner_last_run_refused"]) == (
             1,
@@ -188,6 +203,13 @@ def test_node_exporter_serves_both_files_each_with_series_of_its_own(
         assert all(f'{{command="{command}",store="sqlite:///' in line for line in lines)
     assert samples_of(nightly)["dircleaner_directories_scanned"] > 2000
     assert samples_of(prefix)["dircleaner_removed_directories"] == 6  # logs/2025/ and its 5
+    assert samples_of(churn)["dircleaner_removed_directories"] == 4  # churn/ and its 3
+    # The 3 parents of churn/'s deletes, and the 5 of logs/2025/'s, which the prefix clean
+    # had already removed (the night reads them, finds nothing to delete).
+    assert samples_of(churn)["dircleaner_journal_entries_read"] == 8
+    # Which kind of night each was, as a label of a series of its own.
+    assert 'dircleaner_night{command="run",store="sqlite:///' in nightly
+    assert 'kind="full"} 1' in nightly and 'kind="churn"} 1' in churn
 
 
 # -- the alert rules ------------------------------------------------------------------------------
@@ -198,7 +220,7 @@ def test_the_alert_rules_pass_promtool_check() -> None:
         [tool("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_each_alert_is_unit_tested_by_promtool() -> None:
@@ -243,7 +265,8 @@ def queried_metrics() -> dict[str, set[str]]:
 
 
 def test_alerts_and_dashboard_query_only_metrics_a_run_writes(run_metrics: Path) -> None:
-    written = metric_names((run_metrics / "dircleaner.prom").read_text())
+    nights = ("dircleaner.prom", "dircleaner-churn.prom")
+    written = set().union(*(metric_names((run_metrics / name).read_text()) for name in nights))
     queried = queried_metrics()
     unknown = {where: names - written for where, names in queried.items() if names - written}
     assert unknown == {}
@@ -257,13 +280,17 @@ def test_alerts_and_dashboard_query_only_metrics_a_run_writes(run_metrics: Path)
 
 
 def test_only_a_failure_alerts_for_every_command_and_every_panel_picks_its_commands() -> None:
-    """A prefix clean's file lives beside the nightly one for weeks: the nightly run's alerts
-    (stale, absent, refused, backlog) select command="run"; a failure alerts whatever ran."""
+    """A prefix clean's file lives beside the nights' for weeks: the nights' alerts (stale,
+    absent, refused, backlog) select the full night, command="run", and the churn night,
+    command="clean --changed", by name; a failure alerts whatever ran."""
+    nights = {'{command="run"}', '{command="clean --changed"}', '{command=~"run|clean --changed"}'}
     for group in rules()["groups"]:
         for rule in group["rules"]:
-            selectors = re.findall(r"\bdircleaner_[a-z_]+(\{[^}]*\})?", rule["expr"])
-            wanted = "" if rule["alert"] == "DircleanerRunFailed" else '{command="run"}'
-            assert set(selectors) == {wanted}, rule["alert"]
+            selectors = set(re.findall(r"\bdircleaner_[a-z_]+(\{[^}]*\})?", rule["expr"]))
+            if rule["alert"] == "DircleanerRunFailed":
+                assert selectors == {""}, rule["alert"]
+            else:
+                assert selectors and selectors <= nights, rule["alert"]
     for panel in json.loads(DASHBOARD.read_text())["panels"]:
         for target in panel["targets"]:
             for selector in re.findall(r"\bdircleaner_[a-z_]+(\{[^}]*\})", target["expr"]):
@@ -325,9 +352,18 @@ def test_the_tmpfiles_rule_lets_the_service_user_write_debians_textfile_director
 def cron_command(tmp_path: Path) -> tuple[str, Path]:
     """cron.example's command, with its paths moved under ``tmp_path`` (the programs' and the
     environment file's too), and the file its summary goes to."""
-    (line,) = [line for line in CRON.read_text().splitlines() if line and line[0].isdigit()]
+    lines = [line for line in CRON.read_text().splitlines() if line and line[0].isdigit()]
+    (line,) = [line for line in lines if " run " in line]
     *when, user, command = line.split(None, 6)
-    assert (when, user) == (["15", "2", "*", "*", "*"], "meta")
+    assert (when, user) == (["15", "2", "*", "*", "0"], "meta")  # the full night, on Sunday
+    (churn,) = [line for line in lines if " clean --changed " in line]
+    assert churn.split(None, 6)[:6] == ["15", "2", "*", "*", "1-6", "meta"]
+    assert (
+        churn.split(None, 6)[6]
+        .replace("-q clean --changed", "-q run --workers 2")
+        .replace("dircleaner-churn.prom", "dircleaner.prom")
+        == command
+    )  # the same environment, lock, audit log and output
     assert "%" not in command  # cron would make it a newline
     moved = {
         "/opt/dircleaner/bin/": str(Path(sys.executable).parent) + "/",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import replace
@@ -27,7 +26,7 @@ from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers
-from tests.helpers import tombstones_per_partition
+from tests.helpers import audit_entries, tombstones_per_partition
 
 OLD = now_us() - 10**10
 BUCKET = "default"
@@ -67,8 +66,7 @@ def clean_copy(
     with open_store(f"sqlite:///{copy}") as store:
         report = run_clean(store, config)
         left = listed(store)
-    lines = audit.read_text(encoding="utf-8").splitlines() if audit.exists() else []
-    return report, left, [json.loads(line) for line in lines]
+    return report, left, audit_entries(audit)
 
 
 @pytest.mark.parametrize("workers", [2, 4])
@@ -208,12 +206,7 @@ def test_runs_of_one_grace_period_share_one_budget_whatever_their_audit_logs(
         second_config = replace(config, sweep=replace(config.sweep, generation=rebuilt))
         second = run_clean(store, replace(second_config, audit_log=logs[1]))
         assert second.plan.deferred > 0
-        entries = [
-            json.loads(line)
-            for log in logs[:2]
-            if log.exists()
-            for line in log.read_text(encoding="utf-8").splitlines()
-        ]
+        entries = [e for log in logs[:2] for e in audit_entries(log)]
         spent = tombstones_per_partition(entries)
         assert max(spent.values()) == 3
         assert store.tombstones_charged(list(spent)) == spent

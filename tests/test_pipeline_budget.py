@@ -52,7 +52,7 @@ def test_n_is_the_explicit_value_else_half_the_cluster_s_warning_else_half_the_d
     assert (overridden.grace_s, overridden.grace_source) == (60.0, "--grace-period")
 
 
-def test_the_deleter_s_hook_charges_each_batch_per_partition_under_its_own_id() -> None:
+def test_the_deleter_s_hook_charges_each_partition_its_running_total_under_one_id() -> None:
     ledger = Ledger()
     store: TombstoneLedger = ledger
     charge = ledger_charger(store, "gen", "run", 3600.0)
@@ -67,7 +67,64 @@ def test_the_deleter_s_hook_charges_each_batch_per_partition_under_its_own_id() 
     )
     charge([DeleteAction(ActionKind.PARTITION, b, ())])  # nothing to charge: no call
     charge([DeleteAction(ActionKind.ROW, b, (FolderRow(2, "b", "b/", "z"),))])
+    charge([DeleteAction(ActionKind.ROW, a, (FolderRow(1, "b", "a/", "w"),))])
     assert ledger.charged == [
-        ([TombstoneCharge("b", "a/", "gen", "run.0", 3)], 3600.0),
-        ([TombstoneCharge("b", "b/", "gen", "run.2", 1)], 3600.0),
+        ([TombstoneCharge("b", "a/", "gen", "run", 3)], 3600.0),
+        ([TombstoneCharge("b", "b/", "gen", "run", 1)], 3600.0),
+        ([TombstoneCharge("b", "a/", "gen", "run", 4)], 3600.0),  # a/'s total so far
     ]
+
+
+class UpsertLedger:
+    """A ledger keyed as the stores key it: a charge of the same key replaces the one before."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, str, str], int] = {}
+        self.writes = 0
+
+    def tombstones_charged(
+        self, partitions: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], int]:
+        wanted = set(partitions)
+        out: dict[tuple[str, str], int] = {}
+        for (bucket, parent, _gen, _id), cost in self.rows.items():
+            if (bucket, parent) in wanted:
+                out[(bucket, parent)] = out.get((bucket, parent), 0) + cost
+        return out
+
+    def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
+        for c in charges:
+            self.writes += 1
+            self.rows[(c.bucket, c.parent, c.generation, c.charge_id)] = c.cost
+
+
+def test_a_night_of_spread_deletes_leaves_one_ledger_row_per_live_partition() -> None:
+    """Deletes go round-robin over the partitions (as on Cassandra), groups of 1,024 actions:
+    every group touches hundreds of partitions, each partition many groups. The ledger keeps
+    a row per partition and the exact sums, at every group (charged ahead of the deletes)."""
+    from dircleaner.model import PartitionFacts
+    from dircleaner.pipeline.plan import plan_deletions
+
+    facts = []
+    for p in range(2000):
+        key = PartitionKey(p, "b", f"p{p:04d}/")
+        # every other name a candidate: no two adjacent, so row deletes, no ranges
+        names = [f"n{i:03d}" for i in range(0, 2 * (5 + p % 20), 2)]
+        rows = tuple(FolderRow(p, "b", key.parent, n) for n in names)
+        ordinals = tuple(range(0, 2 * len(rows), 2))
+        facts.append(PartitionFacts(key, 2 * len(rows) + 1, rows, ordinals=ordinals))
+    plan = plan_deletions(facts, 500, spread=True)
+    assert plan.row_deletes == sum(5 + p % 20 for p in range(2000)) == 29_000
+    ledger = UpsertLedger()
+    charge = ledger_charger(ledger, "gen", "attempt", 3600.0)
+    sent: dict[tuple[str, str], int] = {}
+    groups = [plan.actions[i : i + 1024] for i in range(0, len(plan.actions), 1024)]
+    for group in groups:
+        charge(group)
+        for action in group:
+            key = (action.partition.bucket, action.partition.parent)
+            sent[key] = sent.get(key, 0) + action.tombstones
+        assert ledger.tombstones_charged(list(sent)) == sent  # exact, before each group goes
+    # one row per live partition; it was one per group that touched it, as many as the writes
+    assert len(ledger.rows) == 2000
+    assert 2000 < ledger.writes <= 29_000

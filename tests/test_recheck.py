@@ -3,7 +3,7 @@ own directory of a partition found empty whose row is not a candidate here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -11,11 +11,13 @@ import pytest
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.pipeline import recheck
 from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
 
 B = "b"
+Report = tuple[str, int, int | None]
 
 
 def key(parent: str) -> PartitionKey:
@@ -66,3 +68,90 @@ def test_nothing_to_check_reads_nothing(store: Store, monkeypatch: pytest.Monkey
     monkeypatch.setattr(store, "nonempty_object_partitions", unexpected)
     found = find_nonempty(store, [])
     assert (found.nonempty, found.checked) == (set(), 0)
+
+
+def test_the_recheck_reports_done_of_its_total(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recheck, "RECHECK_BATCH", 2)
+    reports: list[tuple[str, int, int | None]] = []
+    swept = [facts("", ["a", "b"]), facts("a/", ["c", "d", "e"]), facts("q/", [], dir_absent=True)]
+    find_nonempty(store, swept, progress=lambda *r: reports.append(r))
+    # 5 candidates and the orphan q/ (an upper bound at first, exact before the last read)
+    assert reports == [("verify", 0, 6), ("verify", 2, 6), ("verify", 4, 6), ("verify", 6, 6)]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_capped_reads_go_in_quarter_second_batches_paid_at_the_cap(store: Store) -> None:
+    clock = FakeClock()
+    throttle = ScanThrottle(ScanRate(2000.0, adaptive=False), clock=clock, sleep=clock.sleep)
+    sizes: list[int] = []
+    real = store.nonempty_object_partitions
+
+    def reading(keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        sizes.append(len(keys))
+        return real(keys)
+
+    names = [f"n{i:04d}" for i in range(1200)]
+    store.nonempty_object_partitions = reading  # type: ignore[method-assign]
+    found = find_nonempty(store, [facts("p/", names)], throttle)
+    assert found.checked == 1200
+    assert sizes == [500, 500, 200]  # 0.25 s of 2,000 reads/s each
+    stats = throttle.stats()
+    assert stats.rows == 1200
+    # every read paid for, the last batch's too: within the cap over the re-check
+    assert sum(clock.slept) == pytest.approx(1200 / 2000)
+    assert stats.rows_per_s == pytest.approx(2000)
+
+
+def test_uncapped_reads_go_in_full_batches_without_a_wait() -> None:
+    assert recheck.batch_size(None) == recheck.RECHECK_BATCH
+    assert recheck.batch_size(ScanThrottle(ScanRate(0))) == recheck.RECHECK_BATCH
+    assert recheck.batch_size(ScanThrottle(ScanRate(100.0))) == recheck.MIN_CAPPED_BATCH
+
+
+def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
+    store: Store, tmp_path: Path
+) -> None:
+    from dircleaner.pipeline.spill import Candidates
+    from dircleaner.pipeline.spillfile import SpillConfig
+
+    swept = [facts(f"p{i}/", [f"n{j:03d}" for j in range(100)]) for i in range(6)]
+    swept.append(facts("q/r/", ["s"], dir_absent=True))  # q/r/'s own row is in another slice
+    store.put_objects(B, ["p3/n042/late", "q/r/late"], 10)
+    outcomes = []
+    for memory in (10**6, 0):
+        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
+        for fact in swept:
+            held.append(fact)
+        held.finish(plan_room=False)
+        assert held.spilled is (memory == 0)
+        clock = FakeClock()
+        throttle = ScanThrottle(ScanRate(800.0, adaptive=False), clock=clock, sleep=clock.sleep)
+        reports: list[Report] = []
+
+        def report(phase: str, done: int, total: int | None, into: list[Report] = reports) -> None:
+            into.append((phase, done, total))
+
+        found = find_nonempty(store, held, throttle, report)
+        assert found.nonempty == {(B, "p3/n042/"), (B, "q/r/")}
+        assert (found.candidates, found.parents) == (601, 1)
+        assert throttle.stats().rows == 602
+        assert sum(clock.slept) == pytest.approx(602 / 800)  # batches of 200, each paid
+        assert reports[0] == ("verify", 0, reports[0][2]) and reports[-1] == ("verify", 602, 602)
+        outcomes.append([done for _phase, done, _total in reports])
+        held.release()
+    # spilled, the orphans no candidate row named are read after the candidates' last batch
+    assert outcomes == [[0, 200, 400, 600, 602], [0, 200, 400, 600, 601, 602]]

@@ -9,21 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner import audit as restore_module
-from dircleaner.audit import (
-    AuditLog,
-    AuditSelection,
-    BadAuditLog,
-    RestoreRefused,
-    RestoreResult,
-    iter_audit_entries,
-    plan_restore,
-    restore,
-)
+from dircleaner import restore as restore_module
+from dircleaner.audit import AuditLog, BadAuditLog, audit_log_lines, iter_audit_entries
 from dircleaner.errors import UsageError
 from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionFacts, PartitionKey
 from dircleaner.pipeline.delete import ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import plan_deletions
+from dircleaner.restore import (
+    AuditSelection,
+    RestoreRefused,
+    RestoreResult,
+    plan_restore,
+    restore,
+)
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
@@ -155,11 +153,13 @@ def test_restore_writes_the_rows_back_with_their_tokens(store: Store) -> None:
     assert folder_rows(store) == {FolderRow(murmur_token(b, p), b, p, n) for b, p, n in rows}
 
 
-def test_restore_is_idempotent_and_counts_unique_rows(store: Store) -> None:
-    rows = [(BUCKET, "", "x"), (BUCKET, "x/", "y"), (BUCKET, "", "x")]
-    assert restore(store, rows, 10) == RestoreResult(2)
-    first = folder_rows(store)
-    assert restore(store, rows, 20) == RestoreResult(2)
+def test_restore_is_idempotent_and_writes_each_entry_once(store: Store) -> None:
+    lines = [entry("", "x"), entry("x/", "y"), entry("", "x")]
+    with plan_restore(lines, AuditSelection()) as plan:
+        assert (len(plan.rows), plan.repeated) == (2, 1)
+        assert restore(store, plan.rows, 10) == RestoreResult(2)
+        first = folder_rows(store)
+        assert restore(store, plan.rows, 20) == RestoreResult(2)
     assert folder_rows(store) == first
     assert len(first) == 2
 
@@ -182,8 +182,10 @@ def test_restore_writes_sorted_unique_rows_in_batches(
     assert isinstance(rec, Recording)
     rec.batches = []
     rows = [("b", "", "e"), ("b", "", "a"), ("a", "z/", "q"), ("b", "", "a"), ("b", "c/", "d")]
+    lines = [entry(parent, name, bucket) for bucket, parent, name in rows]
     try:
-        assert restore(rec, rows, 77) == RestoreResult(4)
+        with plan_restore(lines, AuditSelection(), chunk_entries=2) as plan:
+            assert restore(rec, plan.rows, 77) == RestoreResult(4)
     finally:
         rec.close()
     assert rec.batches == [
@@ -197,7 +199,10 @@ def test_an_empty_restore_writes_nothing(store: Store) -> None:
     assert folder_rows(store) == set()
 
 
-def test_clean_then_restore_round_trips_through_the_audit_log(store: Store) -> None:
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_clean_then_restore_round_trips_through_the_audit_log(
+    store: Store, compressed: bool
+) -> None:
     index = {"": ["a", "x"], "x/": ["y", "z"], "x/y/": ["q"], "a/": ["k", "m"]}
     store.write_folder_rows([(BUCKET, p, n) for p, names in index.items() for n in names], 1_000)
     before = folder_rows(store)
@@ -214,18 +219,19 @@ def test_clean_then_restore_round_trips_through_the_audit_log(store: Store) -> N
         PartitionFacts(key("x/y/"), 1, (frow("x/y/", "q"),), dir_absent=True),
         PartitionFacts(key("a/"), 2, (frow("a/", "k"),)),
     ]
-    log = io.StringIO()
+    log = io.BytesIO()
     execute_plan(
         store,
         plan_deletions(facts, 10),
         2_000,
         ThrottleConfig(rate=0.0),
-        AuditLog(log, "g", 2_000),
+        AuditLog(log, "g", 2_000, compressed=compressed),
         sleep=lambda _s: None,
     )
     assert folder_rows(store) == {frow("", "a"), frow("a/", "m")}
     log.seek(0)
-    result = restore(store, plan_restore(log, AuditSelection()).rows, 3_000)
+    with plan_restore(audit_log_lines(log), AuditSelection()) as plan:
+        result = restore(store, plan.rows, 3_000)
     assert result == RestoreResult(5)
     assert folder_rows(store) == before
 
@@ -273,9 +279,8 @@ def test_a_name_that_looks_like_a_record_start_is_no_split_point() -> None:
 def test_restore_replays_a_log_whose_last_write_was_torn(store: Store, tmp_path: Path) -> None:
     log = tmp_path / "audit.jsonl"
     log.write_text(entry("", "x") + entry("x/", "y") + entry("", "z")[:15], encoding="utf-8")
-    with log.open(encoding="utf-8") as stream:
-        rows = plan_restore(stream, AuditSelection()).rows
-    restore(store, rows, 10)
+    with log.open(encoding="utf-8") as stream, plan_restore(stream, AuditSelection()) as plan:
+        restore(store, plan.rows, 10)
     assert {(r.parent, r.name) for r in folder_rows(store)} == {("", "x"), ("x/", "y")}
 
 
@@ -318,12 +323,13 @@ def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
     cands = tuple(FolderRow(key.token, BUCKET, "m/", n) for n in names[1:5])
     plan = plan_deletions([PartitionFacts(key, 6, cands, ordinals=(1, 2, 3, 4))], 10)
     assert plan.range_deletes == 1
-    log = io.StringIO()
+    log = io.BytesIO()
     audit = AuditLog(log, "g", 2_000)
     execute_plan(store, plan, 2_000, ThrottleConfig(rate=0.0), audit, sleep=lambda _s: None)
     assert {r.name for r in folder_rows(store)} == {"c0", "c5"}
     log.seek(0)
-    assert restore(store, plan_restore(log, AuditSelection()).rows, 3_000) == RestoreResult(4)
+    with plan_restore(audit_log_lines(log), AuditSelection()) as replayed:
+        assert restore(store, replayed.rows, 3_000) == RestoreResult(4)
     assert folder_rows(store) == before
 
 
@@ -331,9 +337,9 @@ def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
 
 
 @pytest.mark.parametrize("kind", list(ActionKind))
-def test_records_name_their_store_and_run_exactly_as_json_dumps_would(kind: ActionKind) -> None:
+def test_batches_name_their_store_and_run_exactly_as_json_dumps_would(kind: ActionKind) -> None:
     rows = tuple(FolderRow(3, BUCKET, "p/", name) for name in ("a", 'q"ü'))
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     clock = iter([1_795_677_820_000_000, 1_795_677_821_000_000])
     log = AuditLog(
         buffer,
@@ -351,12 +357,7 @@ def test_records_name_their_store_and_run_exactly_as_json_dumps_would(kind: Acti
     expected = "".join(
         json.dumps(
             {
-                "bucket": BUCKET,
-                "dir": "p/" + row.name + "/",
-                "parent": "p/",
-                "name": row.name,
-                "via": kind.value,
-                **bound,
+                "format": 2,
                 "issued": issued,
                 "delete_ts_us": 5,
                 "generation": "g",
@@ -366,11 +367,21 @@ def test_records_name_their_store_and_run_exactly_as_json_dumps_would(kind: Acti
             ensure_ascii=False,
         )
         + "\n"
+        + json.dumps(
+            {"bucket": BUCKET, "parent": "p/", "name": row.name, "via": kind.value, **bound},
+            ensure_ascii=False,
+        )
+        + "\n"
         for row, bound, issued in zip(
             rows, bounds, ["2026-11-26T07:23:40Z", "2026-11-26T07:23:41Z"], strict=True
         )
     )
-    assert buffer.getvalue() == expected
+    assert buffer.getvalue().decode("utf-8") == expected
+    buffer.seek(0)
+    assert [e["issued"] for e in iter_audit_entries(audit_log_lines(buffer))] == [
+        "2026-11-26T07:23:40Z",
+        "2026-11-26T07:23:41Z",
+    ]
 
 
 def test_plan_restore_takes_only_the_entries_of_its_scope() -> None:
@@ -381,10 +392,10 @@ def test_plan_restore_takes_only_the_entries_of_its_scope() -> None:
         entry("", "a", scope="s1", via="range", range=["a", "a"]),
     ]
     plan = plan_restore(lines, AuditSelection(), "s1")
-    assert (plan.rows, plan.by_via, plan.repeated) == ([(BUCKET, "", "a")], {"range": 1}, 1)
+    assert (list(plan.rows), plan.by_via, plan.repeated) == ([(BUCKET, "", "a")], {"range": 1}, 1)
     assert (plan.other_scopes, plan.unscoped, plan.skipped) == ({"s2": 1}, 1, 2)
     forced = plan_restore(lines, AuditSelection(), "s1", force=True)
-    assert forced.rows == [(BUCKET, "", "a"), (BUCKET, "", "c")]
+    assert list(forced.rows) == [(BUCKET, "", "a"), (BUCKET, "", "c")]
     with pytest.raises(RestoreRefused, match="holds the deletes of store 's2'"):
         plan_restore(lines[1:2], AuditSelection(), "s1")
     with pytest.raises(RestoreRefused, match="does not record its store"):
@@ -409,7 +420,7 @@ def test_force_takes_a_moved_stores_log_as_this_stores() -> None:
         plan_restore(lines, AuditSelection(), NEW, moved_from=vacated)
     assert str(refused.value).endswith("; if this store was moved from there, rerun with --force")
     forced = plan_restore(lines, AuditSelection(), NEW, force=True, moved_from=vacated)
-    assert forced.rows == [(BUCKET, "", "a"), (BUCKET, "", "b")]
+    assert list(forced.rows) == [(BUCKET, "", "a"), (BUCKET, "", "b")]
     assert (forced.adopted_scope, forced.other_scopes, forced.skipped) == (OLD, {}, 0)
     assert forced.by_via == {"row": 1, "range": 1}
     with pytest.raises(RestoreRefused, match="--bucket 'other' is in no entry"):
@@ -437,4 +448,53 @@ def test_force_takes_no_other_stores_entries_but_a_moved_stores(lines: list[str]
         assert "rerun with --force" not in str(refused)
         return
     assert plan.adopted_scope is None
-    assert plan.rows == [(BUCKET, "", "c")]
+    assert list(plan.rows) == [(BUCKET, "", "c")]
+
+
+# -- a long log ------------------------------------------------------------------------------------
+
+
+def long_log(entries: int) -> Iterator[str]:
+    """``entries`` directory entries of store S in batches of 50, then a tenth of them again
+    as range deletes (the last entry wins), then 1,000 entries of another store."""
+    header = '{"format": 2, "issued": "2026-11-27T14:06:58Z", "delete_ts_us": 5, "generation": '
+    for i in range(entries):
+        if i % 50 == 0:
+            yield header + '"g1", "scope": "S"}\n'
+        via = "row" if i % 3 else "partition"
+        parent = f"logs/{i // 400:05d}/"
+        yield f'{{"bucket": "b", "parent": "{parent}", "name": "d{i:06d}", "via": "{via}"}}\n'
+    yield header + '"g2", "scope": "S"}\n'
+    for i in range(0, entries, 10):
+        name = f"d{i:06d}"
+        yield (
+            f'{{"bucket": "b", "parent": "logs/{i // 400:05d}/", "name": "{name}",'
+            f' "via": "range", "range": ["{name}", "{name}"]}}\n'
+        )
+    yield header + '"g2", "scope": "OTHER"}\n'
+    for i in range(1000):
+        yield f'{{"bucket": "b", "parent": "o/", "name": "x{i}", "via": "row"}}\n'
+
+
+def test_a_long_log_is_planned_in_bounded_memory_with_exact_counts() -> None:
+    """200,000 entries: the old plan held them all (70 MB traced at its peak for this log);
+    the sort holds one chunk, whatever the log's length."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with plan_restore(long_log(200_000), AuditSelection(), "S") as plan:
+            unique = sum(1 for _ in plan.rows)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            assert peak < 25_000_000
+            assert unique == len(plan.rows) == 200_000
+            assert plan.repeated == 20_000
+            assert plan.by_via == {"range": 20_000, "partition": 60_000, "row": 120_000}
+            assert (plan.other_scopes, plan.skipped) == ({"OTHER": 1000}, 1000)
+            assert plan.generations == ["g1", "g2"]
+            rows = list(plan.rows)
+    finally:
+        tracemalloc.stop()
+    assert rows == sorted(rows) and rows[0] == ("b", "logs/00000/", "d000000")
+    assert len(set(rows)) == 200_000

@@ -50,7 +50,7 @@ from dircleaner.store.records import murmur_token
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers
-from tests.helpers import tombstones_per_partition
+from tests.helpers import audit_entries, tombstones_per_partition
 
 PARENTS = 12
 CHILDREN = 50
@@ -531,7 +531,7 @@ def test_a_clean_that_died_in_some_slices_sweeps_only_those_again(
     assert listed(url) == listed(whole)
     assert listed(url) >= BUILD_LIVE_DIRS
     # One generation, one budget per partition (rows 1, ranges 2), across both attempts.
-    entries = [json.loads(line) for line in audit.read_text(encoding="utf-8").splitlines()]
+    entries = audit_entries(audit)
     per_partition = tombstones_per_partition(entries)
     assert per_partition and max(per_partition.values()) <= 2
     assert any(e["via"] == "range" for e in entries)

@@ -23,7 +23,7 @@ from dircleaner.scanrate import ScanRate, ScanStats
 from dircleaner.store import open_store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import LocalWorkers, Workers
-from tests.helpers import invoke, write_lines
+from tests.helpers import invoke, samples_of, write_lines
 
 OLD = now_us() - 10**10
 KEYS = [f"s/{i % 11}/{i % 97}/{i}/o" for i in range(2000)]
@@ -163,3 +163,28 @@ def test_the_prefix_walk_reads_at_the_cap(tmp_path: Path) -> None:
     assert scan.rows == report.walk.directories + report.walk.folder_rows
     assert scan.rows > 2 * CAP
     assert CAP * UNDER <= scan.rows / scan.seconds <= CAP * OVER, scan
+
+
+@pytest.mark.parametrize("worker_count", [1, 2])
+def test_the_recheck_reads_at_the_cap_and_reports_its_rate(
+    data: Data, worker_count: int, tmp_path: Path
+) -> None:
+    """The re-check's reads (one per candidate, at a quorum) go through the same cap."""
+    with open_store(data.url) as store:
+        store.delete_objects(data.bucket, KEYS[::2], OLD)  # 1,000 leaf directories emptied
+    metrics = tmp_path / "m.prom"
+    result = invoke(
+        data.url, "run", "--bucket", data.bucket, "--scan-rate", str(CAP),
+        "--workers", str(worker_count), "--max-delete-fraction", "1", "--dry-run", "--json",
+        "--metrics-file", str(metrics),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    clean = json.loads(result.stdout)["clean"]
+    reads = clean["verify_reads"]
+    assert reads["rows"] == clean["verified"] >= 1000
+    assert reads["cap_rows_per_s"] == pytest.approx(CAP)
+    assert CAP * UNDER <= reads["rows_per_s"] <= CAP * OVER, reads
+    exposed = samples_of(metrics.read_text())
+    assert exposed['dircleaner_scan_rows{pass="verify"}'] == clean["verified"]
+    assert exposed['dircleaner_scan_rows_per_second{pass="verify"}'] == reads["rows_per_s"]
+    assert exposed['dircleaner_scan_rate_cap{pass="verify"}'] == CAP

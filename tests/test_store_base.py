@@ -28,6 +28,8 @@ INDEX_PRIMITIVES = {
 #: the key-value primitive the job's bookkeeping is built on, and the tombstone ledger (its
 #: reads are IN reads of many partitions on the clean's hot path, so it stays a primitive)
 BOOKKEEPING_PRIMITIVES = {"kv_read", "kv_write", "charge_tombstones", "tombstones_charged"}
+#: the journal of dirty directories: a table of its own that a metastore's delete path writes
+JOURNAL_PRIMITIVES = {"journal_write", "journal_read"}
 #: what a backend may override but need not write
 DERIVED = {
     "kv_clear",
@@ -52,13 +54,16 @@ DERIVED = {
     "objects_partition_nonempty",
     "bucket_exists",
     "bucket_names",
+    "probe_object_partitions",
+    "folder_partition_heads",
+    "rows_listing",
 }
 
 
 def test_the_index_primitives_are_abstract_and_the_helpers_derived() -> None:
     abstract = set(Store.__abstractmethods__)
-    assert abstract == INDEX_PRIMITIVES | BOOKKEEPING_PRIMITIVES
-    assert len(abstract) <= 12
+    assert abstract == INDEX_PRIMITIVES | BOOKKEEPING_PRIMITIVES | JOURNAL_PRIMITIVES
+    assert len(abstract) <= 14
     assert not DERIVED & abstract
     public = {n for n in dir(Store) if not n.startswith("_") and callable(getattr(Store, n))}
     assert public >= DERIVED and len(public - abstract) > len(abstract)
@@ -110,3 +115,17 @@ def test_both_backends_take_index_writes(sqlite_store: SqliteStore) -> None:
         callable(getattr(CassandraStore, name, None))
         for name in ("write_object_rows", "write_folder_rows", "delete_object_rows")
     )
+
+
+def test_the_derived_churn_checks_answer_as_the_primitives(sqlite_store: SqliteStore) -> None:
+    # SQLite keeps the derived heads and listing; they answer from the primitives they wrap.
+    heads = Store.folder_partition_heads(sqlite_store, [("b", "a/"), ("b", "x/"), ("b", "")], 1)
+    assert {key: [r.name for r in rows] for key, rows in heads.items()} == {
+        ("b", "a/"): ["b"],
+        ("b", ""): ["a"],
+    }
+    listed = Store.rows_listing(sqlite_store, [("b", "a/b/"), ("b", "a/c/"), ("b", "e/f/")])
+    assert listed == sqlite_store.rows_listing([("b", "a/b/"), ("b", "e/f/")])
+    assert [(row.parent, row.name) for row in listed.values()] == [("a/", "b"), ("e/", "f")]
+    probe = Store.probe_object_partitions(sqlite_store, [("b", "a/b/"), ("b", "e/")], 0)
+    assert probe.nonempty == {("b", "a/b/")} and probe.tombstone_heavy == set()

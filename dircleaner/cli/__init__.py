@@ -17,6 +17,7 @@ from dircleaner.cli.data_commands import (
 from dircleaner.cli.filter_commands import filters
 from dircleaner.cli.global_options import accept_global_options
 from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
+from dircleaner.cli.journal_commands import journal
 from dircleaner.store import DEFAULT_STORE_URL
 
 
@@ -99,6 +100,7 @@ for command in (
     clean,
     run,
     filters,
+    journal,
 ):
     cli.add_command(command)
 accept_global_options(cli)

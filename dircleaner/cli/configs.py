@@ -25,6 +25,7 @@ from dircleaner.timeutil import parse_duration
 if TYPE_CHECKING:
     # The store-wide job pulls in numpy and the filter modules: it is imported where a config
     # is built, so that `clean --prefix` starts without it.
+    from dircleaner.job.changed import ChangedCleanConfig
     from dircleaner.job.clean import CleanConfig
     from dircleaner.job.sweep import SweepConfig
     from dircleaner.store.base import Store
@@ -157,10 +158,42 @@ def prefix_clean_config(
     )
 
 
+def changed_clean_config(
+    *,
+    bucket: str | None,
+    settle: str,
+    min_age: str,
+    max_tombstones_per_partition: int | None,
+    grace_period: str | None,
+    max_delete_fraction: float,
+    force: bool,
+    dry_run: bool,
+    rate: float,
+    concurrency: int,
+    audit_log: str | None,
+    lease_ttl: str,
+) -> ChangedCleanConfig:
+    """The --changed night's config (the options it refuses are checked by the command)."""
+    from dircleaner.job.changed import ChangedCleanConfig
+
+    return ChangedCleanConfig(
+        bucket=bucket,
+        settle_s=parse_duration(settle),
+        min_age_s=parse_duration(min_age),
+        max_tombstones_per_partition=max_tombstones_per_partition,
+        grace_period_s=_optional_duration(grace_period),
+        guards=guard_config(max_delete_fraction=max_delete_fraction, force=force),
+        dry_run=dry_run,
+        throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
+        audit_log=_given_audit_log(audit_log),
+        lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
+    )
+
+
 def default_audit_log(scope: str) -> str:
-    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl``, else under ``~/.local/state``: a nightly
-    job's state belongs in one place, not in whatever directory cron started it in; one file
-    per store, so that no store's restore can read another's deletes."""
+    """``$XDG_STATE_HOME/dircleaner/audit-<store>.jsonl.gz``, else under ``~/.local/state``: a
+    nightly job's state belongs in one place, not in whatever directory cron started it in; one
+    file per store, so that no store's restore can read another's deletes."""
     from dircleaner.audit import audit_log_name
 
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

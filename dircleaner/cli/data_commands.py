@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from dircleaner.audit import (
-    AuditSelection,
-    RestorePlan,
-    audit_scope,
-    decoded_lines,
-    plan_restore,
-    restore,
-)
+from dircleaner.audit import audit_log_lines, audit_scope
 from dircleaner.cli.bulk import bulk_helper, bulk_loader, bulk_options, bulk_summary
 from dircleaner.cli.context import (
     TerminalProgress,
@@ -33,8 +26,10 @@ from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.cli.report import counted
 from dircleaner.cli.values import FiniteFloat
-from dircleaner.errors import UsageError
+from dircleaner.errors import SchemaError, UsageError
+from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
+from dircleaner.restore import AuditSelection, RestorePlan, plan_restore, restore
 from dircleaner.store import Store, backend_class
 from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import format_utc, now_us, parse_utc_time
@@ -193,7 +188,8 @@ def _put(store: Store, bucket: str, keys: Sequence[str]) -> None:
 @json_option
 @click.pass_context
 def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) -> None:
-    """Delete each key of PATH lazily: object rows only, the folder index is left as it is.
+    """Delete each key of PATH lazily: object rows only, the folder index is left as it is;
+    the keys' parent directories are journaled for the next 'clean --changed'.
 
     \b
     Example:
@@ -202,10 +198,30 @@ def delete_keys(ctx: click.Context, path: BinaryIO, bucket: str, as_json: bool) 
     validate_bucket(bucket)
     with obj(ctx).open(writes=True) as store:
         require_bucket(store, bucket)
-        applied = _apply_keys(
-            path, bucket, lambda keys: store.delete_objects(bucket, keys, now_us()), "deleted"
-        )
+        journaled = _Journaling(store, bucket)
+        applied = _apply_keys(path, bucket, journaled.delete, "deleted")
     _report_keys(applied, as_json)
+
+
+@dataclass
+class _Journaling:
+    """Lazy deletes as the metastore's delete path makes them: a batch's object rows, then a
+    journal row per parent directory (a crash between the two loses only a hint). A store
+    without the journal's table (a keyspace made before it) deletes all the same, once told."""
+
+    store: Store
+    bucket: str
+    journal: bool = True
+
+    def delete(self, keys: Sequence[str]) -> int | None:
+        found = self.store.delete_objects(self.bucket, keys, now_us())
+        if self.journal:
+            try:
+                record_deletes(self.store, self.bucket, keys)
+            except SchemaError as exc:
+                self.journal = False
+                click.echo(f"warning: deletes not journaled: {exc}", err=True)
+        return found
 
 
 @click.command("list-dirs")
@@ -368,7 +384,7 @@ def restore_cmd(
     \b
     Example:
       dircleaner --store sqlite:///meta.db restore \\
-        ~/.local/state/dircleaner/audit-<store>.jsonl --since '2026-11-26 07:00' --dry-run
+        ~/.local/state/dircleaner/audit-<store>.jsonl.gz --since '2026-11-26 07:00' --dry-run
     """
     if bucket is not None:
         validate_bucket(bucket)
@@ -384,20 +400,21 @@ def restore_cmd(
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
-            decoded_lines(audit_log, name),
+            audit_log_lines(audit_log, name),
             selection,
             scope,
             force=force,
             name=name,
             moved_from=_vacated_file if store.traits.scheme == "sqlite" else None,
         )
-        if not plan.rows and selection != AuditSelection() and plan.logged_generations:
-            _warn_nothing_selected(name, plan.logged_generations)
-        restored = None
-        if not dry_run:
-            if not as_json:
-                click.echo(f"restoring into {scope} from {name}")
-            restored = restore(store, plan.rows, now_us()).restored
+        with plan:
+            if not plan.rows and selection != AuditSelection() and plan.logged_generations:
+                _warn_nothing_selected(name, plan.logged_generations)
+            restored = None
+            if not dry_run:
+                if not as_json:
+                    click.echo(f"restoring into {scope} from {name}")
+                restored = restore(store, plan.rows, now_us()).restored
     write_metrics(ctx, RunMetrics.of_restore(len(plan.rows), restored, plan.skipped), success=True)
     emit(
         restore_summary(plan, scope, name, restored),

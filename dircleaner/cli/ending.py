@@ -31,6 +31,8 @@ COMMAND_LABEL = "command"
 STORE_LABEL = "store"
 #: the kind of run of ``clean --prefix`` (its own series, beside the store-wide ``clean``'s)
 PREFIX_CLEAN = "clean --prefix"
+#: the kind of run of ``clean --changed``, the churn night (its own series too)
+CHANGED_CLEAN = "clean --changed"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,11 @@ def ending_of(group: click.Command, args: Sequence[str]) -> Ending:
     as_json = bool(_value_of(command, opts, "--json"))
     if metrics_file is None:
         return Ending(None, as_json)
-    kind = PREFIX_CLEAN if path == ["clean"] and opts.get("prefix") is not None else " ".join(path)
+    kind = " ".join(path)
+    if path == ["clean"] and opts.get("changed"):
+        kind = CHANGED_CLEAN
+    elif path == ["clean"] and opts.get("prefix") is not None:
+        kind = PREFIX_CLEAN
     store = found.get("store", found.get("store_url", os.environ.get("DIRCLEANER_STORE")))
     labels = {COMMAND_LABEL: kind, STORE_LABEL: _shown_store(str(store or DEFAULT_STORE_URL))}
     return Ending(str(metrics_file), as_json, labels)

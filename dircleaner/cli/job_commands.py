@@ -11,6 +11,7 @@ import click
 
 from dircleaner.cli.configs import (
     audit_log_path,
+    changed_clean_config,
     clean_config,
     guard_config,
     parse_shard,
@@ -30,10 +31,13 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
+    NOT_WITH_CHANGED,
     NOT_WITH_PREFIX,
+    ONLY_WITH_CHANGED,
     ONLY_WITH_PREFIX,
     bucket_option,
     build_options,
+    changed_options,
     clean_options,
     given,
     json_option,
@@ -206,6 +210,7 @@ def sweep_cmd(
 @sweep_options
 @clean_options
 @prefix_options
+@changed_options
 @bucket_option()
 @workers_option
 @scan_rate_option
@@ -235,6 +240,8 @@ def clean(
     lease_ttl: str,
     prefix: str | None,
     max_deletes: int,
+    changed: bool,
+    settle: str,
     bucket: str | None,
     workers: int,
     scan_rate: float | None,
@@ -247,12 +254,35 @@ def clean(
 
     With --prefix, clean one subtree now (after a mass delete): walk the folder index under
     PREFIX, check each directory's objects, and delete the empty ones (no filter is used).
+    With --changed, the churn night: check only the directories the journal names.
 
     \b
     Example:
       dircleaner --store sqlite:///meta.db clean --dry-run
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
+      dircleaner --store sqlite:///meta.db clean --changed --settle 15m
     """
+    if changed:
+        from dircleaner.cli.changed import clean_changed
+
+        refuse_given(ctx, NOT_WITH_CHANGED, "with --changed")
+        changed_config = changed_clean_config(
+            bucket=bucket,
+            settle=settle,
+            min_age=min_age,
+            max_tombstones_per_partition=max_tombstones_per_partition,
+            grace_period=grace_period,
+            max_delete_fraction=max_delete_fraction,
+            force=force,
+            dry_run=dry_run,
+            rate=rate,
+            concurrency=concurrency,
+            audit_log=audit_log,
+            lease_ttl=lease_ttl,
+        )
+        clean_changed(ctx, changed_config, audit_log, min_age, as_json)
+        return
+    refuse_given(ctx, ONLY_WITH_CHANGED, "without --changed")
     if prefix is not None:
         refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
         prefix_config = prefix_clean_config(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dircleaner.cli.night_metrics import CHURN, FULL, ChurnFigures, night_gauges
 from dircleaner.job.prefix import PrefixCleanReport
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
@@ -18,6 +19,7 @@ from dircleaner.scanrate import ScanStats
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
     # which `clean --prefix` and the data commands start without.
+    from dircleaner.job.changed import ChangedCleanReport
     from dircleaner.job.clean import CleanReport
     from dircleaner.job.run import RunReport
     from dircleaner.pipeline.build import BuildResult
@@ -44,8 +46,11 @@ class RunMetrics:
     restore_skipped: int | None = None
     #: the store tells removed entries from requested ones (SQLite; not Cassandra)
     removal_known: bool = False
-    #: each pass's scan (``build``, ``sweep``, ``walk``)
+    #: each pass's scan (``build``, ``sweep``, ``walk``), and the re-check's reads (``verify``)
     scans: Mapping[str, ScanStats] = field(default_factory=dict)
+    #: the kind of night (``night_metrics``: churn or full), and a churn night's journal
+    night: str | None = None
+    churn: ChurnFigures | None = None
 
     @classmethod
     def of_clean(
@@ -56,6 +61,8 @@ class RunMetrics:
         phases = {} if build is None else {"build": round(build.seconds, 3)}
         phases.update((k, round(v, 3)) for k, v in report.phase_seconds.items())
         scans = {"sweep": report.sweep.scan}
+        if report.verified:
+            scans["verify"] = report.recheck  # the re-check's reads, under the same cap
         if build is not None:
             scans["build"] = build.scan
         return cls(
@@ -73,7 +80,20 @@ class RunMetrics:
     @classmethod
     def of_run(cls, report: RunReport, removal_known: bool) -> RunMetrics:
         """The nightly job's figures (no build figures when it reused an interrupted build)."""
-        return cls.of_clean(report.clean, removal_known, report.build)
+        return replace(cls.of_clean(report.clean, removal_known, report.build), night=FULL)
+
+    @classmethod
+    def of_changed_clean(cls, report: ChangedCleanReport, removal_known: bool) -> RunMetrics:
+        """A churn night's figures: its plan and deletes, and the journal's."""
+        return cls(
+            plan=report.plan,
+            cleaned=True,
+            deleted=report.deleted,
+            phase_seconds={k: round(v, 3) for k, v in report.phase_seconds.items()},
+            removal_known=removal_known,
+            night=CHURN,
+            churn=ChurnFigures.of(report),
+        )
 
     @classmethod
     def of_restore(cls, selected: int, restored: int | None, skipped: int) -> RunMetrics:
@@ -286,6 +306,8 @@ def render(
         value = read(metrics)
         if value is not None:
             gauge(name, help_text, value)
+    for name, help_text, value, own in night_gauges(metrics.night, metrics.churn):
+        gauge(name, help_text, value, own)
     for phase, seconds in sorted(metrics.phase_seconds.items()):
         gauge("phase_seconds", "Duration of each phase.", seconds, f'phase="{phase}"')
     for name, help_text, scan_reading in _SCAN_GAUGES:

@@ -22,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: where the audit log goes when --audit-log is not given (under $XDG_STATE_HOME)
 AUDIT_LOG_DISPLAY = (
-    "one file per store, named after it: $XDG_STATE_HOME/dircleaner/audit-<store>.jsonl"
+    "one file per store, named after it, audit-<store>.jsonl.gz in $XDG_STATE_HOME/dircleaner/"
     " (~/.local/state/dircleaner/ without XDG_STATE_HOME)"
 )
 
@@ -236,7 +236,8 @@ clean_options = _apply(
         click.option(
             "--audit-log",
             type=click.Path(dir_okay=False),
-            help="Append every deleted directory here (JSON lines; kept across runs)."
+            help="Append every deleted directory here, kept across runs (JSON lines, written"
+            " compressed when FILE ends in .gz)."
             f" Default: {AUDIT_LOG_DISPLAY}.",
         ),
         click.option("--force", is_flag=True, help="Override the safety guards (think twice)."),
@@ -285,6 +286,27 @@ prefix_options = _apply(
     ]
 )
 
+changed_options = _apply(
+    [
+        click.option(
+            "--changed",
+            is_flag=True,
+            help="The churn night: check only the directories the journal names (the parents"
+            " of deleted objects, and theirs once emptied), exactly, and delete the empty ones"
+            " (no filter is used; the weekly full night is the safety net).",
+        ),
+        click.option(
+            "--settle",
+            type=Duration(),
+            default="15m",
+            show_default=True,
+            help="With --changed: read the journal's hourly slots once this long past their"
+            " hour, for writers still in flight ('0s': everything journaled so far, the"
+            " current hour included).",
+        ),
+    ]
+)
+
 
 #: options of the store-wide clean that a --prefix clean has no use for, and why (refused when
 #: given: an option that is accepted and then ignored misleads whoever reads the command line)
@@ -300,10 +322,29 @@ NOT_WITH_PREFIX: dict[str, str] = {
     "shard": "the walk covers its subtree, not a slice of the ring",
     "spill_dir": "the walk keeps its subtree (at most --max-deletes directories) in memory",
     "spill_after": "the walk keeps its subtree (at most --max-deletes directories) in memory",
+    "changed": "--prefix cleans one subtree; --changed the journal's directories",
 }
 #: options only a --prefix clean uses, and why the store-wide clean refuses them
 ONLY_WITH_PREFIX: dict[str, str] = {
     "max_deletes": "it bounds a --prefix clean (the store-wide clean has --max-delete-fraction)",
+}
+#: options of the store-wide clean that a --changed night has no use for, and why
+NOT_WITH_CHANGED: dict[str, str] = {
+    "generation": "no filter is read",
+    "max_filter_age": "no filter is read",
+    "verify": "the night checks every directory's objects itself",
+    "max_rewrite_rows": "the churn night never rewrites a partition (it reads none whole)",
+    "prefix": "--prefix cleans one subtree; --changed the journal's directories",
+    "max_deletes": "it bounds a --prefix clean",
+    "workers": "the night runs in this process",
+    "scheduler": "the night runs in this process",
+    "slices": "the night runs in this process",
+    "shard": "the night reads the journal, not a slice of the ring",
+    "scan_rate": "the night scans nothing: it reads the partitions the journal names",
+}
+#: options only a --changed night uses, and why the other cleans refuse them
+ONLY_WITH_CHANGED: dict[str, str] = {
+    "settle": "it says which journal slots a --changed night reads",
 }
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import IO
 
+from dircleaner.timeutil import format_duration
 from dircleaner.workers.interrupt import check as check_interrupted
 
 log = logging.getLogger("dircleaner")
@@ -58,7 +59,10 @@ class TerminalProgress:
     info log line every ~30 s (``DIRCLEANER_PROGRESS_SECONDS``) and at the end of each phase.
 
     Phases run back to back, so a phase is timed from the end of the one before: a phase that
-    reports once, at its end (the re-check), gets its real rate."""
+    reports once, at its end, gets its real rate. A phase whose first report is its start
+    (nothing done yet: the deletes, the re-check) is timed from that report, so the work
+    between two phases (the plan before the deletes) does not slow its rate and stretch its
+    ETA."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream or sys.stderr
@@ -80,6 +84,8 @@ class TerminalProgress:
         now = time.monotonic()
         if phase != self._phase:
             self._end_phase(self._last_report)
+            if done == 0:
+                self._phase_started = now
             log.info("%s: started", phase)
             self._phase, self._last_log = phase, now
         self._done, self._total, self._last_report = done, total, now
@@ -105,7 +111,7 @@ class TerminalProgress:
         text = f"{self._phase}: {self._done:,}" + (f"/{total:,}" if total else "")
         text += _unit(self._phase) + f" ({rate:,.0f}/s"
         if total and rate > 0 and self._done < total:
-            text += f", ETA {max(total - self._done, 0) / rate:.0f}s"
+            text += f", ETA {format_duration(max(total - self._done, 0) / rate)}"
         return text + ")"
 
     def _end_phase(self, ended: float) -> None:

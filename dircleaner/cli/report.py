@@ -109,6 +109,8 @@ def clean_summary(report: CleanReport, removal_known: bool) -> Summary:
         "delete_timestamp_us": report.delete_timestamp_us,
         "verified": report.verified,
         "verified_parents": report.verified_parents,
+        # the re-check's reads (rows: directories read), under the scans' cap
+        "verify_reads": report.recheck.summary(),
         "dropped_nonempty": report.dropped_nonempty,
         "plan": plan_summary(report.plan),
         "dry_run": report.dry_run,
@@ -219,6 +221,15 @@ def scan_line(scan: ScanStats) -> str:
     )
 
 
+def reads_line(reads: ScanStats) -> str:
+    """How the re-check read: directories read per second, against the scans' cap."""
+    cap = f"cap {_n(round(reads.cap))}/s, shared with the scans" if reads.cap else "no cap"
+    return (
+        f"        reads {_n(round(reads.rows_per_s))} directories/s ({cap}); batches mean"
+        f" {_ms(reads.mean_latency_s)}, p99 {_ms(reads.p99_latency_s)}"
+    )
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f}s"
 
@@ -260,6 +271,7 @@ def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") 
             f"verify  {what}; {_n(report.dropped_nonempty)} found non-empty and kept"
             " (with their ancestors)"
         )
+        lines.append(reads_line(report.recheck))
     if report.spilled:
         lines.append(
             f"spill   {_n(report.spilled)} candidates spilled to disk, their slices over a"

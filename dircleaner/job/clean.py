@@ -137,6 +137,8 @@ class CleanReport:
     spilled: int = 0
     spill_bytes: int = 0
     plan_spill_bytes: int = 0
+    #: how the re-check's reads went (rows: directories read), under the scan's cap
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,7 @@ def summary(
         spilled=sum(t.spilled for t in tallies),
         spill_bytes=sum(t.spill_bytes for t in tallies),
         plan_spill_bytes=sum(c.plan_spill_bytes for c in cleaned),
+        recheck=outcome.recheck,
     )
 
 
@@ -433,6 +436,8 @@ class SlicesOutcome:
     totals: SweepTotals
     scan: ScanStats
     deleted: DeleteStats | None
+    #: the re-check's reads, all slices together
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 def sum_slices(
@@ -442,8 +447,9 @@ def sum_slices(
     that ran at once)."""
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
+    recheck = merge_scans([t.recheck for t in tallies], running, phases.get("verify", 0.0))
     deleted = deletes_of(cleaned, phases.get("delete", 0.0))
-    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted)
+    return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted, recheck)
 
 
 def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:

@@ -101,27 +101,36 @@ def charged_so_far(
 
 
 def ledger_charger(
-    store: TombstoneLedger, generation: str, charge_prefix: str, ttl_s: float
+    store: TombstoneLedger, generation: str, charge_id: str, ttl_s: float
 ) -> Callable[[Sequence[DeleteAction]], None]:
     """A hook for the deleter: charges a group of actions' tombstones, per partition, before
-    they are issued. Each group gets its own charge id, so no charge overwrites another."""
-    window = 0
+    they are issued.
+
+    One ledger row per partition for the whole attempt (``charge_id``, one per slice's
+    deletes), rewritten with the partition's running total as each group that touches it is
+    charged: the stores' charges are upserts by key. With the deletes spread round-robin over
+    the partitions, a group of a thousand actions touches about a thousand partitions, so a row
+    per group and partition (as charges once were) made the ledger, and the next night's
+    reads of it, grow with the deletes; now they follow the live partitions. The sum the ledger
+    holds for a partition is the same at every moment; a rewritten row expires with the
+    attempt's last charge of it, after, never before, the tombstones it pays for.
+    """
+    spent: Counter[tuple[str, str]] = Counter()
 
     def charge(actions: Sequence[DeleteAction]) -> None:
-        nonlocal window
-        costs: Counter[tuple[str, str]] = Counter()
+        touched: set[tuple[str, str]] = set()
         for action in actions:
             if action.tombstones:
-                costs[(action.partition.bucket, action.partition.parent)] += action.tombstones
-        if costs:
-            charge_id = f"{charge_prefix}.{window}"
+                key = (action.partition.bucket, action.partition.parent)
+                spent[key] += action.tombstones
+                touched.add(key)
+        if touched:
             store.charge_tombstones(
                 [
-                    TombstoneCharge(bucket, parent, generation, charge_id, cost)
-                    for (bucket, parent), cost in sorted(costs.items())
+                    TombstoneCharge(bucket, parent, generation, charge_id, spent[(bucket, parent)])
+                    for bucket, parent in sorted(touched)
                 ],
                 ttl_s,
             )
-        window += 1
 
     return charge

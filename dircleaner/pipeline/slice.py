@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
@@ -59,6 +59,8 @@ class ShardSwept:
     #: candidates written to a spill file (0: kept in memory), and that file's bytes
     spilled: int = 0
     spill_bytes: int = 0
+    #: how the re-check's reads went (rows: directories re-checked), under the same cap
+    recheck: ScanStats = field(default_factory=ScanStats)
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,14 @@ def sweep_and_recheck(
         held.finish(plan_room=deletes)
         scanned = throttle.stats()
         started = time.monotonic()
+        # The re-check's reads go through the slice's share of the cap too (a throttle of their
+        # own, made now: nothing saved up while the sweep read); a batch of reads is no page,
+        # so its latency steers nothing (the store retries what times out).
+        reads = ScanThrottle(replace(rate, adaptive=False))
         if verify:
-            rechecked = find_nonempty(store, held)
+            with rate.shared_by.joined():
+                rechecked = find_nonempty(store, held, reads, progress)
             nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
-            progress("verify", checked, checked)
     except BaseException:
         held.release()  # now, not whenever the traceback that refers to it goes
         raise
@@ -147,6 +153,7 @@ def sweep_and_recheck(
         scanned,
         spilled=held.candidates if held.spilled else 0,
         spill_bytes=held.spill_bytes,
+        recheck=reads.stats() if verify else ScanStats(),
     )
     return swept, held
 

@@ -29,6 +29,8 @@ from dircleaner.store.records import (
     DeleteRequest,
     DirCountEstimate,
     DirectoryReads,
+    JournalEntry,
+    ObjectProbe,
     StoreTraits,
     TombstoneCharge,
 )
@@ -240,6 +242,50 @@ class Store(abc.ABC):
         """
         return (bucket, parent) in self.nonempty_object_partitions([(bucket, parent)])
 
+    # -- the churn night's exact checks, derived ------------------------------------------------
+    def probe_object_partitions(
+        self, keys: Sequence[tuple[str, str]], tombstone_limit: int
+    ) -> ObjectProbe:
+        """``nonempty_object_partitions``, and of the partitions without a live row those whose
+        read meets more than ``tombstone_limit`` tombstones (the objects just deleted), where
+        the store can tell: none here. A backend that can tell reads them as little as it can
+        (SQLite counts them first; Cassandra learns it from the read's warning)."""
+        return ObjectProbe(self.nonempty_object_partitions(keys))
+
+    def folder_partition_heads(
+        self, keys: Sequence[tuple[str, str]], rows: int
+    ) -> dict[tuple[str, str], list[FolderRow]]:
+        """The first ``rows`` rows (clustering order) of each folders partition of ``keys``
+        (distinct); a partition without rows is absent. What the churn night reads to know
+        whether a directory has a subdirectory other than those it found empty.
+
+        Derived here from ``folder_partition_pages`` (its first page each); a backend that can
+        reads many partitions in one request, at the re-check's consistency.
+        """
+        if rows < 1:
+            raise ValueError("rows must be >= 1")
+        out: dict[tuple[str, str], list[FolderRow]] = {}
+        for bucket, parent in keys:
+            page = next(iter(self.folder_partition_pages(bucket, parent, page_rows=rows)), [])
+            if page:
+                out[(bucket, parent)] = page[:rows]
+        return out
+
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        """The folder row listing each ``(bucket, directory)`` of ``dirs`` (in its parent's
+        partition), for those the folder index lists. Derived here from a read of each
+        parent's partition; a backend reads the rows themselves, at the re-check's consistency.
+        """
+        out: dict[tuple[str, str], FolderRow] = {}
+        for bucket, directory in dict.fromkeys(dirs):
+            parent, name = folder_row_of(directory)
+            for page in self.folder_partition_pages(bucket, parent):
+                row = next((r for r in page if r.name == name), None)
+                if row is not None:
+                    out[(bucket, directory)] = row
+                    break
+        return out
+
     # -- deletes at a timestamp ---------------------------------------------------------------
     @abc.abstractmethod
     def delete_folder_rows(
@@ -408,6 +454,20 @@ class Store(abc.ABC):
         A primitive of each backend because it is on the clean's hot path: many partitions per
         call, read together (Cassandra: ``IN`` reads, ``LEDGER_READ_KEYS`` partitions each).
         """
+
+    # -- the journal of dirty directories (a primitive of its own) -----------------------------
+    # Not on the key-value primitive: a metastore's delete path writes it, one row per parent
+    # of a deleted object, so on Cassandra it is a table of its own (time-window compaction,
+    # every row with a TTL), read a whole time slot at a time by the churn night.
+    @abc.abstractmethod
+    def journal_write(self, entries: Sequence[JournalEntry], ttl_s: float) -> None:
+        """Upsert journal rows (a row is its slot, shard, bucket and parent; the last write of
+        a row wins), each expiring ``ttl_s`` seconds after this write."""
+
+    @abc.abstractmethod
+    def journal_read(self, slot: int, bucket: str | None = None) -> Iterator[list[JournalEntry]]:
+        """Every live row of time slot ``slot`` (all its shards; only ``bucket``'s when
+        given), in batches; a directory journaled in several shards comes once per shard."""
 
     def purge_expired(self, grace_s: float) -> None:
         """Drop ledger entries and tombstone records past the grace period, where the store

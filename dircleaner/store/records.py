@@ -102,3 +102,44 @@ class StoreTraits:
     #: opened read-only (an embedded store on a read-only mount): it can be inspected and
     #: swept, and every write fails
     read_only: bool = False
+
+
+#: the journal's time slots: an hour each, named by their start (Unix seconds)
+JOURNAL_SLOT_S = 3600
+#: the partitions each slot of the journal is spread over (a writer picks any of them; a night
+#: reads them all, in one request per slot): at 1B directories and 1% of them dirty a day,
+#: about 26,000 rows a partition
+JOURNAL_SHARDS = 16
+#: how long a journal row lives after its slot: longer than the full night's period (a week),
+#: so that a row no churn night read is still there for the full night's week to pass
+JOURNAL_TTL_S = 8 * 86_400
+
+
+class JournalEntry(NamedTuple):
+    """One row of the journal of dirty directories: ``(bucket, parent)`` lost an object in
+    time slot ``slot``, as one request (or a night deferring it) wrote it.
+
+    A hint, never a verdict: the night that reads it checks the directory itself.
+    """
+
+    #: the slot's start, Unix seconds (a multiple of ``JOURNAL_SLOT_S``)
+    slot: int
+    #: which of the slot's ``JOURNAL_SHARDS`` partitions holds the row
+    shard: int
+    bucket: str
+    #: the directory whose objects partition lost a row (``""``: the bucket's root)
+    parent: str
+    #: how many keys the request that wrote the row deleted under ``parent`` (the last write
+    #: of a row wins; 0 when unknown): what the objects partition may hold in tombstones
+    deleted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectProbe:
+    """What the churn night's probe of objects partitions found."""
+
+    #: the partitions holding a live row
+    nonempty: set[tuple[str, str]]
+    #: of the others, those whose read met (or would meet) more tombstones than asked: a
+    #: partition just emptied by many deletes, left for a later night
+    tombstone_heavy: set[tuple[str, str]] = field(default_factory=set)

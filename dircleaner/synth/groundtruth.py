@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dircleaner.audit import iter_audit_entries
+from dircleaner.audit import read_audit_log
 from dircleaner.paths import dir_of_row
 
 
@@ -45,12 +45,9 @@ def read_truth(path: Path) -> set[str]:
 
 def audited_dirs(path: Path, bucket: str) -> list[str]:
     """The directories an audit log says were deleted in ``bucket``."""
-    with path.open(encoding="utf-8") as stream:
-        return [
-            dir_of_row(e["parent"], e["name"])
-            for e in iter_audit_entries(stream)
-            if e["bucket"] == bucket
-        ]
+    return [
+        dir_of_row(e["parent"], e["name"]) for e in read_audit_log(path) if e["bucket"] == bucket
+    ]
 
 
 def tombstones_by_partition(path: Path, bucket: str) -> Counter[tuple[str, str]]:
@@ -58,17 +55,16 @@ def tombstones_by_partition(path: Path, bucket: str) -> Counter[tuple[str, str]]
     distinct range (its two bounds); partition deletes and rewrites leave none."""
     out: Counter[tuple[str, str]] = Counter()
     ranges: set[tuple[str, str, str]] = set()
-    with path.open(encoding="utf-8") as stream:
-        for e in iter_audit_entries(stream):
-            if e["bucket"] != bucket:
-                continue
-            if e.get("via") == "row":
-                out[(bucket, e["parent"])] += 1
-            elif e.get("via") == "range":
-                first, last = e["range"]
-                if (e["parent"], first, last) not in ranges:
-                    ranges.add((e["parent"], first, last))
-                    out[(bucket, e["parent"])] += 2
+    for e in read_audit_log(path):
+        if e["bucket"] != bucket:
+            continue
+        if e.get("via") == "row":
+            out[(bucket, e["parent"])] += 1
+        elif e.get("via") == "range":
+            first, last = e["range"]
+            if (e["parent"], first, last) not in ranges:
+                ranges.add((e["parent"], first, last))
+                out[(bucket, e["parent"])] += 2
     return out
 
 
@@ -82,7 +78,4 @@ def percentile(values: list[int], q: float) -> int:
 
 def audited_by_via(path: Path, bucket: str) -> Counter[str]:
     """How many directories an audit log says went by partition, row and range delete."""
-    with path.open(encoding="utf-8") as stream:
-        return Counter(
-            str(e.get("via")) for e in iter_audit_entries(stream) if e["bucket"] == bucket
-        )
+    return Counter(str(e.get("via")) for e in read_audit_log(path) if e["bucket"] == bucket)

@@ -4,7 +4,7 @@ A real metastore's schema differs from our reference one: keyspace, table and co
 bucket column (optional) and the stored form of the root parent all come from a TOML file::
 
     [cassandra]                   # connection and job tuning
-    [cassandra.tables]            # objects / folders / kv / ledger
+    [cassandra.tables]            # objects / folders / kv / ledger / journal
     [cassandra.columns]           # bucket (or false) / parent / name
     [cassandra.consistency]       # build / sweep / verify / delete / write / meta
     [cassandra.auth]              # username / password
@@ -174,7 +174,7 @@ class PhaseConsistency:
 
 @dataclass(frozen=True, slots=True)
 class Tables:
-    """``[cassandra.tables]``: the metastore's two index tables and our two."""
+    """``[cassandra.tables]``: the metastore's two index tables and our three."""
 
     objects: str = "objects"
     folders: str = "folders"
@@ -182,13 +182,15 @@ class Tables:
     kv: str = "dircleaner_kv"
     #: our tombstone ledger (the budget over the grace period)
     ledger: str = "dircleaner_ledger"
+    #: our journal of dirty directories (time-window compaction, every row with a TTL)
+    journal: str = "dircleaner_journal"
 
     def __post_init__(self) -> None:
         names = [getattr(self, f.name) for f in fields(self)]
         for f, name in zip(fields(self), names, strict=True):
             validate_identifier(name, f"{f.name} table")
         if len(set(names)) < len(names):
-            raise UsageError("the objects, folders, kv and ledger tables must be distinct")
+            raise UsageError("the objects, folders, kv, ledger and journal tables must be distinct")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dircleaner.store.cassandra.config import (
 )
 from dircleaner.store.cassandra.mapping import _q
 from dircleaner.store.cassandra.session import _connect
+from dircleaner.store.records import JOURNAL_TTL_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,13 +36,29 @@ class _TableSpec:
     #: the clustering key must be exactly this (False: only start with it)
     exact_clustering: bool
     types: tuple[tuple[str, str], ...]
+    #: the table's options (``WITH …``), if any
+    options: str = ""
+    #: opening a store needs the table (False: only the commands that use it do, and say so)
+    required: bool = True
 
     def ddl(self, keyspace: str) -> str:
         cols = ", ".join(f"{_q(col)} {typ}" for col, typ in self.types)
         pk = "(" + ", ".join(_q(c) for c in self.partition_key) + ")"
         key = ", ".join([pk, *(_q(c) for c in self.clustering)])
         table = f"{_q(keyspace)}.{_q(self.name)}"
-        return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({key}))"
+        options = f" WITH {self.options}" if self.options else ""
+        return f"CREATE TABLE IF NOT EXISTS {table} ({cols}, PRIMARY KEY ({key})){options}"
+
+
+#: the journal's options: rows are only ever written with a TTL and never deleted, so whole
+#: SSTables of one day's writes expire together (time-window compaction) and an expired row's
+#: tombstone need not outlive a repair cycle (a short grace); the table's default TTL is a net
+#: under the TTL every write sets
+JOURNAL_OPTIONS = (
+    "compaction = {'class': 'TimeWindowCompactionStrategy',"
+    " 'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}"
+    f" AND default_time_to_live = {JOURNAL_TTL_S} AND gc_grace_seconds = 10800"
+)
 
 
 def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
@@ -77,6 +94,24 @@ def _table_specs(cfg: CassandraConfig) -> list[tuple[str, _TableSpec]]:
                 ),
             ),
         ),
+        (
+            "journal",
+            _TableSpec(
+                cfg.tables.journal,
+                ("slot", "shard"),
+                ("bucket", "parent"),
+                True,
+                (
+                    ("slot", "bigint"),
+                    ("shard", "int"),
+                    ("bucket", "text"),
+                    ("parent", "text"),
+                    ("deleted", "int"),
+                ),
+                JOURNAL_OPTIONS,
+                required=False,
+            ),
+        ),
     ]
 
 
@@ -98,40 +133,49 @@ def _check_schema(metadata: Any, cfg: CassandraConfig) -> None:
             " (check the URL or config; 'dircleaner init-schema' creates the reference schema)"
         )
     for role, spec in _table_specs(cfg):
-        where = f"{cfg.keyspace}.{spec.name}"
-        table = ks.tables.get(spec.name)
-        if table is None:
-            hint = (
-                "run 'dircleaner init-schema'"
-                if role in ("kv", "ledger")
-                else "check [cassandra.tables]"
-            )
-            raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
-        for col, typ in spec.types:
-            column = table.columns.get(col)
-            if column is None:
-                raise SchemaError(
-                    f"column {col!r} does not exist in table {where} (check [cassandra.columns];"
-                    " names are case-sensitive)"
-                )
-            actual = str(column.cql_type)
-            if actual.replace("varchar", "text") != typ:
-                raise SchemaError(f"column {where}.{col} is {actual}, expected {typ}")
-        partition = tuple(c.name for c in table.partition_key)
-        if partition != spec.partition_key:
+        if not spec.required and spec.name not in ks.tables:
+            continue  # checked by the commands that use it (``check_table``)
+        check_table(metadata, cfg, role)
+
+
+def check_table(metadata: Any, cfg: CassandraConfig, role: str) -> None:
+    """Raise SchemaError naming what is missing or mis-shaped in the table of ``role``."""
+    spec = dict(_table_specs(cfg))[role]
+    where = f"{cfg.keyspace}.{spec.name}"
+    ks = metadata.keyspaces.get(cfg.keyspace)
+    table = None if ks is None else ks.tables.get(spec.name)
+    if table is None:
+        hint = (
+            "run 'dircleaner init-schema'"
+            if role in ("kv", "ledger", "journal")
+            else "check [cassandra.tables]"
+        )
+        raise SchemaError(f"table {where} ({role} table) does not exist; {hint}")
+    for col, typ in spec.types:
+        column = table.columns.get(col)
+        if column is None:
             raise SchemaError(
-                f"table {where} is partitioned by ({', '.join(partition)}), the mapping expects"
-                f" ({', '.join(spec.partition_key)})"
+                f"column {col!r} does not exist in table {where} (check [cassandra.columns];"
+                " names are case-sensitive)"
             )
-        clustering = tuple(c.name for c in table.clustering_key)
-        expected = spec.clustering
-        if clustering[: len(expected)] != expected or (
-            spec.exact_clustering and clustering != expected
-        ):
-            raise SchemaError(
-                f"table {where} has clustering columns ({', '.join(clustering)}), the mapping"
-                f" expects ({', '.join(expected)}{'' if spec.exact_clustering else ', …'})"
-            )
+        actual = str(column.cql_type)
+        if actual.replace("varchar", "text") != typ:
+            raise SchemaError(f"column {where}.{col} is {actual}, expected {typ}")
+    partition = tuple(c.name for c in table.partition_key)
+    if partition != spec.partition_key:
+        raise SchemaError(
+            f"table {where} is partitioned by ({', '.join(partition)}), the mapping expects"
+            f" ({', '.join(spec.partition_key)})"
+        )
+    clustering = tuple(c.name for c in table.clustering_key)
+    expected = spec.clustering
+    if clustering[: len(expected)] != expected or (
+        spec.exact_clustering and clustering != expected
+    ):
+        raise SchemaError(
+            f"table {where} has clustering columns ({', '.join(clustering)}), the mapping"
+            f" expects ({', '.join(expected)}{'' if spec.exact_clustering else ', …'})"
+        )
 
 
 def _missing_schema(metadata: Any, cfg: CassandraConfig) -> list[str]:

@@ -8,8 +8,9 @@ through one ``CassandraRequests`` (retries, paging, ordered concurrency, the key
 ``IndexScans`` (the scans and the directory count), ``PartitionReads`` (one partition, the
 re-check), ``WalkReads`` (the prefix walk's overlapped reads), ``FolderDeletes`` (deletes at T),
 ``PartitionRewrite``, ``IndexWrites`` (the S3 front-end's writes), ``CassandraKV`` (the key-value
-table the lease, run state and filter cells are built on) and ``CassandraLedger`` (the tombstone
-ledger). Each ``Store`` method hands over to one of them.
+table the lease, run state and filter cells are built on), ``CassandraLedger`` (the tombstone
+ledger) and ``CassandraJournal`` (the journal of dirty directories). Each ``Store`` method hands
+over to one of them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dircleaner.store.cassandra.config import (
     parse_cassandra_url,
 )
 from dircleaner.store.cassandra.deletes import PARTITION_DELETES_PER_REQUEST, FolderDeletes
+from dircleaner.store.cassandra.journal import CassandraJournal
 from dircleaner.store.cassandra.kv import CassandraKV
 from dircleaner.store.cassandra.ledger import CassandraLedger
 from dircleaner.store.cassandra.reads import PartitionReads
@@ -46,6 +48,8 @@ from dircleaner.store.records import (
     DeleteRequest,
     DirCountEstimate,
     DirectoryReads,
+    JournalEntry,
+    ObjectProbe,
     StoreTraits,
     TombstoneCharge,
 )
@@ -85,6 +89,7 @@ class CassandraStore(Store):
         self.writes = IndexWrites(self.requests)
         self.kv = CassandraKV(self.requests)
         self.ledger = CassandraLedger(self.requests)
+        self.journal = CassandraJournal(self.requests)
 
     @property
     def config(self) -> CassandraConfig:
@@ -170,6 +175,20 @@ class CassandraStore(Store):
 
     def tombstones_in_partition(self, bucket: str, parent: str) -> int:
         return self.reads.tombstones_in_partition(bucket, parent)
+
+    def probe_object_partitions(
+        self, keys: Sequence[tuple[str, str]], tombstone_limit: int
+    ) -> ObjectProbe:
+        # Cassandra tells only past its own tombstone_warn_threshold, after the read.
+        return self.reads.probe_object_partitions(keys)
+
+    def folder_partition_heads(
+        self, keys: Sequence[tuple[str, str]], rows: int
+    ) -> dict[tuple[str, str], list[FolderRow]]:
+        return self.reads.folder_partition_heads(keys, rows)
+
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        return self.reads.rows_listing(dirs)
 
     def read_directories(self, keys: Sequence[tuple[str, str]]) -> DirectoryReads:
         return self.walk.read_directories(keys)
@@ -258,3 +277,9 @@ class CassandraStore(Store):
         self, partitions: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], int]:
         return self.ledger.charged(partitions)
+
+    def journal_write(self, entries: Sequence[JournalEntry], ttl_s: float) -> None:
+        self.journal.write(entries, ttl_s)
+
+    def journal_read(self, slot: int, bucket: str | None = None) -> Iterator[list[JournalEntry]]:
+        return self.journal.read(slot, bucket)

@@ -106,14 +106,46 @@ CREATE TABLE IF NOT EXISTS kv (
 )
 """
 
+# The journal of dirty directories: one row per (slot, shard, bucket, parent), the last write
+# wins, each row expiring on its own (purged by the clean, as Cassandra's TTL does it).
+JOURNAL_TABLE = """
+CREATE TABLE IF NOT EXISTS journal (
+    slot       INTEGER NOT NULL,
+    shard      INTEGER NOT NULL,
+    bucket     TEXT    NOT NULL,
+    parent     TEXT    NOT NULL,
+    deleted    INTEGER NOT NULL,
+    expires_us INTEGER NOT NULL,
+    PRIMARY KEY (slot, shard, bucket, parent)
+) WITHOUT ROWID
+"""
+
+# The tombstones of deleted object rows, one per row as Cassandra keeps one (a second delete of
+# a row replaces it), so that the churn night can tell a partition a read would have to scan
+# many of; purged after the grace period, as compaction would.
+OBJECT_TOMBSTONES_TABLE = """
+CREATE TABLE IF NOT EXISTS object_tombstones (
+    token      INTEGER NOT NULL,
+    bucket     TEXT    NOT NULL,
+    parent     TEXT    NOT NULL,
+    name       TEXT    NOT NULL,
+    written_us INTEGER NOT NULL,
+    PRIMARY KEY (token, bucket, parent, name)
+) WITHOUT ROWID
+"""
+
 #: tables added after the first release: created on open, so older files keep working
 LATER_SCHEMA = LEDGER_TABLE + ";\n" + KV_TABLE + ";\n"
+#: the churn night's tables: created with a new file, and in an older file by the first write
+#: that needs them (a command that only reads never adds them)
+JOURNAL_SCHEMA = JOURNAL_TABLE + ";\n" + OBJECT_TOMBSTONES_TABLE + ";\n"
+JOURNAL_TABLES = ("journal", "object_tombstones")
 
 REQUIRED_TABLES = ("objects", "folders", "tombstones")
 #: tables an older release created and this one no longer uses (kept in the file, ignored)
 RETIRED_TABLES = ("filters", "state", "leases")
 #: every table of a metastore: a file holding any other has tables of its own
-OUR_TABLES = (*REQUIRED_TABLES, "ledger", "kv", *RETIRED_TABLES)
+OUR_TABLES = (*REQUIRED_TABLES, "ledger", "kv", *JOURNAL_TABLES, *RETIRED_TABLES)
 
 
 def path_from_url(url: str) -> Path:
@@ -190,7 +222,7 @@ def open_database(
         conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         conn.execute("PRAGMA temp_store=MEMORY")
         if created:
-            conn.executescript(SCHEMA)
+            conn.executescript(SCHEMA + JOURNAL_SCHEMA)
             have = _tables(conn)
         if not {"kv", "ledger"} <= have:
             conn.executescript(LATER_SCHEMA)

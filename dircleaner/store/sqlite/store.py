@@ -14,19 +14,28 @@ import logging
 import sqlite3
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dircleaner.errors import SchemaError, StoreUrlError
 from dircleaner.model import FolderRange, FolderRow, PartitionKey, Shard
-from dircleaner.paths import folder_row_of
+from dircleaner.paths import dir_of_row, folder_row_of
 from dircleaner.scanrate import ScanThrottle, paced
 from dircleaner.store.base import DEFAULT_GRACE_S, PARTITION_PAGE_ROWS, Store
 from dircleaner.store.kv import ANY, Entry, Expect
-from dircleaner.store.records import DirCountEstimate, StoreTraits, TombstoneCharge, murmur_token
+from dircleaner.store.records import (
+    DirCountEstimate,
+    JournalEntry,
+    ObjectProbe,
+    StoreTraits,
+    TombstoneCharge,
+    murmur_token,
+)
 from dircleaner.store.sqlite.kv import SqliteKV
 from dircleaner.store.sqlite.reading import ReadingConnection, open_for_reading
 from dircleaner.store.sqlite.schema import (
     CACHE_KIB,
+    JOURNAL_SCHEMA,
+    JOURNAL_TABLES,
     SCAN_CACHE_KIB,
     open_database,
     path_from_url,
@@ -79,6 +88,9 @@ class SqliteStore(Store):
         self._read_depth = 0
         #: opened for a command that only reads: how (None: opening brought the file up to date)
         self.reading: ReadingConnection | None = None
+        #: the journal's tables are known to exist (an older file gets them at its first
+        #: write that needs them)
+        self._journal_tables = False
 
     @classmethod
     def open(
@@ -360,6 +372,99 @@ class SqliteStore(Store):
             conn.execute("DROP TABLE IF EXISTS temp.dircleaner_recheck")
         return found
 
+    def probe_object_partitions(
+        self, keys: Sequence[tuple[str, str]], tombstone_limit: int
+    ) -> ObjectProbe:
+        """One set-based query per chunk: each partition's first object row, and for one
+        without any, its tombstones younger than the grace period, counted up to one past the
+        limit (a read of it would scan every one of them)."""
+        unique = list(dict.fromkeys(keys))
+        if not self._journal_tables_exist():
+            return ObjectProbe(self.nonempty_object_partitions(unique))
+        sql = (
+            "SELECT k.bucket, k.parent, EXISTS (SELECT 1 FROM objects AS o WHERE o.token ="
+            " k.token AND o.bucket = k.bucket AND o.parent = k.parent) AS live,"
+            " (SELECT count(*) FROM (SELECT 1 FROM object_tombstones AS t WHERE t.token ="
+            " k.token AND t.bucket = k.bucket AND t.parent = k.parent AND t.written_us >= ?"
+            " LIMIT ?)) FROM temp.dircleaner_keys AS k"
+        )
+        nonempty: set[tuple[str, str]] = set()
+        heavy: set[tuple[str, str]] = set()
+        params = (self._grace_cutoff_us(), tombstone_limit + 1)
+        rows = [(murmur_token(b, p), b, p, "") for b, p in unique]
+        for bucket, parent, live, tombstones in self._keyed_query(rows, sql, params):
+            if live:
+                nonempty.add((str(bucket), str(parent)))
+            elif tombstones > tombstone_limit:
+                heavy.add((str(bucket), str(parent)))
+        return ObjectProbe(nonempty, heavy)
+
+    def folder_partition_heads(
+        self, keys: Sequence[tuple[str, str]], rows: int
+    ) -> dict[tuple[str, str], list[FolderRow]]:
+        """One set-based query per chunk: per partition, its first ``rows`` names in name order
+        (a correlated ``LIMIT``, so a wide partition is read no further), joined by NUL, which
+        no key holds."""
+        if rows < 1:
+            raise ValueError("rows must be >= 1")
+        sql = (
+            "SELECT k.token, k.bucket, k.parent, (SELECT group_concat(name, char(0)) FROM"
+            " (SELECT f.name FROM folders AS f WHERE f.token = k.token AND f.bucket = k.bucket"
+            " AND f.parent = k.parent ORDER BY f.name LIMIT ?)) FROM temp.dircleaner_keys AS k"
+        )
+        keyed = [(murmur_token(b, p), b, p, "") for b, p in dict.fromkeys(keys)]
+        out: dict[tuple[str, str], list[FolderRow]] = {}
+        for token, bucket, parent, names in self._keyed_query(keyed, sql, (rows,)):
+            if names is not None:
+                out[(bucket, parent)] = [
+                    FolderRow(token, bucket, parent, name) for name in names.split("\0")
+                ]
+        return out
+
+    def rows_listing(self, dirs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], FolderRow]:
+        """One set-based query per chunk: the rows that exist among those listing ``dirs``."""
+        keyed = []
+        for bucket, directory in dict.fromkeys(dirs):
+            parent, name = folder_row_of(directory)
+            keyed.append((murmur_token(bucket, parent), bucket, parent, name))
+        sql = (
+            "SELECT k.token, k.bucket, k.parent, k.name FROM temp.dircleaner_keys AS k WHERE"
+            " EXISTS (SELECT 1 FROM folders AS f WHERE f.token = k.token AND f.bucket ="
+            " k.bucket AND f.parent = k.parent AND f.name = k.name)"
+        )
+        return {
+            (bucket, dir_of_row(parent, name)): FolderRow(token, bucket, parent, name)
+            for token, bucket, parent, name in self._keyed_query(keyed, sql, ())
+        }
+
+    def _keyed_query(
+        self, keys: list[tuple[int, str, str, str]], sql: str, params: Sequence[object]
+    ) -> Iterator[tuple[Any, ...]]:
+        """``sql``'s rows over ``keys`` (token, bucket, parent, name), loaded a chunk at a time
+        in key order into ``temp.dircleaner_keys``, in a deferred transaction (only the temp
+        table is written: the metastore's writers are never locked out)."""
+        conn = self._conn
+        conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS dircleaner_keys (token INTEGER NOT NULL,"
+            " bucket TEXT NOT NULL, parent TEXT NOT NULL, name TEXT NOT NULL)"
+        )
+        try:
+            with self._read_once():
+                for start in range(0, len(keys), RECHECK_CHUNK):
+                    chunk = sorted(keys[start : start + RECHECK_CHUNK])
+                    conn.execute("BEGIN")
+                    try:
+                        conn.execute("DELETE FROM temp.dircleaner_keys")
+                        conn.executemany(
+                            "INSERT INTO temp.dircleaner_keys VALUES (?, ?, ?, ?)", chunk
+                        )
+                        found = conn.execute(sql, params).fetchall()
+                    finally:
+                        conn.execute("COMMIT")
+                    yield from found
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.dircleaner_keys")
+
     # -- deletes at a timestamp ---------------------------------------------------------------
     def delete_folder_rows(
         self, rows: Sequence[FolderRow], timestamp_us: int
@@ -489,6 +594,12 @@ class SqliteStore(Store):
             conn.execute(
                 "DELETE FROM tombstones WHERE written_us < ?", (now - int(grace_s * 1_000_000),)
             )
+            if self._journal_tables_exist():
+                conn.execute("DELETE FROM journal WHERE expires_us <= ?", (now,))
+                conn.execute(
+                    "DELETE FROM object_tombstones WHERE written_us < ?",
+                    (now - int(grace_s * 1_000_000),),
+                )
 
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         expires = now_us() + int(ttl_s * 1_000_000)
@@ -530,6 +641,50 @@ class SqliteStore(Store):
             out.update(((str(b), str(p)), int(c)) for b, p, c in rows)
         return out
 
+    # -- the journal of dirty directories ---------------------------------------------------------
+    def journal_write(self, entries: Sequence[JournalEntry], ttl_s: float) -> None:
+        expires = now_us() + int(ttl_s * 1_000_000)
+        with self._transaction() as conn:
+            self._create_journal_tables(conn)
+            conn.executemany(
+                "INSERT OR REPLACE INTO journal (slot, shard, bucket, parent, deleted, expires_us)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(*entry, expires) for entry in entries],
+            )
+
+    def journal_read(self, slot: int, bucket: str | None = None) -> Iterator[list[JournalEntry]]:
+        if not self._journal_tables_exist():
+            return
+        sql = (
+            "SELECT slot, shard, bucket, parent, deleted FROM journal"
+            " WHERE slot = ? AND expires_us > ?"
+        )
+        params: list[object] = [slot, now_us()]
+        if bucket is not None:
+            sql += " AND bucket = ?"
+            params.append(bucket)
+        for batch in self._stream(sql + " ORDER BY shard, bucket, parent", params):
+            yield [JournalEntry(*row) for row in batch]  # type: ignore[arg-type]
+
+    def _journal_tables_exist(self) -> bool:
+        if not self._journal_tables:
+            have = {
+                str(name)
+                for (name,) in self._conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                )
+            }
+            self._journal_tables = set(JOURNAL_TABLES) <= have
+        return self._journal_tables
+
+    def _create_journal_tables(self, conn: sqlite3.Connection) -> None:
+        """Within a write transaction: the journal's tables, in an older file that lacks them."""
+        if not self._journal_tables_exist():
+            for statement in JOURNAL_SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            self._journal_tables = True
+
     def folders_grace_seconds(self) -> tuple[float, str]:
         return self.grace_s, "default" if self.grace_s == DEFAULT_GRACE_S else "configured"
 
@@ -552,13 +707,23 @@ class SqliteStore(Store):
     def delete_object_rows(
         self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
     ) -> int | None:
+        keyed = [(murmur_token(b, p), b, p, n) for b, p, n in rows]
         with self._transaction() as conn:
             cursor = conn.executemany(
                 "DELETE FROM objects WHERE token = ? AND bucket = ? AND parent = ? AND name = ?"
                 " AND ts <= ?",
-                [(murmur_token(b, p), b, p, n, timestamp_us) for b, p, n in rows],
+                [(*key, timestamp_us) for key in keyed],
             )
-            return max(cursor.rowcount, 0)
+            removed = max(cursor.rowcount, 0)
+            # A tombstone per row, as Cassandra writes one whether the row existed or not.
+            self._create_journal_tables(conn)
+            written = now_us()
+            conn.executemany(
+                "INSERT OR REPLACE INTO object_tombstones (token, bucket, parent, name, written_us)"
+                " VALUES (?, ?, ?, ?, ?)",
+                [(*key, written) for key in keyed],
+            )
+            return removed
 
     def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
         """Insert pre-tokenised ``(token, bucket, parent, name, ts)`` rows (generator fast path)."""
