@@ -48,6 +48,7 @@ from dircleaner.cli.options import (
     scheduler_option,
     shard_option,
     sweep_options,
+    window_options,
     workers_option,
 )
 from dircleaner.cli.report import (
@@ -209,6 +210,7 @@ def sweep_cmd(
 @click.command()
 @sweep_options
 @clean_options
+@window_options
 @prefix_options
 @changed_options
 @bucket_option()
@@ -238,6 +240,8 @@ def clean(
     spill_dir: str | None,
     spill_after: int,
     lease_ttl: str,
+    max_run_time: str | None,
+    deadline: str | None,
     prefix: str | None,
     max_deletes: int,
     changed: bool,
@@ -327,6 +331,8 @@ def clean(
         lease_ttl=lease_ttl,
         spill_dir=spill_dir,
         spill_after=spill_after,
+        deadline=deadline,
+        max_run_time=max_run_time,
     )
     _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
 
@@ -334,6 +340,7 @@ def clean(
 @click.command()
 @build_options
 @clean_options
+@window_options
 @bucket_option()
 @workers_option
 @scan_rate_option
@@ -361,6 +368,8 @@ def run(
     spill_dir: str | None,
     spill_after: int,
     lease_ttl: str,
+    max_run_time: str | None,
+    deadline: str | None,
     bucket: str | None,
     workers: int,
     scan_rate: float | None,
@@ -414,6 +423,8 @@ def run(
         lease_ttl=lease_ttl,
         spill_dir=spill_dir,
         spill_after=spill_after,
+        deadline=deadline,
+        max_run_time=max_run_time,
     )
     with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
         build_config = BuildConfig(

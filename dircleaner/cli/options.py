@@ -286,6 +286,23 @@ prefix_options = _apply(
     ]
 )
 
+window_options = _apply(
+    [
+        click.option(
+            "--max-run-time",
+            type=Duration(),
+            help="Start no delete this long after the run began (e.g. 5h): the deletes in flight"
+            " end, the rest is left for the next run, which resumes; exit 0 ('stopped at the"
+            " deadline, N left'). The build and the sweep always finish.",
+        ),
+        click.option(
+            "--deadline",
+            help="As --max-run-time, at a time: HH:MM (the next such local time, e.g. 06:00) or"
+            " a full one (2026-11-27T06:00:00Z); with both, the earlier wins.",
+        ),
+    ]
+)
+
 changed_options = _apply(
     [
         click.option(
@@ -323,6 +340,8 @@ NOT_WITH_PREFIX: dict[str, str] = {
     "spill_dir": "the walk keeps its subtree (at most --max-deletes directories) in memory",
     "spill_after": "the walk keeps its subtree (at most --max-deletes directories) in memory",
     "changed": "--prefix cleans one subtree; --changed the journal's directories",
+    "max_run_time": "a --prefix clean is bounded by --max-deletes; stop it with Ctrl-C",
+    "deadline": "a --prefix clean is bounded by --max-deletes; stop it with Ctrl-C",
 }
 #: options only a --prefix clean uses, and why the store-wide clean refuses them
 ONLY_WITH_PREFIX: dict[str, str] = {
@@ -341,6 +360,8 @@ NOT_WITH_CHANGED: dict[str, str] = {
     "slices": "the night runs in this process",
     "shard": "the night reads the journal, not a slice of the ring",
     "scan_rate": "the night scans nothing: it reads the partitions the journal names",
+    "max_run_time": "a churn night is as short as the churn; the full night has the window",
+    "deadline": "a churn night is as short as the churn; the full night has the window",
 }
 #: options only a --changed night uses, and why the other cleans refuse them
 ONLY_WITH_CHANGED: dict[str, str] = {

@@ -25,6 +25,7 @@ from itertools import islice
 from typing import NoReturn, Protocol
 
 from dircleaner.audit import AuditLog
+from dircleaner.deadline import Deadline
 from dircleaner.errors import (
     DircleanerError,
     RewriteUnsupported,
@@ -189,6 +190,8 @@ class DeleteStats:
     #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
     #: rest of ``directories`` were written after the delete timestamp and kept
     rows_removed: int | None = None
+    #: the deletes stopped at the night's deadline, the rest of the plan not sent
+    stopped_at_deadline: bool = False
 
     @property
     def kept_written_after_t(self) -> int | None:
@@ -208,6 +211,7 @@ def execute_plan(
     rng: random.Random | None = None,
     keep_going: Callable[[], None] = lambda: None,
     charge: Callable[[Sequence[DeleteAction]], None] | None = None,
+    deadline: Deadline | None = None,
 ) -> DeleteStats:
     """Issue the plan's deletes in order through a sliding window of at most ``concurrency``
     requests in flight, throttled, retrying transient failures with backoff.
@@ -220,10 +224,24 @@ def execute_plan(
     while those are still in flight, so the window never waits for a group's slowest request:
     a run killed at any point has charged at most one group it did not send (over-counted,
     never under-counted), and each charge expires with, not before, the tombstones it pays for.
+
+    Once ``deadline`` is reached no group is sent any more (the one waiting for its rate is
+    neither lease-checked, charged, audited nor sent): what was sent ends, and the stats say
+    the deletes stopped at the deadline.
     """
     with throttle.shared_by.joined():  # --rate is shared by the slices deleting now
         return _execute(
-            store, plan, timestamp_us, throttle, audit, progress, sleep, rng, keep_going, charge
+            store,
+            plan,
+            timestamp_us,
+            throttle,
+            audit,
+            progress,
+            sleep,
+            rng,
+            keep_going,
+            charge,
+            deadline,
         )
 
 
@@ -238,6 +256,7 @@ def _execute(
     rng: random.Random | None,
     keep_going: Callable[[], None],
     charge: Callable[[Sequence[DeleteAction]], None] | None,
+    deadline: Deadline | None,
 ) -> DeleteStats:
     started = time.monotonic()
     stats = DeleteStats()
@@ -260,6 +279,9 @@ def _execute(
             # the last thing before its requests go: a run that lost its lease (its client
             # gone) sends nothing it checked before that.
             window.rate.acquire(len(chunk))
+            if deadline is not None and deadline.reached():
+                stats.stopped_at_deadline = True
+                break
             keep_going()
             if charge is not None:
                 charge(chunk)

@@ -108,8 +108,8 @@ class Workers(Protocol):
         result; (first results, second results), in shard order.
 
         What a first phase keeps stays where it ran; if ``work.decide`` raises, no second phase
-        runs. ``work.on_second_done(i)`` is called as shard i's second phase succeeds; if one
-        fails, the others finish theirs before the error propagates.
+        runs. ``work.on_second_done(i, result)`` is called as shard i's second phase succeeds;
+        if one fails, the others finish theirs before the error propagates.
         """
         ...
 

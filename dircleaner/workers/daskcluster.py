@@ -236,7 +236,7 @@ class DaskWorkers:
         shards: Sequence[Shard],
         phase: str,
         progress: Progress,
-        on_done: Callable[[int], None] | None = None,
+        on_done: Callable[[int, Any], None] | None = None,
     ) -> list[Any]:
         """Every future's result, in shard order; a slice that failed for good raises
         ``SliceFailed`` naming it. Without ``on_done`` the first failure is raised at once (the
@@ -262,7 +262,7 @@ class DaskWorkers:
                 if future.status == "finished":
                     results[index] = future.result()
                     if on_done is not None:
-                        on_done(index)
+                        on_done(index, results[index])
                     continue
                 failure = _slice_failed(phase, shards[index], future.exception())
                 if on_done is None:
