@@ -11,6 +11,10 @@ Dask when its second phase needs it (deletes are idempotent at T, and a re-run p
 deletes within the same budgets).
 
 Progress comes from the tasks as Dask events; the dashboard shows the tasks themselves.
+
+A client that stops (a signal, an error) cancels its tasks and tells every worker to stop the
+ones already running (``interrupt.stop_run``): they stop after their batch or wait in flight,
+as a local worker does, and free their threads for the next run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import gc
 import operator
 import os
 import secrets
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +40,7 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
+from dircleaner.workers import interrupt
 from dircleaner.workers.base import SliceFailed, default_slice_count
 from dircleaner.workers.work import ShardTask, TwoPhaseWork
 
@@ -49,6 +55,8 @@ CONNECT_TIMEOUT_S = 30.0
 REPORT_EVERY_S = 0.5
 #: the client shows the tasks' progress at most this often while it waits on them
 _PROGRESS_EVERY_S = 0.2
+#: how long a stopping client waits for the workers to hear that their tasks must stop
+_STOP_TASKS_TIMEOUT_S = 1.0
 
 
 class SchedulerUnavailable(DircleanerError):
@@ -108,7 +116,7 @@ class DaskWorkers:
             f"Dask scheduler {address}: {len(nthreads)} workers, {self.parallelism} threads"
         )
         self._run = secrets.token_hex(6)
-        self._topic = f"dircleaner-progress-{self._run}"
+        self._topic = _topic(self._run)
         self._lock = threading.Lock()
         #: (phase, slice label) → items done, as the task last reported
         self._done: dict[tuple[str, str], int] = {}
@@ -133,7 +141,7 @@ class DaskWorkers:
                 store.config_path,
                 task,
                 shard,
-                self._topic,
+                self._run,
                 phase,
                 read_only=store.traits.read_only,
                 key=self._key(phase, shard),
@@ -142,6 +150,9 @@ class DaskWorkers:
         ]
         try:
             return self._collect(futures, shards, phase, progress)
+        except BaseException:
+            self._stop_tasks()
+            raise
         finally:
             self.client.cancel(futures)
 
@@ -161,7 +172,7 @@ class DaskWorkers:
                 config_path,
                 work.first,
                 shard,
-                self._topic,
+                self._run,
                 phases[0],
                 read_only=store.traits.read_only,
                 key=self._key(phases[0], shard),
@@ -186,7 +197,7 @@ class DaskWorkers:
                     shard,
                     k,
                     shared_message,
-                    self._topic,
+                    self._run,
                     phases[1],
                     read_only=store.traits.read_only,
                     key=self._key(phases[1], shard),
@@ -200,6 +211,9 @@ class DaskWorkers:
                 progress,
                 work.on_second_done,
             )
+        except BaseException:
+            self._stop_tasks()
+            raise
         finally:
             self.client.cancel([*kept, *tally_futures, *second_futures])
         return tallies, results
@@ -207,6 +221,19 @@ class DaskWorkers:
     def close(self) -> None:
         self.client.unsubscribe_topic(self._topic)
         self.client.close()
+
+    def _stop_tasks(self) -> None:
+        """Tell every worker to stop this run's tasks that are running (a cancel only drops
+        their results: a running task's thread goes on), within a second or not at all."""
+        signum = interrupt.requested() or signal.SIGTERM
+        with contextlib.suppress(Exception):
+            self.client.run(
+                interrupt.stop_run,
+                self._run,
+                int(signum),
+                on_error="ignore",
+                callback_timeout=_STOP_TASKS_TIMEOUT_S,
+            )
 
     def _key(self, phase: str, shard: Shard) -> str:
         return f"dircleaner-{self._run}-{phase}-{shard.index}of{shard.count}"
@@ -374,16 +401,22 @@ def _weight(held: Any) -> int:
     return int(held.nbytes)
 
 
+def _topic(run: str) -> str:
+    """The Dask event topic a run's tasks report their progress on."""
+    return f"dircleaner-progress-{run}"
+
+
 def _one_phase(
     url: str,
     config_path: Path | None,
     task: Callable[[Store, Shard, Progress], R],
     shard: Shard,
-    topic: str,
+    run: str,
     phase: str,
     read_only: bool = False,
 ) -> R:
-    """A task on a worker: its own store connection, the task, progress sent as events."""
+    """A task on a worker: its own store connection, the task, progress sent as events; it
+    stops when its client says so (``interrupt.stop_run``)."""
     # A worker process is no fork of the client: it loads the compiled filter kernels itself
     # (once; through numba, about half a second), or every build and sweep task hashes key by
     # key with mmh3.
@@ -391,9 +424,10 @@ def _one_phase(
     load_kernels()
     weigh_held_candidates()
     store = open_store(url, config_path=config_path, read_only=read_only)
-    report = _Reporter(topic, phase, shard)
+    report = _Reporter(_topic(run), phase, shard)
     try:
-        with _gc_paused_while_tasks_run():
+        with _gc_paused_while_tasks_run(), interrupt.obeying(run):
+            interrupt.check()
             return task(store, shard, report)
     finally:
         report.flush()
@@ -407,16 +441,17 @@ def _second_phase(
     shard: Shard,
     first_result: tuple[Any, Any],
     message: Any,
-    topic: str,
+    run: str,
     phase: str,
     read_only: bool = False,
 ) -> R:
     """The second phase on the worker that holds the first phase's result (or recomputed it)."""
     tune_malloc_under_nanny()
     store = open_store(url, config_path=config_path, read_only=read_only)
-    report = _Reporter(topic, phase, shard)
+    report = _Reporter(_topic(run), phase, shard)
     try:
-        with _gc_paused_while_tasks_run():
+        with _gc_paused_while_tasks_run(), interrupt.obeying(run):
+            interrupt.check()
             return second(store, shard, first_result[1], message, report)
     finally:
         report.flush()
@@ -438,6 +473,7 @@ class _Reporter:
         self._done: int | None = None
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
+        interrupt.check()  # a task stops after its batch in flight, like a local worker
         if phase != self._phase:
             return  # a step inside the task's phase (the sweep's re-check) counts other things
         self._done = done
