@@ -27,6 +27,7 @@ import operator
 import os
 import secrets
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -49,8 +50,16 @@ T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
 
-#: how long to wait for the scheduler, and for its first worker
-CONNECT_TIMEOUT_S = 30.0
+#: how long to try to reach the scheduler (a scheduler restarting is back within seconds; an
+#: address nobody listens on fails the run after this long)
+CONNECT_TIMEOUT_S = 8.0
+#: how long to try a scheduler address that refuses connections before the run fails (a
+#: scheduler restarting listens again within it)
+REFUSED_FOR_S = 4.0
+#: how long to wait for the scheduler's first worker
+WORKER_WAIT_S = 30.0
+#: the schemes whose addresses are HOST:PORT
+_HOST_PORT_SCHEMES = frozenset({"tcp", "tls", "ws", "wss"})
 #: a task reports its progress at most this often
 REPORT_EVERY_S = 0.5
 #: the client shows the tasks' progress at most this often while it waits on them
@@ -61,6 +70,81 @@ _STOP_TASKS_TIMEOUT_S = 1.0
 
 class SchedulerUnavailable(DircleanerError):
     """The Dask scheduler could not be reached, or has no worker."""
+
+
+def checked_address(address: str) -> tuple[str, tuple[str, int] | None]:
+    """``address`` and its (host, port) where it has them, if it is a Dask scheduler address
+    (``tcp://HOST:PORT``, or ``HOST:PORT``); UsageError saying what is wrong otherwise."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    shape = "a scheduler address is tcp://HOST:PORT (port 8786 by default)"
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if scheme not in _HOST_PORT_SCHEMES:
+            return address, None
+        host, port = parse_host_port(location)
+        if not host or not 0 < int(port) < 65536:
+            raise ValueError(f"no host, or a port outside 1-65535, in {location!r}")
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--scheduler {address!r}: {exc}; {shape}") from None
+    return address, (host, int(port))
+
+
+def _probe(address: str, host_port: tuple[str, int] | None) -> None:
+    """SchedulerUnavailable, within ``REFUSED_FOR_S``, if nothing listens at the scheduler's
+    host and port (the client itself would try for ``CONNECT_TIMEOUT_S``)."""
+    if host_port is None:
+        return
+    deadline = time.monotonic() + REFUSED_FOR_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(host_port, timeout=max(left, 0.1)):
+                return
+        except ConnectionRefusedError as exc:
+            why: OSError = exc
+        except OSError as exc:  # no route, a name that does not resolve, no answer
+            why = exc
+            left = 0.0
+        if left <= 0 or deadline - time.monotonic() <= 0:
+            raise SchedulerUnavailable(
+                f"cannot reach the Dask scheduler at {address}: {why.strerror or why};"
+                " is 'dask scheduler' running there?"
+            )
+        interrupt.wait(min(0.5, max(deadline - time.monotonic(), 0.0)))
+
+
+def _connect(address: str) -> Any:
+    """A client of the scheduler at ``address``, or SchedulerUnavailable within
+    ``CONNECT_TIMEOUT_S``.
+
+    A client whose construction failed is marked closed before it is let go: its finaliser
+    would otherwise try to close it through an event loop that no longer answers, and print a
+    TimeoutError traceback after a minute."""
+    from distributed import Client  # only a run with --scheduler pays for the import
+
+    client = Client.__new__(Client)
+    try:
+        Client.__init__(client, address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        client.status = "closed"
+        raise SchedulerUnavailable(
+            f"cannot reach the Dask scheduler at {address}: no answer within"
+            f" {CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}); is 'dask scheduler' running"
+            " there?"
+        ) from None
+    except Exception as exc:  # something answered, but not as a Dask scheduler does
+        client.status = "closed"
+        raise SchedulerUnavailable(
+            f"{address} does not answer as a Dask scheduler does ({type(exc).__name__});"
+            " is it the scheduler's address (port 8786 by default)?"
+        ) from None
+    except BaseException:
+        client.status = "closed"
+        raise
+    return client
 
 
 class DaskWorkers:
@@ -76,16 +160,11 @@ class DaskWorkers:
     def __init__(self, address: str, slices: int | None = None) -> None:
         if slices is not None and slices < 1:
             raise UsageError("--slices must be at least 1")
-        from distributed import Client  # only a run with --scheduler pays for the import
-
+        address, host_port = checked_address(address)
+        _probe(address, host_port)
+        self.client = _connect(address)
         try:
-            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise SchedulerUnavailable(
-                f"cannot reach the Dask scheduler at {address}: {exc}"
-            ) from exc
-        try:
-            self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            self.client.wait_for_workers(1, timeout=WORKER_WAIT_S)
         except TimeoutError as exc:
             self.client.close()
             raise SchedulerUnavailable(
