@@ -70,16 +70,19 @@ def filters() -> None:
 )
 @click.pass_context
 def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List every generation with its age, size and completeness.
+    """List every generation with its scope (the buckets it serves), age, size and
+    completeness.
 
     \b
     Example:
       dircleaner filters list --json
     """
     from dircleaner.filter.stored import list_generations
+    from dircleaner.pipeline.build import describe_scope
 
     with obj(ctx).open() as store:
         rows = [_describe(info, time.time()) for info in list_generations(store)]
+        tables = store.scope_id()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -87,8 +90,11 @@ def list_cmd(ctx: click.Context, as_json: bool) -> None:
         click.echo("no filters stored")
     for row in rows:
         state = "complete" if row["complete"] else "CORRUPT" if row["corrupt"] else "INCOMPLETE"
+        scope = row.get("scope")
+        covers = "scope ?" if scope is None else f"for {describe_scope(str(scope), tables)}"
         click.echo(
-            f"{row['generation']}  {state:10}  shards {row['shards']}  age {_shown(row, 'age')}"
+            f"{row['generation']}  {state:10}  {covers}  shards {row['shards']}"
+            f"  age {_shown(row, 'age')}"
             f"  items {_shown(row, 'items')}  fill {_shown(row, 'fill')}"
             f"  fpr {_shown(row, 'fpr_estimated')} (target {_shown(row, 'fpr_target')})"
         )
