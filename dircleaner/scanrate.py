@@ -17,6 +17,7 @@ them up in the parent.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from dircleaner.errors import UsageError
+from dircleaner.workers import interrupt
 
 #: a page slower than this is a sign of strain (a healthy page of a few thousand rows takes
 #: milliseconds to tens of milliseconds)
@@ -33,11 +35,14 @@ DEFAULT_SLOW_PAGE_S = 1.0
 RECOVERY_S = 20.0
 #: the adaptive rate never falls below this share of its ceiling
 FLOOR_FRACTION = 0.02
+#: a wait for the cap at least this long is logged (debug: ``-vv``)
+LONG_WAIT_S = 1.0
 #: page latency histogram: bucket i holds latencies up to LATENCY_BASE_S * 2**(i / 4)
 LATENCY_BASE_S = 0.0005
 LATENCY_BUCKETS = 80
 
 B = TypeVar("B", bound=Sequence[object])
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,7 @@ class ScanThrottle:
         self,
         rate: ScanRate,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.wait,
     ) -> None:
         self.config = rate
         self._clock = clock
@@ -248,8 +253,7 @@ class ScanThrottle:
             self._refill(now)
             wait = -self._tokens / self._rate if self._tokens < 0 else 0.0
             self._tokens -= rows
-        if wait > 0:
-            self._sleep(wait)
+        self._wait(wait)
         return rows
 
     def page(self, rows: int, latency_s: float, reserved: int = 0) -> None:
@@ -274,8 +278,7 @@ class ScanThrottle:
                 wait = 0.0
             else:
                 wait = self._pay(rows, now)
-        if wait > 0:
-            self._sleep(wait)
+        self._wait(wait)
 
     def strained(self) -> None:
         """The cluster answered with a timeout, ``Overloaded`` or a read failure."""
@@ -317,6 +320,17 @@ class ScanThrottle:
                 return
             self.page(len(batch), self._clock() - began)
             yield batch
+
+    def _wait(self, seconds: float) -> None:
+        """Wait for the cap (outside the lock); a stop request ends the wait
+        (``interrupt.wait``)."""
+        if seconds <= 0:
+            return
+        if seconds >= LONG_WAIT_S:
+            log.debug(
+                "scan cap %.6g rows/s: waiting %.1f s before the next page", self._rate, seconds
+            )
+        self._sleep(seconds)
 
     # -- under the lock ---------------------------------------------------------------------------
     def _back_off(self, now: float) -> None:
