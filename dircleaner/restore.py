@@ -8,13 +8,14 @@ each directory entry is written back once, counted by how its last entry says it
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
 from dircleaner.audit import iter_audit_entries
 from dircleaner.entrysort import EntrySort, Row
 from dircleaner.errors import DircleanerError, UsageError
+from dircleaner.progress import Progress, no_progress
 from dircleaner.store.base import Store, index_writer
 from dircleaner.timeutil import parse_utc_time
 
@@ -157,6 +158,7 @@ def plan_restore(
     name: str = "the audit log",
     moved_from: Callable[[str], bool] | None = None,
     chunk_entries: int | None = None,
+    progress: Progress = no_progress,
 ) -> RestorePlan:
     """The selected entries of an audit log of the store ``scope``, validated before anything is
     written; RestoreRefused when none of the log is this store's (entries that record no store
@@ -166,7 +168,9 @@ def plan_restore(
     same tables elsewhere, which ``moved_from`` says this store may have been (an SQLite file
     whose old path holds no file any more), is taken as this store's (``adopted_scope``).
     ``scope`` None takes every entry, whatever store it records. ``chunk_entries``: entries the
-    sort holds in memory (its default otherwise). Close the plan when done with its rows."""
+    sort holds in memory (its default otherwise). Close the plan when done with its rows.
+    ``progress`` hears of the entries read ("read") and of the sorted ones counted ("sort")
+    every ``RESTORE_BATCH``: where a signal stops a long log's plan."""
 
     def sorter() -> EntrySort:
         return EntrySort() if chunk_entries is None else EntrySort(chunk_entries)
@@ -177,7 +181,7 @@ def plan_restore(
     movable: tuple[str, _Picked] | None = None
     try:
         tally, movable, other_scopes, unscoped = _read_log(
-            lines, selection, scope, force, movable_scope, picked, sorter
+            lines, selection, scope, force, movable_scope, picked, sorter, progress
         )
         adopted = _adopted_scope(tally, movable_scope) if force else None
         if adopted is not None:
@@ -192,6 +196,8 @@ def plan_restore(
         for _row, via in picked.entries:
             unique += 1
             by_via[via] = by_via.get(via, 0) + 1
+            if not unique % RESTORE_BATCH:
+                progress("sort", unique, None)
     except BaseException:
         picked.entries.close()
         if movable is not None:
@@ -220,6 +226,7 @@ def _read_log(
     movable_scope: Callable[[str], bool],
     picked: _Picked,
     sorter: Callable[[], EntrySort],
+    progress: Progress,
 ) -> tuple[_LogTally, tuple[str, _Picked] | None, dict[str, int], int]:
     """One pass over the log: the tally of all of it, this store's selected entries into
     ``picked``, and (with ``force``) the selected entries of the one other store that may be
@@ -231,7 +238,9 @@ def _read_log(
     #: the last ``issued`` read and its value (a batch's entries share it)
     issued_raw: object = None
     issued_at: int | None = None
-    for entry in iter_audit_entries(lines):
+    for read, entry in enumerate(iter_audit_entries(lines), start=1):
+        if not read % RESTORE_BATCH:
+            progress("read", read, None)
         generation = str(entry.get("generation", "?"))
         tally.generations.add(generation)
         recorded = entry.get("scope")
@@ -347,10 +356,14 @@ def _check_restorable(
         )
 
 
-def restore(store: Store, rows: Iterable[Row], timestamp_us: int) -> RestoreResult:
+def restore(
+    store: Store, rows: Iterable[Row], timestamp_us: int, progress: Progress = no_progress
+) -> RestoreResult:
     """Write the folder rows back (at ``timestamp_us``, newer than the deletes), in batches as
-    they stream: ``rows`` are a plan's, each directory entry once."""
+    they stream: ``rows`` are a plan's, each directory entry once. ``progress`` hears of each
+    batch written ("restore": where a signal stops it)."""
     writer = index_writer(store)
+    total = len(rows) if isinstance(rows, Sized) else None
     batch: list[Row] = []
     written = 0
     for row in rows:
@@ -359,7 +372,9 @@ def restore(store: Store, rows: Iterable[Row], timestamp_us: int) -> RestoreResu
             writer.write_folder_rows(batch, timestamp_us)
             written += len(batch)
             batch = []
+            progress("restore", written, total)
     if batch:
         writer.write_folder_rows(batch, timestamp_us)
         written += len(batch)
+        progress("restore", written, total)
     return RestoreResult(written)

@@ -11,10 +11,11 @@ uses ``call``. The deleter's window, whose requests complete on the driver's thr
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
+
+from dircleaner.workers import interrupt
 
 T = TypeVar("T")
 I = TypeVar("I")  # noqa: E741 - an item of a batch
@@ -52,7 +53,7 @@ class RetryPolicy:
         retry_if: Callable[[Exception], bool],
         *,
         on_retry: Callable[[Exception], None] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.wait,
         rng: random.Random | None = None,
     ) -> T:
         """``fn()``, tried again after a wait while it raises what ``retry_if`` accepts.
@@ -76,7 +77,7 @@ class RetryPolicy:
         run: Callable[[Sequence[I]], Sequence[R]],
         retry_if: Callable[[R], bool],
         *,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.wait,
         rng: random.Random | None = None,
     ) -> list[R]:
         """``run`` the batch; run its items whose result ``retry_if`` accepts again, after a wait.

@@ -18,6 +18,7 @@ them up in the parent.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import TypeVar
 
 from dircleaner.errors import UsageError
 from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
+from dircleaner.workers import interrupt
 
 #: a page slower than this is a sign of strain (a healthy page of a few thousand rows takes
 #: milliseconds to tens of milliseconds)
@@ -35,11 +37,14 @@ DEFAULT_SLOW_PAGE_S = 1.0
 RECOVERY_S = 20.0
 #: the adaptive rate never falls below this share of its ceiling
 FLOOR_FRACTION = 0.02
+#: a wait for the cap at least this long is logged (debug: ``-vv``)
+LONG_WAIT_S = 1.0
 #: page latency histogram: bucket i holds latencies up to LATENCY_BASE_S * 2**(i / 4)
 LATENCY_BASE_S = 0.0005
 LATENCY_BUCKETS = 80
 
 B = TypeVar("B", bound=Sequence[object])
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,7 @@ class ScanThrottle:
         self,
         rate: ScanRate,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.wait,
     ) -> None:
         self.config = rate
         self._clock = clock
@@ -262,7 +267,7 @@ class ScanThrottle:
             self._refill(now)
             wait = -self._tokens / self._rate if self._tokens < 0 else 0.0
             self._tokens -= rows
-        self._wait_part(wait)
+        self._wait(wait)
         return rows
 
     def page(self, rows: int, latency_s: float, reserved: int = 0) -> None:
@@ -288,7 +293,7 @@ class ScanThrottle:
                 wait = 0.0
             else:
                 wait = self._pay(rows, now)
-        self._wait_part(wait)
+        self._wait(wait)
 
     def strained(self) -> None:
         """The cluster answered with a timeout, ``Overloaded`` or a read failure."""
@@ -345,9 +350,16 @@ class ScanThrottle:
                 self._tokens = min(self._tokens, self._rate * BURST_S)
         return scale
 
-    def _wait_part(self, seconds: float) -> None:
-        """Wait ``seconds`` for the cap (outside the lock), following the slices sharing it
-        meanwhile: a part that grows pays the debt off sooner."""
+    def _wait(self, seconds: float) -> None:
+        """Wait for the cap (outside the lock), following the slices sharing it meanwhile (a
+        part that grows pays the debt off sooner); a stop request ends the wait
+        (``interrupt.wait``)."""
+        if seconds <= 0:
+            return
+        if seconds >= LONG_WAIT_S:
+            log.debug(
+                "scan cap %.6g rows/s: waiting %.1f s before the next page", self._rate, seconds
+            )
         while seconds > 0:
             step = self._parts.step(seconds)
             self._sleep(step)

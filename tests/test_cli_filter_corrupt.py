@@ -110,9 +110,48 @@ def test_filters_list_says_corrupt(url: str, tmp_path: Path, seq: int, offset: i
     good = build(url)
     bad = build(url)
     poke(tmp_path, bad, seq, offset)
-    lines = invoke(url, "filters", "list").output.splitlines()
-    assert lines[0].startswith(f"{good}  complete    shards 1/1  age ")
-    assert lines[1].startswith(f"{bad}  CORRUPT     shards 0/")
+    lines = invoke(url, "filters", "list").stdout.splitlines()
+    assert lines[0].startswith(f"{good}  complete    for every bucket  shards 1/1  age ")
+    assert lines[1].startswith(f"{bad}  CORRUPT     ")
+    assert "shards 0/" in lines[1]
     assert "None" not in lines[1]
     listed = json.loads(invoke(url, "filters", "list", "--json").stdout)
-    assert [g["corrupt"] for g in listed] == [False, True]
+    # The good one's body was not read: not known sound, so not "corrupt": false.
+    assert [g["corrupt"] for g in listed] == [None, True]
+    verified = json.loads(invoke(url, "filters", "list", "--verify", "--json").stdout)
+    assert [g["corrupt"] for g in verified] == [False, True]
+
+
+def test_a_damaged_body_is_corrupt_where_the_body_is_read(url: str, tmp_path: Path) -> None:
+    """A body's checksum needs the whole body: the listing reads headers and markers only, so
+    it claims nothing about the body until asked (--verify, or filters show); then it says
+    corrupt, as the sweep that refuses the filter does."""
+    good = build(url)
+    bad = build(url)
+    poke(tmp_path, bad, 0, 3)  # the first body chunk
+    swept = invoke(url, "sweep", "--generation", bad)
+    assert swept.exit_code == 3, swept.output
+    assert "body checksum mismatch" in swept.stderr
+
+    listed = invoke(url, "filters", "list")
+    assert [line.split()[1] for line in listed.stdout.splitlines()] == ["complete", "complete"]
+    assert listed.stderr.splitlines()[-1] == (
+        "headers and completion markers checked, bodies not read: 'filters list --verify' or"
+        " 'filters show GENERATION' checks them too"
+    )
+    rows = json.loads(invoke(url, "filters", "list", "--json").stdout)
+    assert [(r["corrupt"], r["checked"]) for r in rows] == [(None, "header and marker")] * 2
+
+    verified = invoke(url, "filters", "list", "--verify")
+    assert [line.split()[1] for line in verified.stdout.splitlines()] == ["complete", "CORRUPT"]
+    assert verified.stderr == ""
+    rows = json.loads(invoke(url, "filters", "list", "--verify", "--json").stdout)
+    assert [(r["corrupt"], r["complete"]) for r in rows] == [(False, True), (True, False)]
+    assert rows[1]["problem"].startswith(
+        "shard 0: corrupt: body checksum mismatch against its completion marker"
+    )
+    assert all(r["checked"] == "header, marker and body" for r in rows)
+
+    shown = json.loads(invoke(url, "filters", "show", bad).stdout)
+    assert (shown["corrupt"], shown["complete"]) == (True, False)
+    assert json.loads(invoke(url, "filters", "show", good).stdout)["corrupt"] is False

@@ -189,6 +189,33 @@ class _FlakySession:
             raise self.failures.pop(0)
         return _Result([(1,)] * 10)
 
+    def execute_async(self, *args: Any, **kwargs: Any) -> _Answered:
+        """The driver's asynchronous form (a scan's page is waited for through it), answered
+        at once."""
+        try:
+            return _Answered(self.execute(*args, **kwargs), None)
+        except Exception as exc:
+            return _Answered(None, exc)
+
+
+class _Answered:
+    """A driver ``ResponseFuture`` already answered."""
+
+    def __init__(self, result: _Result | None, error: Exception | None) -> None:
+        self._result, self._error = result, error
+
+    def add_callbacks(self, callback: Any, errback: Any) -> None:
+        if self._error is None:
+            callback(self._result)
+        else:
+            errback(self._error)
+
+    def result(self) -> _Result:
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
 
 class _Statement:
     def bind(self, _params: Any) -> _Statement:

@@ -397,6 +397,7 @@ def restore_cmd(
         )
     selection = AuditSelection(generation, since_us, until_us, bucket)
     name = audit_log.name
+    progress = TerminalProgress()
     with obj(ctx).open(writes=not dry_run) as store:
         scope = audit_scope(store)
         plan = plan_restore(
@@ -406,6 +407,7 @@ def restore_cmd(
             force=force,
             name=name,
             moved_from=_vacated_file if store.traits.scheme == "sqlite" else None,
+            progress=progress,
         )
         with plan:
             if not plan.rows and selection != AuditSelection() and plan.logged_generations:
@@ -414,7 +416,8 @@ def restore_cmd(
             if not dry_run:
                 if not as_json:
                     click.echo(f"restoring into {scope} from {name}")
-                restored = restore(store, plan.rows, now_us()).restored
+                restored = restore(store, plan.rows, now_us(), progress).restored
+    progress.close()
     write_metrics(ctx, RunMetrics.of_restore(len(plan.rows), restored, plan.skipped), success=True)
     emit(
         restore_summary(plan, scope, name, restored),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dircleaner.cli.context import emit, note_json, obj
+from dircleaner.cli.context import emit, note, note_json, obj
 from dircleaner.cli.options import json_option
 from dircleaner.filter.generation import fresh_generation_id
 from dircleaner.timeutil import format_duration, now_us
@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
 def _describe(info: GenerationInfo, now_s: float) -> dict[str, object]:
     header = info.header
+    sound = info.known_sound
     out: dict[str, object] = {
         "generation": info.generation,
         "complete": info.complete,
-        "corrupt": info.corrupt,
+        # None: not known, the body not read (a listing reads headers and markers only)
+        "corrupt": None if sound is None else not sound,
+        "checked": "header, marker and body" if info.bodies_checked else "header and marker",
         "shards": f"{sum(s.complete for s in info.shards)}/{header.shard_count if header else '?'}",
     }
     if header is not None:
@@ -68,29 +71,52 @@ def filters() -> None:
 @click.option(
     "--json", "as_json", is_flag=True, is_eager=True, callback=note_json, help="Print JSON."
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Also read every filter's body and check it, as a sweep does before using it (reads"
+    " every stored filter whole).",
+)
 @click.pass_context
-def list_cmd(ctx: click.Context, as_json: bool) -> None:
-    """List every generation with its age, size and completeness.
+def list_cmd(ctx: click.Context, as_json: bool, verify: bool) -> None:
+    """List every generation with its scope (the buckets it serves), age, size and
+    completeness.
+
+    Headers and completion markers are checked; a body only with --verify (or by 'filters
+    show'): until then a generation's "corrupt" is null, unknown.
 
     \b
     Example:
-      dircleaner filters list --json
+      dircleaner filters list --verify --json
     """
-    from dircleaner.filter.stored import list_generations
+    from dircleaner.filter.stored import check_bodies, list_generations
+    from dircleaner.pipeline.build import describe_scope
 
     with obj(ctx).open() as store:
-        rows = [_describe(info, time.time()) for info in list_generations(store)]
+        infos = list_generations(store)
+        if verify:
+            infos = [check_bodies(store, info) for info in infos]
+        rows = [_describe(info, time.time()) for info in infos]
+        tables = store.scope_id()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
         click.echo("no filters stored")
     for row in rows:
-        state = "complete" if row["complete"] else "CORRUPT" if row["corrupt"] else "INCOMPLETE"
+        state = "CORRUPT" if row["corrupt"] else "complete" if row["complete"] else "INCOMPLETE"
+        scope = row.get("scope")
+        covers = "scope ?" if scope is None else f"for {describe_scope(str(scope), tables)}"
         click.echo(
-            f"{row['generation']}  {state:10}  shards {row['shards']}  age {_shown(row, 'age')}"
+            f"{row['generation']}  {state:10}  {covers}  shards {row['shards']}"
+            f"  age {_shown(row, 'age')}"
             f"  items {_shown(row, 'items')}  fill {_shown(row, 'fill')}"
             f"  fpr {_shown(row, 'fpr_estimated')} (target {_shown(row, 'fpr_target')})"
+        )
+    if any(row["corrupt"] is None and row["complete"] for row in rows):
+        note(
+            "headers and completion markers checked, bodies not read: 'filters list --verify'"
+            " or 'filters show GENERATION' checks them too"
         )
 
 
@@ -104,16 +130,16 @@ def _shown(row: dict[str, object], key: str) -> object:
 @click.argument("generation")
 @click.pass_context
 def show_cmd(ctx: click.Context, generation: str) -> None:
-    """Show one generation's header fields.
+    """Show one generation's header fields, its body checked as a sweep checks it.
 
     \b
     Example:
       dircleaner filters show 20261122T021500.000000Z-5f3a9c01
     """
-    from dircleaner.filter.stored import find_generation
+    from dircleaner.filter.stored import check_bodies, find_generation
 
     with obj(ctx).open() as store:
-        info = find_generation(store, generation)
+        info = check_bodies(store, find_generation(store, generation))
     click.echo(json.dumps(_describe(info, time.time()), indent=2))
 
 

@@ -17,6 +17,9 @@ _COUNTED = {
     "generate": "directories generated",
     "put": "keys imported",
     "deleted": "keys deleted",
+    "read": "audit log entries read",
+    "sort": "audit log entries sorted",
+    "restore": "entries restored",
 }
 #: the phases of a run or clean that come before its first delete
 _BEFORE_DELETING = frozenset({"build", "sweep", "verify", "walk"})
@@ -42,7 +45,7 @@ def interrupted_line(command: str | None, exc: Interrupted, reached: Reached | N
 def _what_now(command: str | None, exc: Interrupted, reached: Reached | None) -> str:
     phase = None if reached is None else reached[0]
     if command in _DELETING_COMMANDS:
-        if phase in _BEFORE_DELETING and not exc.at_once:
+        if (phase is None or phase in _BEFORE_DELETING) and not exc.at_once:
             return "nothing was deleted yet; the next run resumes"
         return "what was deleted is in the audit log and the next run resumes"
     if command == "import-keys":

@@ -30,6 +30,9 @@ UNITS = {
     "put": "keys",
     "deleted": "keys",
     "generate": "directories",
+    "read": "audit log entries",
+    "sort": "entries",
+    "restore": "entries",
 }
 
 

@@ -209,9 +209,8 @@ def serialize(
     return header, encode_header(header), body
 
 
-def deserialize(header_bytes: bytes, body: bytes) -> tuple[FilterHeader, Filter]:
-    """Verify header and body, then rebuild the filter with the engine the header names."""
-    header = decode_header(header_bytes)
+def check_body(header: FilterHeader, body: bytes) -> None:
+    """FilterCorrupt unless ``body`` has the length and checksum ``header`` records."""
     if len(body) != header.body_len:
         problem = "truncated body" if len(body) < header.body_len else "oversized body"
         raise FilterCorrupt(f"{problem}: expected {header.body_len} bytes, got {len(body)}")
@@ -220,6 +219,12 @@ def deserialize(header_bytes: bytes, body: bytes) -> tuple[FilterHeader, Filter]
         raise FilterCorrupt(
             f"body checksum mismatch (crc32 expected {header.body_crc:08x}, got {crc:08x})"
         )
+
+
+def deserialize(header_bytes: bytes, body: bytes) -> tuple[FilterHeader, Filter]:
+    """Verify header and body, then rebuild the filter with the engine the header names."""
+    header = decode_header(header_bytes)
+    check_body(header, body)
     try:
         cls = engine_class(header.engine)
     except ValueError as exc:

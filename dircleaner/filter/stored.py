@@ -19,7 +19,13 @@ import numpy as np
 from dircleaner.errors import FilterCorrupt, FilterIncomplete, FilterMismatch, FilterNotFound
 from dircleaner.filter.bloom import count_set_bits
 from dircleaner.filter.engines import Filter
-from dircleaner.filter.format import FilterHeader, decode_header, deserialize, merge_shards
+from dircleaner.filter.format import (
+    FilterHeader,
+    check_body,
+    decode_header,
+    deserialize,
+    merge_shards,
+)
 from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, Store
 
 CHUNK_BYTES = 1 << 20
@@ -115,8 +121,11 @@ class ShardInfo:
     problem: str | None = None
     #: bits set in this shard's filter, from its completion marker
     set_bits: int | None = None
-    #: the header or the marker is damaged (not merely missing: a build still running)
+    #: the header, the marker or (once checked) the body is damaged (not merely missing: a
+    #: build still running)
     corrupt: bool = False
+    #: the body was read and checked against the marker and the header (``check_bodies``)
+    body_checked: bool = False
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,23 @@ class GenerationInfo:
 
     @property
     def corrupt(self) -> bool:
-        """A shard's header or completion marker is damaged."""
+        """A shard's header, completion marker or (where checked) body is damaged."""
         return any(s.corrupt for s in self.shards)
+
+    @property
+    def bodies_checked(self) -> bool:
+        """Every shard's body was read and checked (``check_bodies``), not only its header
+        and marker."""
+        return bool(self.shards) and all(s.body_checked for s in self.shards)
+
+    @property
+    def known_sound(self) -> bool | None:
+        """False if damage was found, True if every shard was checked whole (header, marker
+        and body) and is sound, None if some of it was not checked: a listing reads headers
+        and markers only, and an unfinished shard has no marker to check its body against."""
+        if self.corrupt:
+            return False
+        return True if self.complete and self.bodies_checked else None
 
     def describe_corruption(self) -> str:
         """The damaged shards and what is wrong with each."""
@@ -208,6 +232,38 @@ def list_generations(store: Store) -> list[GenerationInfo]:
             bits = recorded[header.scope].get(info.generation)
             infos[i] = replace(info, merged_set_bits=bits)
     return infos
+
+
+def check_bodies(store: Store, info: GenerationInfo) -> GenerationInfo:
+    """``info`` with every marked shard's body read and checked, as a sweep checks it before
+    use: chunks present, the checksum the completion marker records, the length and checksum
+    the header records. A damaged body makes its shard corrupt (and not complete).
+
+    It reads the whole filter (each shard's as large as the merged filter), so listings call it
+    only when asked."""
+    checked = []
+    for shard in info.shards:
+        if not shard.complete or shard.header is None:
+            checked.append(shard)
+            continue
+        cells = store.get_filter_cells(info.generation, shard.shard)
+        try:
+            _header_bytes, body = _part_bytes(info.generation, shard.shard, cells)
+            check_body(shard.header, body)
+        except FilterCorrupt as exc:
+            problem = str(exc).removeprefix(f"filter {info.generation} shard {shard.shard}: ")
+            checked.append(
+                replace(
+                    shard,
+                    complete=False,
+                    problem=f"corrupt: {problem}",
+                    corrupt=True,
+                    body_checked=True,
+                )
+            )
+            continue
+        checked.append(replace(shard, body_checked=True))
+    return replace(info, shards=tuple(checked))
 
 
 def _shard_info(shard: int, cells: dict[int, bytes]) -> ShardInfo:

@@ -19,6 +19,9 @@ from dircleaner.store.base import Store
 PHASE_BUILD = "build"
 PHASE_CLEAN = "clean"
 PHASE_DONE = "done"
+#: a guard (or the filter's checks) refused the clean before it deleted anything: nothing was
+#: interrupted, and the next run starts afresh (a new build, a new T), as after a done one
+PHASE_REFUSED = "refused"
 
 
 #: a clean whose re-check found more non-empty directories than this is not checkpointed by

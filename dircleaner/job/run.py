@@ -1,5 +1,7 @@
 """The nightly job: ``run`` = build a fresh filter (or resume an interrupted run's), then clean.
 
+A run refused by a guard was not interrupted: the next one builds afresh.
+
 The clean itself is ``job.clean`` (its top function reads as the night's clean runs); the sweep
 and the filter load are ``job.sweep``. This module decides what to build or reuse, records the
 run's phase for a resumed run, and collects old generations afterwards.
@@ -12,7 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from dircleaner.errors import DircleanerError, FilterNotFound, UsageError
+from dircleaner.errors import (
+    DircleanerError,
+    FilterCorrupt,
+    FilterMismatch,
+    FilterNotFound,
+    GuardRefused,
+    UsageError,
+)
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import collect_garbage, find_generation
 from dircleaner.job.clean import (
@@ -25,6 +34,7 @@ from dircleaner.job.resume import (
     PHASE_BUILD,
     PHASE_CLEAN,
     PHASE_DONE,
+    PHASE_REFUSED,
     CleanProgress,
     RunState,
     load_run_state,
@@ -54,6 +64,8 @@ __all__ = ["KEEP_GENERATIONS", "RunReport", "run_job"]
 
 #: complete generations kept after a build (older ones are garbage-collected)
 KEEP_GENERATIONS = 3
+#: what refuses a clean before its first delete: the guards and the filter's own checks
+REFUSED_BEFORE_DELETING = (GuardRefused, FilterCorrupt, FilterMismatch)
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +163,10 @@ def _run_job(
         )
     except DircleanerError as exc:
         exc.details.setdefault("generation", generation)
+        if record and isinstance(exc, REFUSED_BEFORE_DELETING):
+            # Not an interrupted run: the next one builds afresh rather than reusing this
+            # generation (and its T), whose candidates a guard has just refused.
+            save_run_state(store, scope, RunState(generation, PHASE_REFUSED))
         raise
     if not record:
         return RunReport(built, cleaned, [], None)

@@ -10,13 +10,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from dircleaner.errors import FilterNotFound
 from dircleaner.filter.bloom import start_loading_kernels
 from dircleaner.filter.engines import Filter
 from dircleaner.filter.format import FilterHeader
-from dircleaner.filter.stored import find_generation, latest_complete, load_generation
+from dircleaner.filter.stored import (
+    find_generation,
+    latest_complete,
+    list_generations,
+    load_generation,
+)
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.model import Shard
-from dircleaner.pipeline.build import scope_of, swept_count_key
+from dircleaner.pipeline.build import describe_scope, scope_of, scope_parts, swept_count_key
 from dircleaner.pipeline.guards import GuardConfig, check_filter
 from dircleaner.pipeline.sweep import SweepResult, sweep
 from dircleaner.progress import Progress, expecting, no_progress
@@ -70,9 +76,38 @@ def load_filter(store: Store, config: SweepConfig) -> LoadedFilter:
     if config.generation is not None:
         info = find_generation(store, config.generation)
     else:
-        info = latest_complete(store, scope, force=config.guards.force)
+        try:
+            info = latest_complete(store, scope, force=config.guards.force)
+        except FilterNotFound as exc:
+            raise FilterNotFound(_none_for_scope(store, config.bucket) or str(exc)) from None
     header, filt = load_generation(store, info, scope)
     return LoadedFilter(info.generation, header, filt, filt.fill_ratio(), filt.estimated_fpr())
+
+
+def _none_for_scope(store: Store, bucket: str | None) -> str | None:
+    """Why no filter serves this sweep when the store holds complete filters of this store's
+    tables for other buckets (None when it holds none: nothing was built at all)."""
+    tables = store.scope_id()
+    others: dict[str, str] = {}  # scope -> its newest complete generation
+    for info in list_generations(store):
+        header = info.header
+        if info.complete and header is not None and scope_parts(header.scope)[0] == tables:
+            others[header.scope] = info.generation
+    if not others:
+        return None
+    covered = "; ".join(
+        f"{describe_scope(scope)} ({generation})" for scope, generation in sorted(others.items())
+    )
+    wanted = "every bucket" if bucket is None else f"--bucket {bucket!r}"
+    hint = "'dircleaner build" + ("'" if bucket is None else f" --bucket {bucket}'")
+    if bucket is None:
+        hint += ", or sweep one of those buckets with --bucket"
+    elif any(scope_parts(scope)[1] is None for scope in others):
+        hint += ", or leave out --bucket to sweep every bucket with that filter"
+    return (
+        f"no filter has been built for {wanted} yet: the stored filters cover {covered}, and a"
+        f" filter serves only the buckets it was built for; build one with {hint}"
+    )
 
 
 def run_sweep(

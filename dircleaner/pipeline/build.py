@@ -130,9 +130,33 @@ class BuildResult:
     scan: ScanStats = field(default_factory=ScanStats)
 
 
+#: between a scope's tables and its bucket restriction (``*``: every bucket)
+_BUCKET_PART = "|bucket="
+
+
 def scope_of(store: Store, bucket: str | None) -> str:
-    """The scope a filter is valid for: the store's tables and the bucket restriction."""
-    return f"{store.scope_id()}|bucket={bucket if bucket is not None else '*'}"
+    """The scope a filter is valid for: the store's tables and the bucket restriction.
+
+    A filter is used only for its own scope: a sweep of one bucket does not take a filter of
+    every bucket, nor the other way round (the guards, the sizing and the resume records are
+    kept per scope)."""
+    return f"{store.scope_id()}{_BUCKET_PART}{bucket if bucket is not None else '*'}"
+
+
+def scope_parts(scope: str) -> tuple[str, str | None]:
+    """(the tables, the bucket restriction or None for every bucket) of a ``scope_of``."""
+    tables, found, bucket = scope.rpartition(_BUCKET_PART)
+    if not found:
+        return scope, None
+    return tables, None if bucket == "*" else bucket
+
+
+def describe_scope(scope: str, tables: str | None = None) -> str:
+    """A scope for people: "every bucket", "bucket 'logs'"; with the tables when they are not
+    ``tables`` (another mapping's filters in a shared keyspace)."""
+    own_tables, bucket = scope_parts(scope)
+    said = "every bucket" if bucket is None else f"bucket {bucket!r}"
+    return said if tables is None or own_tables == tables else f"{said} of {own_tables}"
 
 
 def swept_count_key(scope: str) -> str:

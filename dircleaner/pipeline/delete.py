@@ -12,6 +12,7 @@ T, so a directory that received an object after T keeps its entry whatever this 
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import random
@@ -39,11 +40,15 @@ from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
 from dircleaner.store.records import DeleteOutcome, DeleteRequest
+from dircleaner.workers import interrupt
 
 #: the actions that end with a partition deletion (a rewrite's, after its copy)
 _WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
 #: the caller's thread, waiting for a group to be sent, looks again at least this often
 WAKE_S = 0.5
+#: a wait for the rate at least this long is logged (debug: ``-vv``)
+LONG_WAIT_S = 1.0
+log = logging.getLogger(__name__)
 
 
 class DeleteFailed(DircleanerError):
@@ -88,7 +93,7 @@ class AdaptiveRate:
         self,
         config: ThrottleConfig,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.wait,
     ) -> None:
         self._parts = RateParts(config.rate, config.shared_by)
         self.max_rate = self._parts.part
@@ -125,7 +130,12 @@ class AdaptiveRate:
             if self._tokens >= n - 1e-9 or (n > burst and self._tokens >= burst - 1e-9):
                 self._tokens -= n
                 return
-            self._sleep(self._parts.step((min(n, burst) - self._tokens) / self.rate))
+            wait = (min(n, burst) - self._tokens) / self.rate
+            if wait >= LONG_WAIT_S:
+                log.debug(
+                    "delete rate %.6g/s: waiting %.1f s before the next deletes", self.rate, wait
+                )
+            self._sleep(self._parts.step(wait))
 
     def on_success(self) -> None:
         if self.max_rate:
@@ -207,7 +217,7 @@ def execute_plan(
     throttle: ThrottleConfig,
     audit: AuditLog | None = None,
     progress: Progress = no_progress,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = interrupt.wait,
     rng: random.Random | None = None,
     keep_going: Callable[[], None] = lambda: None,
     charge: Callable[[Sequence[DeleteAction]], None] | None = None,

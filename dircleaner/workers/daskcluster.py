@@ -11,6 +11,10 @@ Dask when its second phase needs it (deletes are idempotent at T, and a re-run p
 deletes within the same budgets).
 
 Progress comes from the tasks as Dask events; the dashboard shows the tasks themselves.
+
+A client that stops (a signal, an error) cancels its tasks and tells every worker to stop the
+ones already running (``interrupt.stop_run``): they stop after their batch or wait in flight,
+as a local worker does, and free their threads for the next run.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import gc
 import operator
 import os
 import secrets
+import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -35,6 +41,7 @@ from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
+from dircleaner.workers import interrupt
 from dircleaner.workers.base import SliceFailed, default_slice_count
 from dircleaner.workers.dasksharing import DaskSharers, close_semaphores
 from dircleaner.workers.work import ShardTask, TwoPhaseWork
@@ -44,16 +51,101 @@ T = TypeVar("T")
 L = TypeVar("L")
 M = TypeVar("M")
 
-#: how long to wait for the scheduler, and for its first worker
-CONNECT_TIMEOUT_S = 30.0
+#: how long to try to reach the scheduler (a scheduler restarting is back within seconds; an
+#: address nobody listens on fails the run after this long)
+CONNECT_TIMEOUT_S = 8.0
+#: how long to try a scheduler address that refuses connections before the run fails (a
+#: scheduler restarting listens again within it)
+REFUSED_FOR_S = 4.0
+#: how long to wait for the scheduler's first worker
+WORKER_WAIT_S = 30.0
+#: the schemes whose addresses are HOST:PORT
+_HOST_PORT_SCHEMES = frozenset({"tcp", "tls", "ws", "wss"})
 #: a task reports its progress at most this often
 REPORT_EVERY_S = 0.5
 #: the client shows the tasks' progress at most this often while it waits on them
 _PROGRESS_EVERY_S = 0.2
+#: how long a stopping client waits for the workers to hear that their tasks must stop
+_STOP_TASKS_TIMEOUT_S = 1.0
 
 
 class SchedulerUnavailable(DircleanerError):
     """The Dask scheduler could not be reached, or has no worker."""
+
+
+def checked_address(address: str) -> tuple[str, tuple[str, int] | None]:
+    """``address`` and its (host, port) where it has them, if it is a Dask scheduler address
+    (``tcp://HOST:PORT``, or ``HOST:PORT``); UsageError saying what is wrong otherwise."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import get_backend
+
+    shape = "a scheduler address is tcp://HOST:PORT (port 8786 by default)"
+    try:
+        scheme, location = parse_address(address)
+        get_backend(scheme)
+        if scheme not in _HOST_PORT_SCHEMES:
+            return address, None
+        host, port = parse_host_port(location)
+        if not host or not 0 < int(port) < 65536:
+            raise ValueError(f"no host, or a port outside 1-65535, in {location!r}")
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--scheduler {address!r}: {exc}; {shape}") from None
+    return address, (host, int(port))
+
+
+def _probe(address: str, host_port: tuple[str, int] | None) -> None:
+    """SchedulerUnavailable, within ``REFUSED_FOR_S``, if nothing listens at the scheduler's
+    host and port (the client itself would try for ``CONNECT_TIMEOUT_S``)."""
+    if host_port is None:
+        return
+    deadline = time.monotonic() + REFUSED_FOR_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection(host_port, timeout=max(left, 0.1)):
+                return
+        except ConnectionRefusedError as exc:
+            why: OSError = exc
+        except OSError as exc:  # no route, a name that does not resolve, no answer
+            why = exc
+            left = 0.0
+        if left <= 0 or deadline - time.monotonic() <= 0:
+            raise SchedulerUnavailable(
+                f"cannot reach the Dask scheduler at {address}: {why.strerror or why};"
+                " is 'dask scheduler' running there?"
+            )
+        interrupt.wait(min(0.5, max(deadline - time.monotonic(), 0.0)))
+
+
+def _connect(address: str) -> Any:
+    """A client of the scheduler at ``address``, or SchedulerUnavailable within
+    ``CONNECT_TIMEOUT_S``.
+
+    A client whose construction failed is marked closed before it is let go: its finaliser
+    would otherwise try to close it through an event loop that no longer answers, and print a
+    TimeoutError traceback after a minute."""
+    from distributed import Client  # only a run with --scheduler pays for the import
+
+    client = Client.__new__(Client)
+    try:
+        Client.__init__(client, address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        client.status = "closed"
+        raise SchedulerUnavailable(
+            f"cannot reach the Dask scheduler at {address}: no answer within"
+            f" {CONNECT_TIMEOUT_S:g} s ({type(exc).__name__}); is 'dask scheduler' running"
+            " there?"
+        ) from None
+    except Exception as exc:  # something answered, but not as a Dask scheduler does
+        client.status = "closed"
+        raise SchedulerUnavailable(
+            f"{address} does not answer as a Dask scheduler does ({type(exc).__name__});"
+            " is it the scheduler's address (port 8786 by default)?"
+        ) from None
+    except BaseException:
+        client.status = "closed"
+        raise
+    return client
 
 
 class DaskWorkers:
@@ -69,16 +161,11 @@ class DaskWorkers:
     def __init__(self, address: str, slices: int | None = None) -> None:
         if slices is not None and slices < 1:
             raise UsageError("--slices must be at least 1")
-        from distributed import Client  # only a run with --scheduler pays for the import
-
+        address, host_port = checked_address(address)
+        _probe(address, host_port)
+        self.client = _connect(address)
         try:
-            self.client = Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as exc:
-            raise SchedulerUnavailable(
-                f"cannot reach the Dask scheduler at {address}: {exc}"
-            ) from exc
-        try:
-            self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            self.client.wait_for_workers(1, timeout=WORKER_WAIT_S)
         except TimeoutError as exc:
             self.client.close()
             raise SchedulerUnavailable(
@@ -109,7 +196,7 @@ class DaskWorkers:
             f"Dask scheduler {address}: {len(nthreads)} workers, {self.parallelism} threads"
         )
         self._run = secrets.token_hex(6)
-        self._topic = f"dircleaner-progress-{self._run}"
+        self._topic = _topic(self._run)
         self._lock = threading.Lock()
         #: (phase, slice label) → items done, as the task last reported
         self._done: dict[tuple[str, str], int] = {}
@@ -136,7 +223,7 @@ class DaskWorkers:
                 store.config_path,
                 task,
                 shard,
-                self._topic,
+                self._run,
                 phase,
                 read_only=store.traits.read_only,
                 key=self._key(phase, shard),
@@ -145,6 +232,9 @@ class DaskWorkers:
         ]
         try:
             return self._collect(futures, shards, phase, progress)
+        except BaseException:
+            self._stop_tasks()
+            raise
         finally:
             self.client.cancel(futures)
 
@@ -164,7 +254,7 @@ class DaskWorkers:
                 config_path,
                 work.first,
                 shard,
-                self._topic,
+                self._run,
                 phases[0],
                 read_only=store.traits.read_only,
                 key=self._key(phases[0], shard),
@@ -189,7 +279,7 @@ class DaskWorkers:
                     shard,
                     k,
                     shared_message,
-                    self._topic,
+                    self._run,
                     phases[1],
                     read_only=store.traits.read_only,
                     key=self._key(phases[1], shard),
@@ -203,6 +293,9 @@ class DaskWorkers:
                 progress,
                 work.on_second_done,
             )
+        except BaseException:
+            self._stop_tasks()
+            raise
         finally:
             self.client.cancel([*kept, *tally_futures, *second_futures])
         return tallies, results
@@ -217,6 +310,19 @@ class DaskWorkers:
         close_semaphores(self.client, self._semaphores)
         self.client.unsubscribe_topic(self._topic)
         self.client.close()
+
+    def _stop_tasks(self) -> None:
+        """Tell every worker to stop this run's tasks that are running (a cancel only drops
+        their results: a running task's thread goes on), within a second or not at all."""
+        signum = interrupt.requested() or signal.SIGTERM
+        with contextlib.suppress(Exception):
+            self.client.run(
+                interrupt.stop_run,
+                self._run,
+                int(signum),
+                on_error="ignore",
+                callback_timeout=_STOP_TASKS_TIMEOUT_S,
+            )
 
     def _key(self, phase: str, shard: Shard) -> str:
         return f"dircleaner-{self._run}-{phase}-{shard.index}of{shard.count}"
@@ -384,16 +490,22 @@ def _weight(held: Any) -> int:
     return int(held.nbytes)
 
 
+def _topic(run: str) -> str:
+    """The Dask event topic a run's tasks report their progress on."""
+    return f"dircleaner-progress-{run}"
+
+
 def _one_phase(
     url: str,
     config_path: Path | None,
     task: Callable[[Store, Shard, Progress], R],
     shard: Shard,
-    topic: str,
+    run: str,
     phase: str,
     read_only: bool = False,
 ) -> R:
-    """A task on a worker: its own store connection, the task, progress sent as events."""
+    """A task on a worker: its own store connection, the task, progress sent as events; it
+    stops when its client says so (``interrupt.stop_run``)."""
     # A worker process is no fork of the client: it loads the compiled filter kernels itself
     # (once; through numba, about half a second), or every build and sweep task hashes key by
     # key with mmh3.
@@ -401,9 +513,10 @@ def _one_phase(
     load_kernels()
     weigh_held_candidates()
     store = open_store(url, config_path=config_path, read_only=read_only)
-    report = _Reporter(topic, phase, shard)
+    report = _Reporter(_topic(run), phase, shard)
     try:
-        with _gc_paused_while_tasks_run():
+        with _gc_paused_while_tasks_run(), interrupt.obeying(run):
+            interrupt.check()
             return task(store, shard, report)
     finally:
         report.flush()
@@ -417,16 +530,17 @@ def _second_phase(
     shard: Shard,
     first_result: tuple[Any, Any],
     message: Any,
-    topic: str,
+    run: str,
     phase: str,
     read_only: bool = False,
 ) -> R:
     """The second phase on the worker that holds the first phase's result (or recomputed it)."""
     tune_malloc_under_nanny()
     store = open_store(url, config_path=config_path, read_only=read_only)
-    report = _Reporter(topic, phase, shard)
+    report = _Reporter(_topic(run), phase, shard)
     try:
-        with _gc_paused_while_tasks_run():
+        with _gc_paused_while_tasks_run(), interrupt.obeying(run):
+            interrupt.check()
             return second(store, shard, first_result[1], message, report)
     finally:
         report.flush()
@@ -448,6 +562,7 @@ class _Reporter:
         self._done: int | None = None
 
     def __call__(self, phase: str, done: int, total: int | None) -> None:
+        interrupt.check()  # a task stops after its batch in flight, like a local worker
         if phase != self._phase:
             return  # a step inside the task's phase (the sweep's re-check) counts other things
         self._done = done

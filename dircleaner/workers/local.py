@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
@@ -37,6 +38,10 @@ L = TypeVar("L")
 M = TypeVar("M")
 #: how long a finished (or failed, after its decision) run waits for workers to exit
 _SECOND_PHASE_GRACE_S = 300.0
+#: how long a stopped run waits for its workers to stop after their batch (or wait) in flight
+#: before it stops without them and kills them (a worker stops within ``interrupt.POLL_S`` of
+#: the request unless its batch is a long one)
+STOP_GRACE_S = 1.0
 #: prctl(2) option: the signal a process gets when its parent dies (Linux)
 _PR_SET_PDEATHSIG = 1
 
@@ -79,7 +84,7 @@ def map_shards(
         pool.stop()
         finished = True
     finally:
-        pool.reap(_SECOND_PHASE_GRACE_S if finished else 0)
+        pool.reap(pool.grace_s(_SECOND_PHASE_GRACE_S) if finished else 0)
         pool.report_final(progress, 0)
     return results
 
@@ -123,7 +128,7 @@ def run_two_phases(
     finally:
         # Before the second phase a worker has only read: stop them all at once. After, let
         # the others finish what they started (each logs its own work), within reason.
-        pool.reap(_SECOND_PHASE_GRACE_S if second_started else 0)
+        pool.reap(pool.grace_s(_SECOND_PHASE_GRACE_S) if second_started else 0)
         pool.report_final(progress, 1 if second_started else 0)
     return tallies, results
 
@@ -182,7 +187,8 @@ class _Pool:
             child_end.close()
             self.conns.append(parent_end)
             self._procs.append(proc)
-        self._forwarded = False
+        #: when a stop request was passed on to the workers (None: not yet)
+        self._forwarded_at: float | None = None
 
     def first_phase(self, progress: Progress) -> list[Any]:
         """Every shard's first result, in shard order; the first error is raised at once."""
@@ -194,6 +200,7 @@ class _Pool:
             if not in_hand:  # a stop was requested before every shard was handed out
                 interrupt.check()
             self._forward_stop()
+            self._stop_overdue()
             self._report(0, progress)
             for worker, message in self._heard(in_hand):
                 if message is None:
@@ -221,6 +228,7 @@ class _Pool:
         error: BaseException | None = None
         while pending:
             self._forward_stop()
+            self._stop_overdue()
             self._report(1, progress)
             for worker, heard in self._heard(pending):
                 if heard is None:
@@ -256,10 +264,16 @@ class _Pool:
             with contextlib.suppress(OSError):
                 conn.send(("stop", None))
 
+    def grace_s(self, finishing_s: float) -> float:
+        """How long to wait for the workers to exit: ``finishing_s`` to finish their work,
+        ``STOP_GRACE_S`` once a stop was requested."""
+        return finishing_s if interrupt.requested() is None else STOP_GRACE_S
+
     def reap(self, wait_s: float) -> None:
-        """Wait up to ``wait_s`` for each worker to exit, then kill what is left."""
+        """Wait up to ``wait_s`` for the workers to exit, then kill what is left."""
+        deadline = time.monotonic() + wait_s
         for proc in self._procs:
-            proc.join(timeout=wait_s)
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -283,11 +297,12 @@ class _Pool:
         in_hand[worker] = index
 
     def _heard(self, waiting: dict[int, Any]) -> list[tuple[int, tuple[str, Any, Any] | None]]:
-        """The messages of the processes in ``waiting`` that sent one within half a second
-        (None for a process that died)."""
+        """The messages of the processes in ``waiting`` that sent one within
+        ``interrupt.POLL_S`` (None for a process that died): the caller looks at a stop
+        request as often as a wait does."""
         by_conn = {id(self.conns[w]): w for w in waiting}
         heard: list[tuple[int, tuple[str, Any, Any] | None]] = []
-        for ready in wait([self.conns[w] for w in waiting], timeout=0.5):
+        for ready in wait([self.conns[w] for w in waiting], timeout=interrupt.POLL_S):
             worker = by_conn[id(ready)]
             try:
                 heard.append((worker, self.conns[worker].recv()))
@@ -298,13 +313,20 @@ class _Pool:
     def _forward_stop(self) -> None:
         """Pass a stop request on once: each worker stops after its own batch in flight."""
         signum = interrupt.requested()
-        if signum is None or self._forwarded:
+        if signum is None or self._forwarded_at is not None:
             return
-        self._forwarded = True
+        self._forwarded_at = time.monotonic()
         for proc in self._procs:
             if proc.is_alive() and proc.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signum)
+
+    def _stop_overdue(self) -> None:
+        """A stop passed on ``STOP_GRACE_S`` ago that a worker has not answered yet (a long
+        batch, a page that does not come back): stop without it (``reap`` kills it; a kill
+        is as safe as a ``kill -9`` of the run, which the next run resumes)."""
+        if self._forwarded_at is not None and time.monotonic() - self._forwarded_at > STOP_GRACE_S:
+            interrupt.check()
 
     def _died(self, phase: str, indices: Sequence[int]) -> WorkerDied:
         named = ", ".join(str(self.shards[i]) for i in indices)
@@ -364,9 +386,12 @@ def _worker(
     except EOFError:
         pass  # the parent is gone
     except BaseException as exc:
-        log.debug(
-            "the worker of slice %s failed", None if index is None else shards[index], exc_info=True
-        )
+        if not isinstance(exc, interrupt.Interrupted):  # a stop is no failure: the parent says it
+            log.debug(
+                "the worker of slice %s failed",
+                None if index is None else shards[index],
+                exc_info=True,
+            )
         _send_quietly(conn, ("error", index, _portable(exc)))
     finally:
         store.close()

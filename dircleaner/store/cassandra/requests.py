@@ -11,6 +11,7 @@ the bound key values and back. Retries follow ``REQUEST_RETRY``, the one policy 
 from __future__ import annotations
 
 import bisect
+import contextvars
 import logging
 import queue
 import threading
@@ -42,6 +43,7 @@ from dircleaner.store.cassandra.session import (
     _one_line,
     map_error,
 )
+from dircleaner.workers import interrupt
 
 log = logging.getLogger(__name__)
 
@@ -279,13 +281,22 @@ class CassandraRequests:
             bound.fetch_size = fetch_size
         if routing_token is not None:
             bound.routing_token = routing_token
+
+        def once() -> Any:
+            future = self.session.execute_async(
+                bound, execution_profile=profile, paging_state=paging_state
+            )
+            if throttle is not None:
+                # A scan's page may take seconds (a node straining): a stop does not wait
+                # for it.
+                answered = threading.Event()
+                future.add_callbacks(lambda _rows: answered.set(), lambda _exc: answered.set())
+                interrupt.wait_until(answered)
+            return future.result()
+
         try:
             return self.retry_policy.call(
-                lambda: self.session.execute(
-                    bound, execution_profile=profile, paging_state=paging_state
-                ),
-                retry_if=lambda exc: isinstance(exc, retried),
-                on_retry=on_retry,
+                once, retry_if=lambda exc: isinstance(exc, retried), on_retry=on_retry
             )
         except TRANSIENT_ERRORS as exc:
             raise map_error(exc) from exc
@@ -367,7 +378,9 @@ class CassandraRequests:
         pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dircleaner-scan")
         try:
             for index in range(len(jobs)):
-                pool.submit(run, index)
+                # In the caller's context: a split's waits obey what the caller's obey (a Dask
+                # task's stop, ``interrupt.obeying``).
+                pool.submit(contextvars.copy_context().run, run, index)
             for q in queues:
                 while True:
                     item = q.get()
