@@ -137,3 +137,30 @@ def test_a_bad_window_is_a_usage_error(tmp_path: Path, args: list[str], fragment
     result = invoke(url, *args)
     assert result.exit_code == 2, result.output
     assert fragment in result.output
+
+
+def test_dask_tasks_stop_at_the_deadline_and_the_next_night_finishes(
+    dataset: Path, tmp_path: Path
+) -> None:
+    from tests.daskcluster import LoopbackCluster
+
+    url, db = copy(dataset, tmp_path)
+    before = directories(db)
+    audit = tmp_path / "audit.jsonl"
+    cluster = LoopbackCluster(tmp_path, workers=2)
+    try:
+        cluster.wait_for_workers(2)
+        on_dask = ["--scheduler", cluster.address, "--audit-log", str(audit)]
+        first = invoke(url, "run", *NIGHT, "--rate", "300", "--max-run-time", "5s", *on_dask)
+        assert first.exit_code == 0, first.output
+        clean = json.loads(first.stdout)["clean"]
+        assert clean["deadline"]["reached"] and clean["deadline"]["left_dirs"] > 0
+        assert len(list(read_audit_log(audit))) == clean["delete_requested_dirs"]
+        second = invoke(url, "run", *NIGHT, "--rate", "0", *on_dask)
+        assert second.exit_code == 0, second.output
+        assert json.loads(second.stdout)["build"]["resumed"] is not None
+    finally:
+        cluster.close()
+    gone = before - directories(db)
+    assert gone <= truly_empty(dataset)
+    assert len(gone) > 0.98 * len(truly_empty(dataset))
