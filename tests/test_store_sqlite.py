@@ -128,7 +128,7 @@ def test_the_sizing_count_reads_through_a_small_cache_and_gives_the_big_one_back
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c", "x/y"], T0)
         store.put_objects("other", ["q/r"], T0)
-        conn = store._conn
+        conn = store.db.conn
         seen: list[str] = []
         conn.set_trace_callback(seen.append)
         try:
@@ -155,7 +155,7 @@ def test_scans_and_the_recheck_read_through_a_small_cache_and_give_the_big_one_b
 
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c", "x/y"], T0)
-        conn = store._conn
+        conn = store.db.conn
 
         def cache() -> int:
             return int(conn.execute("PRAGMA cache_size").fetchone()[0])
@@ -197,7 +197,7 @@ def test_interleaved_reads_keep_the_small_cache_until_the_last_one_ends(tmp_path
 
     with SqliteStore.open(url_of(tmp_path / "m.db"), create=True) as store:
         store.put_objects("b", ["a/b/c", "x/y"], T0)
-        conn = store._conn
+        conn = store.db.conn
 
         def cache() -> int:
             return int(conn.execute("PRAGMA cache_size").fetchone()[0])
@@ -378,8 +378,8 @@ def test_a_folders_row_whose_token_is_not_its_partitions_stops_the_packed_scan(
         store.put_objects("b", ["a/b/c", "a/d/e"], 1)
         assert sum(map(len, store.scan_folder_keys(Shard()))) == 3
         assert isinstance(store, SqliteStore)
-        with store._conn:
-            store._conn.execute("UPDATE folders SET token = token + 1 WHERE name = 'd'")
+        with store.db.conn:
+            store.db.conn.execute("UPDATE folders SET token = token + 1 WHERE name = 'd'")
         with pytest.raises(SchemaError, match="token"):
             list(store.scan_folder_keys(Shard()))
         # The rows themselves still read, as they are.

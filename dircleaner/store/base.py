@@ -74,9 +74,6 @@ class Store(abc.ABC):
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
-    #: folder rows this connection's deletes actually removed, where the store can tell (the
-    #: embedded store); None where a delete is a blind tombstone (Cassandra)
-    rows_removed: int | None = None
 
     #: what opening this store created, one name each for a person ("SQLite metastore
     #: /srv/meta.db", "table ks.folders"): empty unless opened with ``create``
@@ -130,6 +127,12 @@ class Store(abc.ABC):
 
     def close(self) -> None:
         """Release connections (none here)."""
+        return None
+
+    @property
+    def rows_removed(self) -> int | None:
+        """Folder rows this connection's deletes actually removed, where the store can tell
+        (the embedded store); None where a delete is a blind tombstone (Cassandra)."""
         return None
 
     def __enter__(self) -> Store:
