@@ -8,11 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dircleaner.errors import SchemaError, StoreNotFound, StoreNotOurs, StoreUrlError
-from dircleaner.model import FolderRow, PartitionKey, Shard
+from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
 from dircleaner.store import open_store
-from dircleaner.store.base import Store
-from dircleaner.store.records import TombstoneCharge, murmur_token
 from dircleaner.store.sqlite import SqliteStore, path_from_url
 from tests.store_contract import T0, StoreContract, folder_rows
 
