@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dircleaner.deadline import Deadline, night_end
 from dircleaner.errors import UsageError
 from dircleaner.job.prefix import PrefixCleanConfig
 from dircleaner.model import Shard
@@ -21,7 +20,7 @@ from dircleaner.pipeline.spillfile import (
     SpillConfig,
 )
 from dircleaner.scanrate import ScanRate
-from dircleaner.timeutil import now_us, parse_duration
+from dircleaner.timeutil import parse_duration
 
 if TYPE_CHECKING:
     # The store-wide job pulls in numpy and the filter modules: it is imported where a config
@@ -98,12 +97,9 @@ def clean_config(
     lease_ttl: str,
     spill_dir: str | None = None,
     spill_after: int = DEFAULT_MEMORY_CANDIDATES,
-    deadline: str | None = None,
-    max_run_time: str | None = None,
 ) -> CleanConfig:
     """The store-wide clean's config; its audit log is None until the store is open, when
-    --audit-log was not given (``store_audit_log``). Its deadline (--deadline, --max-run-time)
-    is resolved now, from when the command started."""
+    --audit-log was not given (``store_audit_log``)."""
     from dircleaner.job.clean import CleanConfig
 
     return CleanConfig(
@@ -125,16 +121,7 @@ def clean_config(
             # A chunk of the plan is never more than a process keeps in memory.
             plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, spill_after)),
         ),
-        deadline=night_deadline(deadline, max_run_time),
     )
-
-
-def night_deadline(deadline: str | None, max_run_time: str | None) -> Deadline | None:
-    """--deadline and --max-run-time as one instant, from now (None: neither given)."""
-    started = now_us()
-    run_time_s = None if max_run_time is None else parse_duration(max_run_time)
-    end = night_end(deadline, run_time_s, started)
-    return None if end is None else Deadline(end)
 
 
 def prefix_clean_config(

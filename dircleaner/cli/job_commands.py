@@ -48,6 +48,7 @@ from dircleaner.cli.options import (
     scheduler_option,
     shard_option,
     sweep_options,
+    window_of,
     window_options,
     workers_option,
 )
@@ -240,8 +241,6 @@ def clean(
     spill_dir: str | None,
     spill_after: int,
     lease_ttl: str,
-    max_run_time: str | None,
-    deadline: str | None,
     prefix: str | None,
     max_deletes: int,
     changed: bool,
@@ -331,8 +330,6 @@ def clean(
         lease_ttl=lease_ttl,
         spill_dir=spill_dir,
         spill_after=spill_after,
-        deadline=deadline,
-        max_run_time=max_run_time,
     )
     _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
 
@@ -368,8 +365,6 @@ def run(
     spill_dir: str | None,
     spill_after: int,
     lease_ttl: str,
-    max_run_time: str | None,
-    deadline: str | None,
     bucket: str | None,
     workers: int,
     scan_rate: float | None,
@@ -423,8 +418,6 @@ def run(
         lease_ttl=lease_ttl,
         spill_dir=spill_dir,
         spill_after=spill_after,
-        deadline=deadline,
-        max_run_time=max_run_time,
     )
     with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
         build_config = BuildConfig(
@@ -458,7 +451,7 @@ def store_to_clean(
         check_scan_consistency(store, config.verify)
         require_bucket(store, config.sweep.bucket)
         shown = store_audit_log(audit_log, store)
-        config = replace(config, audit_log=audit_log_path(shown))
+        config = replace(config, audit_log=audit_log_path(shown), deadline=window_of(ctx))
         with workers_for(config.sweep.workers, scheduler, slices) as pool:
             yield store, config, pool, shown
 
