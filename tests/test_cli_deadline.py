@@ -164,3 +164,12 @@ def test_dask_tasks_stop_at_the_deadline_and_the_next_night_finishes(
     gone = before - directories(db)
     assert gone <= truly_empty(dataset)
     assert len(gone) > 0.98 * len(truly_empty(dataset))
+
+
+def test_a_dry_run_has_no_deadline_to_meet(dataset: Path, tmp_path: Path) -> None:
+    url, _db = copy(dataset, tmp_path)
+    result = invoke(url, "run", "--dry-run", *NIGHT, "--max-run-time", "1s", "--scan-rate", "3000")
+    assert result.exit_code == 0, result.output
+    clean = json.loads(result.stdout)["clean"]
+    assert clean["deadline"] is None
+    assert clean["plan"]["directories"] > 0.45 * DIRS  # planned in full, past the second

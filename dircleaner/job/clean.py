@@ -416,8 +416,9 @@ def slices_to_do(
 def night_end(
     config: CleanConfig, decision: CleanDecision, cleaned: Sequence[ShardCleaned]
 ) -> NightEnd | None:
-    """Where the night's deadline left the clean (None: it had none)."""
-    if config.deadline is None:
+    """Where the night's deadline left the clean (None: it had none, or deleted nothing
+    anyway: a dry run)."""
+    if config.deadline is None or config.dry_run:
         return None
     return NightEnd(
         config.deadline.at_us,
