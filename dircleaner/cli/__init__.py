@@ -18,6 +18,7 @@ from dircleaner.cli.filter_commands import filters
 from dircleaner.cli.global_options import accept_global_options, global_options
 from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
 from dircleaner.cli.journal_commands import journal
+from dircleaner.cli.option_table import refuse_what_does_not_apply
 
 
 @click.group(cls=DircleanerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,6 +67,7 @@ for command in (
 ):
     cli.add_command(command)
 accept_global_options(cli)
+refuse_what_does_not_apply(cli)
 
 
 def main() -> None:

@@ -31,19 +31,13 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
-    NOT_WITH_CHANGED,
-    NOT_WITH_PREFIX,
-    ONLY_WITH_CHANGED,
-    ONLY_WITH_PREFIX,
     bucket_option,
     build_options,
     changed_options,
     clean_options,
-    given,
     json_option,
     metrics_option,
     prefix_options,
-    refuse_given,
     scan_rate_option,
     scheduler_option,
     shard_option,
@@ -62,7 +56,6 @@ from dircleaner.cli.report import (
     sweep_lines,
     sweep_summary,
 )
-from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
 from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row
@@ -177,8 +170,6 @@ def sweep_cmd(
     """
     from dircleaner.job.sweep import run_sweep
 
-    if out == "-" and as_json:
-        raise UsageError("--json and --out - both write to stdout: give --out a file")
     progress = TerminalProgress()
     with obj(ctx).open() as store, workers_for(workers, scheduler, slices) as pool:
         warn_if_bucket_missing(store, bucket)
@@ -265,7 +256,6 @@ def clean(
     if changed:
         from dircleaner.cli.changed import clean_changed
 
-        refuse_given(ctx, NOT_WITH_CHANGED, "with --changed")
         changed_config = changed_clean_config(
             bucket=bucket,
             settle=settle,
@@ -282,9 +272,7 @@ def clean(
         )
         clean_changed(ctx, changed_config, audit_log, min_age, as_json)
         return
-    refuse_given(ctx, ONLY_WITH_CHANGED, "without --changed")
     if prefix is not None:
-        refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
         prefix_config = prefix_clean_config(
             prefix,
             bucket=bucket,
@@ -302,7 +290,6 @@ def clean(
         )
         _clean_prefix(ctx, prefix_config, audit_log, min_age, as_json)
         return
-    refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
     sweep = sweep_config(
         bucket=bucket,
         shard=parse_shard(shard),
@@ -378,14 +365,9 @@ def run(
     from dircleaner.pipeline.build import BuildConfig
 
     if dry_run and scheduler is not None:
-        if given(ctx, "scheduler") or slices is not None:
-            # Checked before connecting: the library refuses it too, once the cluster is up.
-            raise UsageError(
-                "run --dry-run keeps its filter in memory, where a cluster's workers cannot"
-                " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
-            )
         # The host's environment names the cluster the nightly job runs on (the documented
-        # "try it by hand" sources that file): a dry run is run here instead.
+        # "try it by hand" sources that file): a dry run is run here instead (--scheduler
+        # itself, or --slices, is refused before: the option table).
         note(
             "note: run --dry-run runs in this process, not on DIRCLEANER_SCHEDULER's cluster"
             " (its filter stays in memory, where the cluster's workers could not load it)"
@@ -485,15 +467,11 @@ def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iter
 
 def open_workers(workers: int, scheduler: str | None, slices: int | None) -> Workers:
     """The mechanism --workers, --scheduler and --slices ask for: a Dask cluster's tasks, or
-    local processes."""
+    local processes (the option table refused those that do not go together)."""
     if scheduler is None:
-        if slices is not None:
-            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
         from dircleaner.workers.base import LocalWorkers
 
         return LocalWorkers(workers)
-    if workers != 1:
-        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
     from dircleaner.workers.daskcluster import DaskWorkers
 
     return DaskWorkers(scheduler, slices)
