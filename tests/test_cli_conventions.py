@@ -3,6 +3,7 @@ a --config that must be TOML, and a dry run of the nightly job that writes nothi
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import io
@@ -17,6 +18,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import dircleaner.cli
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from tests.helpers import EAGER, invoke, said, samples_of
@@ -75,6 +77,23 @@ def test_every_command_names_its_options_in_its_signature() -> None:
                 assert option.name in signature.parameters, f"{name}: no {option.name} argument"
                 typed = signature.parameters[option.name].annotation
                 assert typed is not inspect.Parameter.empty, f"{name}: {option.name} untyped"
+
+
+#: the longest a function of the command line may be (a command: parse, one typed config, one
+#: library call, its report)
+LONGEST_FUNCTION = 80
+
+
+def test_no_function_of_the_command_line_is_over_80_lines() -> None:
+    package = Path(dircleaner.cli.__file__).parent
+    long = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    long.append(f"{path.name}: {node.name} is {lines} lines")
+    assert long == []
 
 
 # -- -n -------------------------------------------------------------------------------------------
