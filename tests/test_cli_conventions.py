@@ -21,9 +21,9 @@ from click.testing import CliRunner
 import dircleaner.cli
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
+from tests.cli.test_clean_prefix import Backend, backend  # noqa: F401 (a fixture)
 from tests.helpers import EAGER, invoke, said, samples_of
 from tests.test_cli_read_only import read_only
-from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
 #: commands that print no summary of their own, and what they print instead
 WITHOUT_JSON = {
