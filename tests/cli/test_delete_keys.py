@@ -1,0 +1,37 @@
+"""``delete-keys``: lazy deletes of object rows, each parent journaled, only the keys that existed
+counted."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from dircleaner.journal import JOURNAL_SLOT_S, slot_of
+from dircleaner.store import open_store
+from tests.helpers import invoke
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    store = f"sqlite:///{tmp_path}/meta.db"
+    keys = "a/b/x\na/b/y\na/c/z\ntop\n"
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(store, "import-keys", "-", "--bucket", "photos", input="2026/q\n").exit_code == 0
+    return store
+
+
+def journaled(url: str) -> list[tuple[str, str, int]]:
+    """Every journal row of the last two slots: (bucket, parent, keys deleted)."""
+    now = slot_of(time.time_ns() // 1000)
+    with open_store(url) as store:
+        rows = [e for s in (now - JOURNAL_SLOT_S, now) for b in store.journal_read(s) for e in b]
+    return sorted((e.bucket, e.parent, e.deleted) for e in rows)
+
+
+def test_delete_keys_journals_each_parent_once_per_batch(url: str) -> None:
+    result = invoke(url, "delete-keys", "-", input="a/b/x\na/b/y\ntop\na/nope/k\n")
+    assert result.exit_code == 0, result.output
+    # Every key sent, found or not: a parent that did not lose an object costs one read.
+    assert journaled(url) == [("default", "", 1), ("default", "a/b/", 2), ("default", "a/nope/", 1)]
