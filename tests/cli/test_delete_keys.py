@@ -30,8 +30,24 @@ def journaled(url: str) -> list[tuple[str, str, int]]:
     return sorted((e.bucket, e.parent, e.deleted) for e in rows)
 
 
+@pytest.fixture()
+def two_buckets(tmp_path: Path) -> str:
+    store = f"sqlite:///{tmp_path}/meta.db"
+    assert invoke(store, "import-keys", "-", input="a/b/x\na/c/y\n").exit_code == 0
+    assert invoke(store, "import-keys", "-", "--bucket", "photos", input="p/q\n").exit_code == 0
+    return store
+
+
 def test_delete_keys_journals_each_parent_once_per_batch(url: str) -> None:
     result = invoke(url, "delete-keys", "-", input="a/b/x\na/b/y\ntop\na/nope/k\n")
     assert result.exit_code == 0, result.output
     # Every key sent, found or not: a parent that did not lose an object costs one read.
     assert journaled(url) == [("default", "", 1), ("default", "a/b/", 2), ("default", "a/nope/", 1)]
+
+
+def test_delete_keys_counts_only_keys_that_existed(two_buckets: str) -> None:
+    result = invoke(two_buckets, "delete-keys", "-", input="a/c/y\na/c/nope\nzzz\n")
+    assert (result.exit_code, result.stdout) == (
+        0,
+        "deleted 1 key in bucket 'default' (2 did not exist); rejected 0 lines\n",
+    )
