@@ -105,3 +105,8 @@ def test_run_dry_run_on_a_cluster_is_refused_before_connecting(url: str) -> None
         "Error: run --dry-run keeps its filter in memory, where a cluster's workers cannot"
         " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)\n",
     )
+
+
+def test_a_dry_run_that_would_pass_says_nothing_more(url: str) -> None:
+    result = invoke(url, "run", "--dry-run", "--min-age", "0", "--max-delete-fraction", "0.5")
+    assert (result.exit_code, result.stderr) == (0, "")
