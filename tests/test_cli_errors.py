@@ -70,18 +70,6 @@ def test_a_sqlite_file_that_is_not_a_metastore_is_refused(tmp_path: Path) -> Non
     assert "not a dircleaner metastore" in one_line_error(result.output)
 
 
-def test_bad_key_lines_are_reported_by_number_and_good_ones_still_go_in(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    data = b"ok/1\n\xff\xfebad/utf8\n\nok/2\n" + b"x/" + b"a" * 1023 + b"\nok/3"
-    result = invoke(url, "import-keys", "-", input=data)
-    assert result.exit_code == 1
-    assert "line 2: invalid UTF-8" in result.stderr
-    assert "line 3: empty key" in result.stderr
-    assert "line 5: key is 1025 UTF-8 bytes" in result.stderr
-    assert "put 3 keys" in result.stdout
-    assert dirs(url) == ["ok/"]
-
-
 def test_too_many_candidates_is_refused_with_exit_3_and_nothing_deleted(store: str) -> None:
     before = dirs(store)
     result = invoke(store, "run", "--min-age", "0", "--max-delete-fraction", "0.05")
