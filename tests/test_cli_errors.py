@@ -70,45 +70,11 @@ def test_a_sqlite_file_that_is_not_a_metastore_is_refused(tmp_path: Path) -> Non
     assert "not a dircleaner metastore" in one_line_error(result.output)
 
 
-def test_too_many_candidates_is_refused_with_exit_3_and_nothing_deleted(store: str) -> None:
-    before = dirs(store)
-    result = invoke(store, "run", "--min-age", "0", "--max-delete-fraction", "0.05")
-    assert result.exit_code == 3
-    assert "over --max-delete-fraction 0.05" in one_line_error(result.stderr)
-    assert dirs(store) == before
-
-
-def test_force_overrides_the_fraction_guard(store: str, tmp_path: Path) -> None:
-    result = invoke(
-        store,
-        "run",
-        "--min-age",
-        "0",
-        "--max-delete-fraction",
-        "0.05",
-        "--force",
-        "--audit-log",
-        str(tmp_path / "a.jsonl"),
-    )
-    assert result.exit_code == 0, result.output
-    assert len(dirs(store)) == 7 + 60 + 1 - 9
-
-
 def test_invalid_options_are_usage_errors(store: str) -> None:
     assert invoke(store, "run", "--min-age", "ten minutes").exit_code == 2
     assert invoke(store, "build", "--fpr", "2").exit_code == 2
     assert invoke(store, "clean", "--shard", "4/4").exit_code == 2
     assert invoke(store, "run", "--max-delete-fraction", "1.5").exit_code == 2
-
-
-def test_restore_refuses_a_bad_audit_log_and_writes_nothing(store: str, tmp_path: Path) -> None:
-    before = dirs(store)
-    log = tmp_path / "bad.jsonl"
-    log.write_text('{"bucket": "default", "parent": "", "name": "new"}\nnot json\n')
-    result = invoke(store, "restore", str(log))
-    assert result.exit_code == 2
-    assert "line 2" in one_line_error(result.stderr)
-    assert dirs(store) == before
 
 
 def _walk(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_clean_prefix import Backend, backend  # noqa: F401 (a fixture)
-from tests.helpers import EAGER, invoke, said
+from tests.helpers import EAGER, invoke, said, write_lines
 from tests.test_cli_read_only import read_only
 
 
@@ -110,3 +110,53 @@ def test_run_dry_run_on_a_cluster_is_refused_before_connecting(url: str) -> None
 def test_a_dry_run_that_would_pass_says_nothing_more(url: str) -> None:
     result = invoke(url, "run", "--dry-run", "--min-age", "0", "--max-delete-fraction", "0.5")
     assert (result.exit_code, result.stderr) == (0, "")
+
+
+KEYS = [f"data/{i % 7}/{i}/obj" for i in range(60)]
+DEAD = KEYS[:9]  # 9 of the 60 leaf directories go empty
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", KEYS))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", DEAD))).exit_code == 0
+    return url
+
+
+def dirs(url: str) -> list[str]:
+    return sorted(invoke(url, "list-dirs", "--bucket", "default").output.splitlines())
+
+
+def one_line_error(output: str) -> str:
+    """The one error line (after the line naming the store, of a command that writes)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines and lines[0].startswith("store: "):
+        lines = lines[1:]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+def test_too_many_candidates_is_refused_with_exit_3_and_nothing_deleted(store: str) -> None:
+    before = dirs(store)
+    result = invoke(store, "run", "--min-age", "0", "--max-delete-fraction", "0.05")
+    assert result.exit_code == 3
+    assert "over --max-delete-fraction 0.05" in one_line_error(result.stderr)
+    assert dirs(store) == before
+
+
+def test_force_overrides_the_fraction_guard(store: str, tmp_path: Path) -> None:
+    result = invoke(
+        store,
+        "run",
+        "--min-age",
+        "0",
+        "--max-delete-fraction",
+        "0.05",
+        "--force",
+        "--audit-log",
+        str(tmp_path / "a.jsonl"),
+    )
+    assert result.exit_code == 0, result.output
+    assert len(dirs(store)) == 7 + 60 + 1 - 9
