@@ -9,7 +9,6 @@ import io
 import json
 import logging
 import re
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,6 @@ from click.testing import CliRunner
 import dircleaner.cli
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
-from tests.cli.test_clean_prefix import Backend, backend  # noqa: F401 (a fixture)
 from tests.helpers import EAGER, invoke, said, samples_of
 
 #: commands that print no summary of their own, and what they print instead
@@ -323,40 +321,3 @@ def test_a_config_in_the_environment_is_checked_too(url: str, tmp_path: Path) ->
         2,
         f"Error: unknown config key 'cassandra.fetchsize' in {path}\n",
     )
-
-
-# -- a filter cell of another SQLite type ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("seq", [-1, -2, 0], ids=["header", "marker", "body"])
-@pytest.mark.parametrize(
-    "value",
-    ["text", b"\xff\xfe not UTF-8", 1.5],
-    ids=["text", "text-not-utf8", "real"],
-)
-def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
-    url: str, tmp_path: Path, seq: int, value: object
-) -> None:
-    assert invoke(url, "build").exit_code == 0
-    with sqlite3.connect(tmp_path / "src" / "meta.db") as conn:
-        cast = "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
-        key = f"{'m' if seq < 0 else 'c'}{seq}"
-        conn.execute(
-            f"UPDATE kv SET value = {cast} WHERE space LIKE 'filter|%' AND key = ?", (value, key)
-        )
-    result = invoke(url, "clean", "-n")
-    assert result.exit_code == 3, result.output
-    assert re.fullmatch(r"Error: filter \S+ (is corrupt|shard 0: )[^\n]*\n", result.stderr)
-    assert "free space" not in result.output
-    listed = invoke(url, "filters", "list", "--json")
-    assert listed.exit_code == 0, listed.output
-
-
-def test_sweep_refuses_two_outputs_on_stdout(url: str) -> None:
-    assert invoke(url, "build").exit_code == 0
-    result = invoke(url, "sweep", "--out", "-", "--json")
-    assert (result.exit_code, result.stderr) == (
-        2,
-        "Error: --json and --out - both write to stdout: give --out a file\n",
-    )
-    assert json.loads(result.stdout)["ok"] is False

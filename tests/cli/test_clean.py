@@ -1,8 +1,10 @@
-"""``clean``, the store-wide clean with the stored filter: what a bad filter makes it refuse."""
+"""``clean``, the store-wide clean with the stored filter: what a bad filter makes it refuse (a
+filter cell of another SQLite type too)."""
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -109,3 +111,37 @@ def test_a_filter_of_another_bucket_is_refused(store: str) -> None:
     result = invoke(store, "clean", "--bucket", "default")
     assert result.exit_code == 1
     assert "no filter has been built" in result.stderr
+
+
+@pytest.fixture()
+def url(tmp_path: Path) -> str:
+    """A store of 10 directories, 3 of them emptied (over the default --max-delete-fraction)."""
+    store = f"sqlite:///{tmp_path}/src/meta.db"
+    keys = "".join(f"d/{i}/x\n" for i in range(10))
+    assert invoke(store, "import-keys", "-", input=keys).exit_code == 0
+    assert invoke(store, "delete-keys", "-", input="d/1/x\nd/2/x\nd/3/x\n").exit_code == 0
+    return store
+
+
+@pytest.mark.parametrize("seq", [-1, -2, 0], ids=["header", "marker", "body"])
+@pytest.mark.parametrize(
+    "value",
+    ["text", b"\xff\xfe not UTF-8", 1.5],
+    ids=["text", "text-not-utf8", "real"],
+)
+def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
+    url: str, tmp_path: Path, seq: int, value: object
+) -> None:
+    assert invoke(url, "build").exit_code == 0
+    with sqlite3.connect(tmp_path / "src" / "meta.db") as conn:
+        cast = "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
+        key = f"{'m' if seq < 0 else 'c'}{seq}"
+        conn.execute(
+            f"UPDATE kv SET value = {cast} WHERE space LIKE 'filter|%' AND key = ?", (value, key)
+        )
+    result = invoke(url, "clean", "-n")
+    assert result.exit_code == 3, result.output
+    assert re.fullmatch(r"Error: filter \S+ (is corrupt|shard 0: )[^\n]*\n", result.stderr)
+    assert "free space" not in result.output
+    listed = invoke(url, "filters", "list", "--json")
+    assert listed.exit_code == 0, listed.output
