@@ -75,6 +75,18 @@ def test_every_command_names_its_options_in_its_signature() -> None:
                 assert typed is not inspect.Parameter.empty, f"{name}: {option.name} untyped"
 
 
+def test_every_command_has_a_test_file_named_after_it() -> None:
+    """tests/cli/test_<command>.py (a group's subcommands share their group's): a newcomer
+    finds a command's tests by its name."""
+    tests = Path(__file__).parent / "cli"
+    missing = [
+        name
+        for name in sorted(cli.commands)
+        if not (tests / f"test_{name.replace('-', '_')}.py").is_file()
+    ]
+    assert missing == []
+
+
 #: the longest a function of the command line may be (a command: parse, one typed config, one
 #: library call, its report)
 LONGEST_FUNCTION = 80
