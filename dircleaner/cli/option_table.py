@@ -287,6 +287,7 @@ CLEAN = CommandOptions(
                 CHANGED.name: "the night reads the journal, not a slice of the ring",
             },
         ),
+        # The churn night spills nothing, but has always taken these (and ignored them).
         "spill_dir": only(STORE_WIDE.name, CHANGED.name, why_not=IN_MEMORY),
         "spill_after": only(STORE_WIDE.name, CHANGED.name, why_not=IN_MEMORY),
         "scan_rate": only(
