@@ -24,7 +24,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from types import TracebackType
 
 from dircleaner.errors import DircleanerError, LeaseHeld, LeaseLost
 from dircleaner.store.base import Store
@@ -251,12 +250,7 @@ class Lease:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
     def _heartbeat(self) -> None:

@@ -26,7 +26,6 @@ from dircleaner.pipeline.plan import (
     DeletionPlan,
     PlanSummary,
     drop_nonempty,
-    empty_dirs_of,
     plan_deletions,
     round_robin,
     with_ancestors,
@@ -37,6 +36,17 @@ B = "bkt"
 
 # Hand-picked tokens so that ordering expectations are readable; parents not listed get 1000+.
 TOKENS = {"": 50, "x/": 10, "x/y/": 20, "x/z/": 30, "a/": 40, "p/": 1, "q/": 2, "r/": 3}
+
+
+def empty_dirs_of(facts: Iterable[PartitionFacts]) -> set[tuple[str, str]]:
+    """Every directory the facts show to be empty: candidates and absent partition dirs (what
+    the planner's answers are checked against)."""
+    out: set[tuple[str, str]] = set()
+    for fact in facts:
+        if fact.dir_absent:
+            out.add((fact.key.bucket, fact.key.parent))
+        out.update((row.bucket, dir_of_row(row.parent, row.name)) for row in fact.candidates)
+    return out
 
 
 def tok(parent: str, bucket: str = B) -> int:

@@ -24,11 +24,10 @@ from dircleaner.pipeline.plan import (
     dead_partitions,
     deletes_cost,
     drop_nonempty,
-    empty_dirs_of,
     plan_deletions,
     with_ancestors,
 )
-from tests.test_plan import perfect_facts, worlds
+from tests.test_plan import empty_dirs_of, perfect_facts, worlds
 
 World = tuple[dict[tuple[str, str], list[FolderRow]], set[tuple[str, str]]]
 

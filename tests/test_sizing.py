@@ -31,7 +31,7 @@ def make_store(tmp_path: Path) -> SqliteStore:
 
 
 def nonempty_dirs(store: SqliteStore) -> int:
-    (count,) = store._conn.execute(
+    (count,) = store.db.conn.execute(
         "SELECT count(*) FROM folders AS f WHERE EXISTS (SELECT 1 FROM objects AS o"
         " WHERE o.bucket = f.bucket AND o.parent LIKE f.parent || f.name || '/%')"
     ).fetchone()

@@ -103,7 +103,7 @@ def test_a_writable_file_opened_for_reading_refuses_every_write_and_keeps_its_by
         with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
             store.delete_folder_rows(list(store.iter_folder_rows("b")), 10)
         with pytest.raises(sqlite3.DatabaseError, match="not authorized"):
-            store._conn.execute("PRAGMA journal_mode=DELETE")
+            store.db.conn.execute("PRAGMA journal_mode=DELETE")
         assert sum(len(rows) for rows in store.scan_folder_rows(Shard(), "b")) == 3
     assert digests(db.parent) == before
 

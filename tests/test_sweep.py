@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import dircleaner.store.sqlite.store as sqlite_module
+import dircleaner.store.sqlite.database as sqlite_database
 from dircleaner.filter import bloom
 from dircleaner.filter.bloom import BloomFilter
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey, Shard
@@ -206,7 +206,7 @@ def test_ordinals_from_a_store_scan_in_tiny_batches(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through a real scan: the SQLite store's batches of 3 rows split every wide partition."""
-    monkeypatch.setattr(sqlite_module, "SCAN_BATCH", 3)
+    monkeypatch.setattr(sqlite_database, "SCAN_BATCH", 3)
     with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
         store.write_folder_rows([("b", "w/", f"c{i:02d}") for i in range(17)], 1)
         store.write_folder_rows([("b", "v/", n) for n in "abcdefg"], 1)
@@ -252,7 +252,7 @@ def test_the_packed_scan_finds_what_the_row_scan_finds(
 ) -> None:
     """The store's packed keys (laid out by SQLite) against its rows, through a real filter
     (packed tests) and a set (byte-string tests): the same facts, batch after batch."""
-    monkeypatch.setattr(sqlite_module, "SCAN_BATCH", batch)
+    monkeypatch.setattr(sqlite_database, "SCAN_BATCH", batch)
     with open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True) as store:
         keys = [f"{a}/{b}/{c}" for a in ODD for b in ODD[:3] for c in ("o1", "o2")]
         keys += [f"{a}/{b}/{c}/o" for a in ODD[:3] for b in ODD for c in ODD[:2]]

@@ -157,11 +157,6 @@ def decode_header(data: bytes) -> FilterHeader:
     )
 
 
-def header_length(data: bytes) -> int:
-    """Length of the header at the start of ``data`` (for splitting a single header+body blob)."""
-    return _read_prefix(data)[1]
-
-
 def _read_prefix(data: bytes) -> tuple[int, int]:
     """(format version, header length) from the fixed prefix; FilterCorrupt if not a header."""
     if len(data) < _PREFIX.size:

@@ -161,16 +161,6 @@ class PlanSummary:
         )
 
 
-def empty_dirs_of(facts: Iterable[PartitionFacts]) -> set[BucketDir]:
-    """Every directory the facts show to be empty: candidates and absent partition dirs."""
-    out: set[BucketDir] = set()
-    for fact in facts:
-        if fact.dir_absent:
-            out.add((fact.key.bucket, fact.key.parent))
-        out.update((row.bucket, dir_of_row(row.parent, row.name)) for row in fact.candidates)
-    return out
-
-
 def with_ancestors(dirs: Iterable[BucketDir]) -> set[BucketDir]:
     """The directories and every one of their ancestors (a non-empty dir makes its parents so)."""
     out: set[BucketDir] = set()
@@ -375,8 +365,9 @@ def dead_partitions(facts: Iterable[PartitionFacts]) -> set[BucketDir]:
 def _empty_own_dirs(facts: list[PartitionFacts]) -> set[BucketDir]:
     """The partitions whose rows are all candidates and whose own directory is known empty.
 
-    Same answer as testing each against ``empty_dirs_of(facts)``, without holding a string per
-    candidate: only the few partitions that could be dead are looked up.
+    Same answer as testing each against every directory the facts show to be empty (each
+    candidate's, each absent partition's), without holding a string per candidate: only the
+    few partitions that could be dead are looked up.
     """
     whole = {
         (f.key.bucket, f.key.parent)

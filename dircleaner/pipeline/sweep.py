@@ -13,7 +13,7 @@ between them when the partition was read, which is what lets the planner delete 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -128,111 +128,177 @@ def sweep(
 
     The rows come packed (``Store.scan_folder_keys``: the keys laid out as one buffer by the
     store) or as rows. Keys, partition boundaries, the rows of absent partitions, the grouping
-    of candidates and their ordinals are batch operations (the compiled kernels, numpy), and
-    Python only touches the partitions with candidates and the candidates (a few per cent of
-    the rows). A measured hot loop, kept in one piece (docs/performance.md says what it costs
-    against its scan).
+    of candidates and their ordinals are batch operations (the compiled kernels, numpy:
+    ``_segments``), and Python only touches the partitions with candidates and the candidates (a
+    few per cent of the rows: ``_candidate_rows``). A measured hot loop (docs/performance.md
+    says what it costs against its scan): its steps are calls per batch, never per row.
     """
-    import numpy as np
-
     from dircleaner.filter.bloom import load_kernels
     from dircleaner.store.packed import FolderKeys
 
     load_kernels()  # loaded already in a job's processes; the mmh3 path where unavailable
     started = time.monotonic()
     kept: list[PartitionFacts] = []
-    facts: FactSink = kept if into is None else into
-    swept = partitions = 0
-    run: _PartitionRun | None = None
-    buckets: dict[str, str] = {}
-    shared: dict[tuple[int, ...], tuple[int, ...]] = {}
-    new_row = tuple.__new__
+    state = _Sweep(filt, kept if into is None else into)
+    swept = 0
     for batch in batches:
         if not isinstance(batch, FolderKeys):
             batch = FolderKeys.of_rows(batch)
-        n = len(batch)
-        if not n:
-            continue
-        buf, offsets = batch.buf, batch.offsets
-        row_present = _contains(filt, buf, offsets[:-1], offsets[1:])
-        starts = _partition_starts(batch)
-        nseg = len(starts)
-        bounds = np.append(starts, n)
-        lengths = np.diff(bounds)
-        dir_present, parent_present = _partition_dirs_present(
-            filt, buf, offsets[starts], batch.prefix_ends[starts]
-        )
-        # Candidates: rows absent from the filter, and every row of a partition whose own
-        # directory is absent (a non-empty child would have made it present).
-        candidate = ~row_present
-        if not dir_present.all():
-            candidate |= np.repeat(~dir_present, lengths)
-        raw = buf.tobytes()
+        if len(batch):
+            state.take(batch)
+            swept += len(batch)
+            progress("sweep", swept, None)
+    state.close_run()
+    return SweepResult(kept, swept, state.partitions, time.monotonic() - started)
+
+
+class _Sweep:
+    """What the sweep carries from batch to batch: the partition still open at a batch's end,
+    where the facts go, how many partitions ended, and the strings and ordinal tuples the facts
+    share."""
+
+    def __init__(self, filt: MembershipFilter, facts: FactSink) -> None:
+        self._filt = filt
+        self._facts = facts
+        self.partitions = 0
+        self._run: _PartitionRun | None = None
+        self._buckets: dict[str, str] = {}
+        self._shared: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+    def take(self, batch: FolderKeys) -> None:
+        """Sweep one non-empty batch: the open partition goes on or ends, the partitions
+        strictly inside the batch end, its last one stays open."""
+        segs = _segments(batch, self._filt)
+        raw = batch.buf.tobytes()
+        run = self._run
         # The open partition may go on in this batch: its rows here follow the ones seen before.
         goes_on = run if run is not None and run.packed == _packed_key(batch, raw, 0) else None
-        key_of = _SegmentKeys(batch, raw, starts, buckets, goes_on.key if goes_on else None).key
-        seg_rows: dict[int, list[FolderRow]] = {}
-        seg_keys: dict[int, PartitionKey] = {}
-        seg_ords: dict[int, list[int]] = {}
-        cand_idx = np.flatnonzero(candidate)
-        if cand_idx.size:
-            segs = np.searchsorted(bounds, cand_idx, side="right") - 1
-            seg_ords = _ordinals(cand_idx, segs, bounds, goes_on.total if goes_on else 0)
-            name_lo = batch.prefix_ends[cand_idx].tolist()
-            name_hi = (offsets[cand_idx + 1] - 1).tolist()
-            rows: list[FolderRow] = []
-            token, bucket, parent = 0, "", ""
-            for seg, lo, hi in zip(segs.tolist(), name_lo, name_hi, strict=True):
-                if seg not in seg_rows:
-                    token, bucket, parent = seg_keys[seg] = key_of(seg)
-                    rows = seg_rows[seg] = []
-                # FolderRow(...) without the named tuple's Python-level __new__
-                rows.append(new_row(FolderRow, (token, bucket, parent, raw[lo:hi].decode())))
-        lens = lengths.tolist()
+        key_of = _SegmentKeys(
+            batch, raw, segs.starts, self._buckets, goes_on.key if goes_on else None
+        ).key
+        found = _candidate_rows(batch, raw, segs, key_of, goes_on.total if goes_on else 0)
         first = 0
-        if run is not None:
-            if goes_on is not None:
-                run.total += lens[0]
-                run.candidates.extend(seg_rows.pop(0, ()))
-                run.ordinals.extend(seg_ords.pop(0, ()))
-                first = 1
-            if first == 0 or nseg > 1:
-                partitions += 1
-                if (done := run.facts(shared)) is not None:
-                    facts.append(done)
-                run = None
-        if first < nseg:
-            last = nseg - 1
-            # Whole partitions strictly inside the batch: only those with candidates matter.
-            partitions += max(0, last - first)
-            for seg in sorted(seg_rows):
-                if first <= seg < last:
-                    facts.append(
-                        unchecked_facts(
-                            seg_keys[seg],
-                            lens[seg],
-                            tuple(seg_rows[seg]),
-                            not dir_present[seg],
-                            _shared_ordinals(seg_ords[seg], shared),
-                            not parent_present[seg],
-                        )
+        if goes_on is not None:
+            goes_on.total += segs.lengths[0]
+            goes_on.candidates.extend(found.rows.pop(0, ()))
+            goes_on.ordinals.extend(found.ordinals.pop(0, ()))
+            first = 1
+        last = len(segs.lengths) - 1
+        if run is not None and (first == 0 or last > 0):
+            self.close_run()
+        if first > last:
+            return
+        # Whole partitions strictly inside the batch: only those with candidates matter.
+        self.partitions += max(0, last - first)
+        for seg in sorted(found.rows):
+            if first <= seg < last:
+                self._facts.append(
+                    unchecked_facts(
+                        found.keys[seg],
+                        segs.lengths[seg],
+                        tuple(found.rows[seg]),
+                        not segs.dir_present[seg],
+                        _shared_ordinals(found.ordinals[seg], self._shared),
+                        not segs.parent_present[seg],
                     )
-            run = _PartitionRun(
-                key_of(last),
-                not dir_present[last],
-                not parent_present[last],
-                _packed_key(batch, raw, int(starts[last])),
-            )
-            run.total = lens[last]
-            run.candidates.extend(seg_rows.get(last, ()))
-            run.ordinals.extend(seg_ords.get(last, ()))
-        swept += n
-        progress("sweep", swept, None)
-    if run is not None:
-        partitions += 1
-        if (done := run.facts(shared)) is not None:
-            facts.append(done)
-    return SweepResult(kept, swept, partitions, time.monotonic() - started)
+                )
+        self._run = _PartitionRun(
+            key_of(last),
+            not segs.dir_present[last],
+            not segs.parent_present[last],
+            _packed_key(batch, raw, int(segs.starts[last])),
+        )
+        self._run.total = segs.lengths[last]
+        self._run.candidates.extend(found.rows.get(last, ()))
+        self._run.ordinals.extend(found.ordinals.get(last, ()))
+
+    def close_run(self) -> None:
+        """The open partition ends: its facts, if it has any."""
+        if self._run is not None:
+            self.partitions += 1
+            if (done := self._run.facts(self._shared)) is not None:
+                self._facts.append(done)
+            self._run = None
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """A batch's partitions (its segments) and its candidate rows."""
+
+    #: the row each segment starts at
+    starts: np.ndarray
+    #: ``starts``, then the batch's length
+    bounds: np.ndarray
+    #: each segment's number of rows
+    lengths: list[int]
+    #: whether each segment's own directory, and its parent directory, are in the filter
+    dir_present: np.ndarray
+    parent_present: np.ndarray
+    #: the candidate rows' indices, in order
+    candidates: np.ndarray
+
+
+def _segments(batch: FolderKeys, filt: MembershipFilter) -> _Segments:
+    """The batch operations: partition boundaries, which rows and directories the filter holds.
+
+    Candidates: rows absent from the filter, and every row of a partition whose own directory is
+    absent (a non-empty child would have made it present)."""
+    import numpy as np
+
+    buf, offsets = batch.buf, batch.offsets
+    row_present = _contains(filt, buf, offsets[:-1], offsets[1:])
+    starts = _partition_starts(batch)
+    bounds = np.append(starts, len(batch))
+    lengths = np.diff(bounds)
+    dir_present, parent_present = _partition_dirs_present(
+        filt, buf, offsets[starts], batch.prefix_ends[starts]
+    )
+    candidate = ~row_present
+    if not dir_present.all():
+        candidate |= np.repeat(~dir_present, lengths)
+    return _Segments(
+        starts, bounds, lengths.tolist(), dir_present, parent_present, np.flatnonzero(candidate)
+    )
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A batch's candidates by segment: their rows, their partition's key, their ordinals."""
+
+    rows: dict[int, list[FolderRow]]
+    keys: dict[int, PartitionKey]
+    ordinals: dict[int, list[int]]
+
+
+def _candidate_rows(
+    batch: FolderKeys,
+    raw: bytes,
+    segs: _Segments,
+    key_of: Callable[[int], PartitionKey],
+    carried: int,
+) -> _Found:
+    """The candidates as rows, by segment; segment 0's ordinals follow the ``carried`` rows its
+    partition had in earlier batches. The only loop over rows in Python: the candidates'."""
+    import numpy as np
+
+    found = _Found({}, {}, {})
+    cand_idx = segs.candidates
+    if not cand_idx.size:
+        return found
+    seg_of = np.searchsorted(segs.bounds, cand_idx, side="right") - 1
+    found.ordinals.update(_ordinals(cand_idx, seg_of, segs.bounds, carried))
+    name_lo = batch.prefix_ends[cand_idx].tolist()
+    name_hi = (batch.offsets[cand_idx + 1] - 1).tolist()
+    seg_rows, seg_keys, new_row = found.rows, found.keys, tuple.__new__
+    rows: list[FolderRow] = []
+    token, bucket, parent = 0, "", ""
+    for seg, lo, hi in zip(seg_of.tolist(), name_lo, name_hi, strict=True):
+        if seg not in seg_rows:
+            token, bucket, parent = seg_keys[seg] = key_of(seg)
+            rows = seg_rows[seg] = []
+        # FolderRow(...) without the named tuple's Python-level __new__
+        rows.append(new_row(FolderRow, (token, bucket, parent, raw[lo:hi].decode())))
+    return found
 
 
 class _SegmentKeys:

@@ -6,6 +6,17 @@ and the single item derives from it; backends override the derived helpers only 
 do them faster. What a store can do and how the job drives it is one frozen ``StoreTraits``
 (``store.traits``); optional capabilities are small protocols of their own (``IndexWriter``,
 ``TombstoneCounter``, ``BulkLoader``), checked with ``isinstance``.
+
+The job's bookkeeping (the lease, run state, filter cells) is built once on the key-value
+primitive (``bookkeeping``). The tombstone ledger is not, by a measured choice: a slice's plan
+reads the charges of every partition it may put tombstones in (thousands), and each group of
+deletes charges the partitions it touches (about a thousand) before it is sent. On the
+key-value primitive each partition's charges would be a space (one space for all would be one
+Cassandra partition holding every expired charge as a tombstone), and ``kv_read`` reads one
+space per request, one request at a time. For 5,000 partitions on a local Cassandra node the
+ledger's reads took 79 requests (``IN`` reads of 64 partitions, 16 in flight) and 44 ms; a
+``kv_read`` per partition took 5,000 requests and 2.3 s (53 times as long), and its charges
+1.8 s against 0.73 s. Across a network every request costs a round trip more.
 """
 
 from __future__ import annotations
@@ -74,9 +85,6 @@ class Store(abc.ABC):
     #: how this store was opened, so worker processes can open their own connection
     url: str = ""
     config_path: Path | None = None
-    #: folder rows this connection's deletes actually removed, where the store can tell (the
-    #: embedded store); None where a delete is a blind tombstone (Cassandra)
-    rows_removed: int | None = None
 
     #: what opening this store created, one name each for a person ("SQLite metastore
     #: /srv/meta.db", "table ks.folders"): empty unless opened with ``create``
@@ -130,6 +138,12 @@ class Store(abc.ABC):
 
     def close(self) -> None:
         """Release connections (none here)."""
+        return None
+
+    @property
+    def rows_removed(self) -> int | None:
+        """Folder rows this connection's deletes actually removed, where the store can tell
+        (the embedded store); None where a delete is a blind tombstone (Cassandra)."""
         return None
 
     def __enter__(self) -> Store:
@@ -435,10 +449,11 @@ class Store(abc.ABC):
         return bookkeeping.lease_holder(self, name)
 
     # -- the tombstone ledger (a primitive of its own) ----------------------------------------
-    # Not built on the key-value primitive: the clean reads it on its hot path, the charges of
-    # thousands of partitions per slice, which a backend answers in few requests (Cassandra:
-    # ``IN`` reads of many partitions; SQLite: one query per chunk, summed in SQL), where a
-    # key-value read would cost one request per partition.
+    # Not built on the key-value primitive (the module's docstring has the figures): the clean
+    # reads it on its hot path, the charges of thousands of partitions per slice, which a
+    # backend answers in few requests (Cassandra: ``IN`` reads of many partitions; SQLite: one
+    # query per chunk, summed in SQL), where a key-value read would cost one request per
+    # partition.
     @abc.abstractmethod
     def charge_tombstones(self, charges: Sequence[TombstoneCharge], ttl_s: float) -> None:
         """Record charges that expire after ``ttl_s`` (call before issuing the deletes).

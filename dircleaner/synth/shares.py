@@ -74,7 +74,11 @@ def share_empties(
         for name, budget in budgets.items()
         if budget > 0
     }
-    whole = _whole_numbers(counts, round(max(wanted, sum(counts.values()))))
+    # The counts add up to ``wanted`` unless the wide day needs more; their float sum may sit a
+    # hair above it, which must not round the total up past round(wanted).
+    needed = sum(counts.values())
+    total = round(needed) if needed - wanted > 1e-6 * max(1.0, wanted) else round(wanted)
+    whole = _whole_numbers(counts, total)
     fractions = {name: whole[name] / budgets[name] for name in counts}
     return EmptyShares(fractions, wide_children, set_pieces)
 

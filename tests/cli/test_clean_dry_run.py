@@ -33,12 +33,13 @@ def test_dry_run_prints_the_plan_and_the_verdict(url: str) -> None:
         "sweep",
         "scan",
         "verify",
+        "reads",
         "plan",
         "1",
         "budget",
         "clean",
     ]
-    assert lines[3:5] == [
+    assert lines[4:6] == [
         "plan    3 directories to delete = 0 in 0 dead partitions + 0 by row deletes + 3 in 1"
         " ranges + 0 in 0 rewritten partitions (0 rows copied); 0 more deferred by the budget N",
         "        1 tombstones = 0 partition + 0 row + 1 range (each counts 2 against N)"
