@@ -1,9 +1,8 @@
-"""The conventions every command follows: help with an example, -n, -v/-q, --json, --metrics-file,
-a --config that must be TOML, no function of the command line over 80 lines."""
+"""The conventions every command follows: help with an example, a test file named after it, -n,
+-v/-q, --json, --metrics-file, and a --config that must be TOML."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 import io
 import json
@@ -16,7 +15,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import dircleaner.cli
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from tests.helpers import EAGER, invoke, said, samples_of
@@ -85,23 +83,6 @@ def test_every_command_has_a_test_file_named_after_it() -> None:
         if not (tests / f"test_{name.replace('-', '_')}.py").is_file()
     ]
     assert missing == []
-
-
-#: the longest a function of the command line may be (a command: parse, one typed config, one
-#: library call, its report)
-LONGEST_FUNCTION = 80
-
-
-def test_no_function_of_the_command_line_is_over_80_lines() -> None:
-    package = Path(dircleaner.cli.__file__).parent
-    long = []
-    for path in sorted(package.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > LONGEST_FUNCTION:
-                    long.append(f"{path.name}: {node.name} is {lines} lines")
-    assert long == []
 
 
 # -- -n -------------------------------------------------------------------------------------------
