@@ -242,7 +242,10 @@ BY_SLICES = {
 }
 NO_FILTER = "no filter is read"
 SUBTREE_OR_JOURNAL = "--prefix cleans one subtree; --changed the journal's directories"
-IN_MEMORY = "the walk keeps its subtree (at most --max-deletes directories) in memory"
+IN_MEMORY = {
+    PREFIX.name: "the walk keeps its subtree (at most --max-deletes directories) in memory",
+    CHANGED.name: "the churn night keeps the directories its journal names in memory",
+}
 
 CLEAN = CommandOptions(
     {
@@ -287,9 +290,8 @@ CLEAN = CommandOptions(
                 CHANGED.name: "the night reads the journal, not a slice of the ring",
             },
         ),
-        # The churn night spills nothing, but has always taken these (and ignored them).
-        "spill_dir": only(STORE_WIDE.name, CHANGED.name, why_not=IN_MEMORY),
-        "spill_after": only(STORE_WIDE.name, CHANGED.name, why_not=IN_MEMORY),
+        "spill_dir": only(STORE_WIDE.name, why_not=IN_MEMORY),
+        "spill_after": only(STORE_WIDE.name, why_not=IN_MEMORY),
         "scan_rate": only(
             STORE_WIDE.name,
             PREFIX.name,
