@@ -1,6 +1,5 @@
 """A --bucket that matches nothing: commands that delete refuse (exit 3, one line naming the
-buckets there are, nothing deleted); commands that read warn and go on. ``sweep --out`` names
-each candidate's bucket unless --bucket did."""
+buckets there are, nothing deleted); commands that read warn and go on."""
 
 from __future__ import annotations
 
@@ -69,13 +68,3 @@ def test_a_typo_bucket_is_a_warning_to_a_command_that_reads(url: str, command: s
     result = invoke(url, command, "--bucket", "Photos")
     assert result.exit_code == 0, result.output
     assert said(result) == "warning: " + MISSING
-
-
-def test_sweep_out_names_the_bucket_unless_bucket_was_given(url: str, tmp_path: Path) -> None:
-    assert invoke(url, "build").exit_code == 0
-    out = tmp_path / "candidates.txt"
-    assert invoke(url, "sweep", "--out", str(out)).exit_code == 0
-    assert sorted(out.read_text().splitlines()) == ["default\ta/c/", "photos\ta/c/"]
-    assert invoke(url, "build", "--bucket", "photos").exit_code == 0
-    result = invoke(url, "sweep", "--bucket", "photos", "--out", "-")
-    assert (result.exit_code, result.output) == (0, "a/c/\n")

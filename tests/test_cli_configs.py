@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dircleaner.cli import cli
 from dircleaner.cli.configs import (
+    BuildValues,
+    CleanValues,
+    DeleteValues,
+    FilterChoiceValues,
+    RunValues,
+    ScanValues,
+    SweepValues,
     clean_config,
     guard_config,
-    parse_shard,
     prefix_clean_config,
     store_audit_log,
     sweep_config,
@@ -25,33 +35,43 @@ from dircleaner.scanrate import ScanRate
 from dircleaner.store import open_store
 
 SWEEP = sweep_config(
-    bucket="b", shard=Shard(), generation=None, guards=GuardConfig(), workers=1, scan_rate=None
+    ScanValues(bucket="b", workers=1, scan_rate=None, scheduler=None, slices=None), GuardConfig()
 )
 
+#: each job command's values, one field per parameter of its function
+VALUES_OF: dict[str, type[BuildValues | SweepValues | CleanValues | RunValues]] = {
+    "build": BuildValues,
+    "sweep": SweepValues,
+    "clean": CleanValues,
+    "run": RunValues,
+}
 
-def a_clean(
-    *,
-    min_age: str = "10m",
-    lease_ttl: str = "60s",
-    grace_period: str | None = None,
-    audit_log: str | None = None,
-    rate: float = 1000.0,
-    verify: bool = True,
-) -> CleanConfig:
+
+def given_nothing(command: str) -> dict[str, Any]:
+    """What a command's function is given when no option is."""
+    return cli.commands[command].make_context(command, [], resilient_parsing=True).params
+
+
+def deletes(**changes: Any) -> DeleteValues:
+    """The deletes' values clean and run are given when no option is, but ``changes``."""
+    defaults = given_nothing("clean")
+    return DeleteValues(**{**{f.name: defaults[f.name] for f in fields(DeleteValues)}, **changes})
+
+
+def a_clean(**changes: Any) -> CleanConfig:
     """clean_config given what clean and run are given when no option is, but these."""
-    return clean_config(
-        SWEEP,
-        min_age=min_age,
-        max_tombstones_per_partition=None,
-        max_rewrite_rows=100_000,
-        grace_period=grace_period,
-        verify=verify,
-        dry_run=False,
-        rate=rate,
-        concurrency=32,
-        audit_log=audit_log,
-        lease_ttl=lease_ttl,
-    )
+    return clean_config(SWEEP, deletes(**changes))
+
+
+@pytest.mark.parametrize("command", sorted(VALUES_OF))
+def test_a_commands_values_are_its_parameters_with_their_types(command: str) -> None:
+    """``CleanValues.of(ctx)`` takes every parameter, typed as the function's signature says
+    (the signature is what mypy checks and what click fills in)."""
+    callback = cli.commands[command].callback
+    assert callback is not None
+    signature = inspect.signature(callback)
+    parameters = {name: p.annotation for name, p in signature.parameters.items() if name != "ctx"}
+    assert {f.name: f.type for f in fields(VALUES_OF[command])} == parameters
 
 
 def test_a_command_without_a_guard_option_gets_the_guards_defaults() -> None:
@@ -64,12 +84,9 @@ def test_a_command_without_a_guard_option_gets_the_guards_defaults() -> None:
 def test_the_sweep_config_holds_each_option() -> None:
     guards = guard_config(max_delete_fraction=0.2)
     config = sweep_config(
-        bucket=None,
-        shard=parse_shard("1/4"),
-        generation="g",
-        guards=guards,
-        workers=2,
-        scan_rate=10.0,
+        ScanValues(bucket=None, workers=2, scan_rate=10.0, scheduler=None, slices=None),
+        guards,
+        FilterChoiceValues(generation="g", max_filter_age="24h", shard="1/4"),
     )
     assert config == SweepConfig(
         shard=Shard(1, 4),
@@ -82,6 +99,12 @@ def test_the_sweep_config_holds_each_option() -> None:
 
 def test_the_clean_options_defaults_are_the_library_defaults() -> None:
     assert a_clean() == CleanConfig(sweep=SWEEP)
+    assert RunValues(**given_nothing("run")).clean_config() == CleanConfig(
+        sweep=sweep_config(
+            ScanValues(bucket=None, workers=1, scan_rate=None, scheduler=None, slices=None),
+            GuardConfig(),
+        )
+    )
 
 
 def test_the_clean_config_parses_durations_and_makes_the_audit_log_absolute(
@@ -121,17 +144,19 @@ def test_the_library_configs_refuse_what_is_not_finite_too(bad: float) -> None:
 def test_the_prefix_clean_takes_the_default_bucket_and_a_normalised_prefix() -> None:
     config = prefix_clean_config(
         "logs/2025",
+        deletes(
+            min_age="1h",
+            max_tombstones_per_partition=9,
+            max_rewrite_rows=0,
+            grace_period=None,
+            dry_run=True,
+            rate=0.0,
+            concurrency=4,
+            audit_log=None,
+            lease_ttl="2m",
+        ),
         bucket=None,
-        min_age="1h",
-        max_tombstones_per_partition=9,
-        max_rewrite_rows=0,
-        grace_period=None,
         max_deletes=7,
-        dry_run=True,
-        rate=0.0,
-        concurrency=4,
-        audit_log=None,
-        lease_ttl="2m",
         scan_rate=50.0,
     )
     assert (config.prefix, config.bucket, config.max_deletes) == ("logs/2025/", DEFAULT_BUCKET, 7)

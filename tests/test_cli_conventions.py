@@ -1,15 +1,13 @@
-"""The conventions every command follows: help with an example, -n, -v/-q, --json, --metrics-file,
-a --config that must be TOML, and a dry run of the nightly job that writes nothing."""
+"""The conventions every command follows: help with an example, a test file named after it, -n,
+-v/-q, --json, --metrics-file, and a --config that must be TOML."""
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import io
 import json
 import logging
 import re
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,8 +18,6 @@ from click.testing import CliRunner
 from dircleaner.cli import cli
 from dircleaner.cli.progress_display import TerminalProgress, quiet, set_quiet
 from tests.helpers import EAGER, invoke, said, samples_of
-from tests.test_cli_read_only import read_only
-from tests.test_prefix_clean import Backend, backend  # noqa: F401 (a fixture)
 
 #: commands that print no summary of their own, and what they print instead
 WITHOUT_JSON = {
@@ -75,6 +71,18 @@ def test_every_command_names_its_options_in_its_signature() -> None:
                 assert option.name in signature.parameters, f"{name}: no {option.name} argument"
                 typed = signature.parameters[option.name].annotation
                 assert typed is not inspect.Parameter.empty, f"{name}: {option.name} untyped"
+
+
+def test_every_command_has_a_test_file_named_after_it() -> None:
+    """tests/cli/test_<command>.py (a group's subcommands share their group's): a newcomer
+    finds a command's tests by its name."""
+    tests = Path(__file__).parent / "cli"
+    missing = [
+        name
+        for name in sorted(cli.commands)
+        if not (tests / f"test_{name.replace('-', '_')}.py").is_file()
+    ]
+    assert missing == []
 
 
 # -- -n -------------------------------------------------------------------------------------------
@@ -239,74 +247,6 @@ def test_build_and_sweep_write_metrics(url: str, tmp_path: Path) -> None:
     assert "dircleaner_filter_bytes" not in values
 
 
-# -- run --dry-run writes nothing -----------------------------------------------------------------
-
-
-def fingerprint(directory: Path) -> dict[str, str]:
-    return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(directory.iterdir())
-        if p.is_file()
-    }
-
-
-def test_run_dry_run_on_a_read_only_store_stores_no_filter(url: str, tmp_path: Path) -> None:
-    """A read-only mount (root writes a 0444 file anyway, so a mount is the honest test)."""
-    source = tmp_path / "src"
-    before = fingerprint(source)
-    seen_read_only = read_only(source, tmp_path / "ro")
-    with seen_read_only as where:
-        ro = f"sqlite:///{where}/meta.db"
-        passed = invoke(ro, "run", "-n", *EAGER, "--json")
-        assert passed.exit_code == 0, passed.output
-        summary = json.loads(passed.stdout)
-        assert summary["clean"]["plan"]["directories"] == 3
-        # The guard's verdict, as a real run would meet it: 3 of 11 is over 10%.
-        refused = invoke(ro, "run", "-n", "--min-age", "0", "--workers", "2")
-        assert refused.exit_code == 3, refused.output
-        assert "Error: a real run would be refused: 3 of 11 directories" in refused.stderr
-    assert fingerprint(source) == before
-    assert invoke(url, "filters", "list").stdout == "no filters stored\n"
-
-
-def test_run_dry_run_neither_stores_a_filter_nor_collects_old_ones(url: str) -> None:
-    for _ in range(4):
-        assert invoke(url, "build").exit_code == 0
-    before = generations(url)
-    assert len(before) == 4
-    result = invoke(url, "run", "-n", *EAGER)
-    assert result.exit_code == 0, result.output
-    assert generations(url) == before
-
-
-def generations(url: str) -> list[str]:
-    listed = invoke(url, "filters", "list", "--json")
-    assert listed.exit_code == 0, listed.output
-    return [row["generation"] for row in json.loads(listed.stdout)]
-
-
-def test_run_dry_run_stores_no_filter_on_either_backend(backend: Backend) -> None:  # noqa: F811
-    args = ("--bucket", backend.bucket)
-    keys = "".join(f"dry/{i}/x\n" for i in range(10))
-    assert invoke(backend.url, "import-keys", "-", *args, input=keys).exit_code == 0
-    dead = "dry/1/x\ndry/2/x\ndry/3/x\n"
-    assert invoke(backend.url, "delete-keys", "-", *args, input=dead).exit_code == 0
-    before = generations(backend.url)
-    result = invoke(backend.url, "run", "-n", *args, *EAGER, "--json")
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["clean"]["plan"]["directories"] == 3
-    assert generations(backend.url) == before
-
-
-def test_run_dry_run_on_a_cluster_is_refused_before_connecting(url: str) -> None:
-    result = invoke(url, "run", "-n", "--scheduler", "tcp://127.0.0.1:9")
-    assert (result.exit_code, result.output) == (
-        2,
-        "Error: run --dry-run keeps its filter in memory, where a cluster's workers cannot"
-        " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)\n",
-    )
-
-
 # -- --config -------------------------------------------------------------------------------------
 
 
@@ -374,40 +314,3 @@ def test_a_config_in_the_environment_is_checked_too(url: str, tmp_path: Path) ->
         2,
         f"Error: unknown config key 'cassandra.fetchsize' in {path}\n",
     )
-
-
-# -- a filter cell of another SQLite type ---------------------------------------------------------
-
-
-@pytest.mark.parametrize("seq", [-1, -2, 0], ids=["header", "marker", "body"])
-@pytest.mark.parametrize(
-    "value",
-    ["text", b"\xff\xfe not UTF-8", 1.5],
-    ids=["text", "text-not-utf8", "real"],
-)
-def test_a_filter_cell_of_another_type_is_a_corrupt_filter(
-    url: str, tmp_path: Path, seq: int, value: object
-) -> None:
-    assert invoke(url, "build").exit_code == 0
-    with sqlite3.connect(tmp_path / "src" / "meta.db") as conn:
-        cast = "CAST(? AS TEXT)" if isinstance(value, bytes) else "?"
-        key = f"{'m' if seq < 0 else 'c'}{seq}"
-        conn.execute(
-            f"UPDATE kv SET value = {cast} WHERE space LIKE 'filter|%' AND key = ?", (value, key)
-        )
-    result = invoke(url, "clean", "-n")
-    assert result.exit_code == 3, result.output
-    assert re.fullmatch(r"Error: filter \S+ (is corrupt|shard 0: )[^\n]*\n", result.stderr)
-    assert "free space" not in result.output
-    listed = invoke(url, "filters", "list", "--json")
-    assert listed.exit_code == 0, listed.output
-
-
-def test_sweep_refuses_two_outputs_on_stdout(url: str) -> None:
-    assert invoke(url, "build").exit_code == 0
-    result = invoke(url, "sweep", "--out", "-", "--json")
-    assert (result.exit_code, result.stderr) == (
-        2,
-        "Error: --json and --out - both write to stdout: give --out a file\n",
-    )
-    assert json.loads(result.stdout)["ok"] is False

@@ -10,7 +10,7 @@ import click
 import pytest
 
 from dircleaner.cli import cli
-from tests.helpers import invoke, said, write_lines
+from tests.helpers import invoke, write_lines
 
 KEYS = [f"data/{i % 7}/{i}/obj" for i in range(60)]
 DEAD = KEYS[:9]  # 9 of the 60 leaf directories go empty
@@ -70,132 +70,11 @@ def test_a_sqlite_file_that_is_not_a_metastore_is_refused(tmp_path: Path) -> Non
     assert "not a dircleaner metastore" in one_line_error(result.output)
 
 
-def test_bad_key_lines_are_reported_by_number_and_good_ones_still_go_in(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    data = b"ok/1\n\xff\xfebad/utf8\n\nok/2\n" + b"x/" + b"a" * 1023 + b"\nok/3"
-    result = invoke(url, "import-keys", "-", input=data)
-    assert result.exit_code == 1
-    assert "line 2: invalid UTF-8" in result.stderr
-    assert "line 3: empty key" in result.stderr
-    assert "line 5: key is 1025 UTF-8 bytes" in result.stderr
-    assert "put 3 keys" in result.stdout
-    assert dirs(url) == ["ok/"]
-
-
-def test_too_many_candidates_is_refused_with_exit_3_and_nothing_deleted(store: str) -> None:
-    before = dirs(store)
-    result = invoke(store, "run", "--min-age", "0", "--max-delete-fraction", "0.05")
-    assert result.exit_code == 3
-    assert "over --max-delete-fraction 0.05" in one_line_error(result.stderr)
-    assert dirs(store) == before
-
-
-def test_force_overrides_the_fraction_guard(store: str, tmp_path: Path) -> None:
-    result = invoke(
-        store,
-        "run",
-        "--min-age",
-        "0",
-        "--max-delete-fraction",
-        "0.05",
-        "--force",
-        "--audit-log",
-        str(tmp_path / "a.jsonl"),
-    )
-    assert result.exit_code == 0, result.output
-    assert len(dirs(store)) == 7 + 60 + 1 - 9
-
-
-def test_stale_filter_is_refused(store: str) -> None:
-    assert invoke(store, "build").exit_code == 0
-    result = invoke(store, "clean", "--max-filter-age", "0s", "--max-delete-fraction", "1")
-    assert result.exit_code == 3
-    assert "over --max-filter-age" in one_line_error(result.stderr)
-
-
-def test_clean_without_any_filter_says_to_build(store: str) -> None:
-    result = invoke(store, "clean")
-    assert result.exit_code == 1
-    assert "run 'dircleaner build'" in one_line_error(result.stderr)
-
-
-def _corrupt_one_chunk(url: str, offset: int) -> None:
-    path = url.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as conn:
-        (data,) = conn.execute(
-            "SELECT value FROM kv WHERE space LIKE 'filter|%' AND key = 'c0'"
-        ).fetchone()
-        flipped = bytearray(data)
-        flipped[offset] ^= 0xFF
-        conn.execute(
-            "UPDATE kv SET value = ? WHERE space LIKE 'filter|%' AND key = 'c0'", (bytes(flipped),)
-        )
-
-
-def test_corrupted_filter_is_refused_naming_the_checksum(store: str) -> None:
-    assert invoke(store, "build").exit_code == 0
-    _corrupt_one_chunk(store, 10)
-    before = dirs(store)
-    result = invoke(store, "clean", "--min-age", "0", "--max-delete-fraction", "1")
-    assert result.exit_code == 3
-    assert "checksum" in one_line_error(result.stderr)
-    assert dirs(store) == before
-
-
-def test_truncated_filter_is_refused(store: str) -> None:
-    assert invoke(store, "build").exit_code == 0
-    path = store.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as conn:
-        conn.execute(
-            "UPDATE kv SET value = substr(value, 1, 100) WHERE space LIKE 'filter|%' AND key = 'c0'"
-        )
-    result = invoke(store, "clean", "--min-age", "0", "--max-delete-fraction", "1")
-    assert result.exit_code == 3
-    assert "checksum" in one_line_error(result.stderr) or "truncated" in result.stderr
-
-
-def test_a_build_without_its_completion_marker_is_never_used(store: str) -> None:
-    assert invoke(store, "build").exit_code == 0
-    path = store.removeprefix("sqlite:///")
-    with sqlite3.connect(path) as conn:
-        conn.execute("DELETE FROM kv WHERE space LIKE 'filter|%' AND key = 'm-2'")
-    result = invoke(store, "clean", "--min-age", "0", "--max-delete-fraction", "1")
-    assert result.exit_code == 3
-    assert "no completion marker" in one_line_error(result.stderr)
-
-
-def test_a_filter_of_another_bucket_is_refused(store: str) -> None:
-    result = invoke(store, "build", "--bucket", "other", "--json")
-    assert result.exit_code == 0, result.output
-    assert said(result) == (
-        "warning: bucket 'other' does not exist in this store (buckets: 'default');"
-        " is --bucket right?\n"
-    )
-    generation = json.loads(result.stdout)["generation"]
-    result = invoke(store, "clean", "--generation", generation, "--bucket", "default")
-    assert result.exit_code == 3
-    assert "was built for" in one_line_error(result.stderr)
-    # Without naming it, the other bucket's filter is simply not a candidate.
-    result = invoke(store, "clean", "--bucket", "default")
-    assert result.exit_code == 1
-    assert "no filter has been built" in result.stderr
-
-
 def test_invalid_options_are_usage_errors(store: str) -> None:
     assert invoke(store, "run", "--min-age", "ten minutes").exit_code == 2
     assert invoke(store, "build", "--fpr", "2").exit_code == 2
     assert invoke(store, "clean", "--shard", "4/4").exit_code == 2
     assert invoke(store, "run", "--max-delete-fraction", "1.5").exit_code == 2
-
-
-def test_restore_refuses_a_bad_audit_log_and_writes_nothing(store: str, tmp_path: Path) -> None:
-    before = dirs(store)
-    log = tmp_path / "bad.jsonl"
-    log.write_text('{"bucket": "default", "parent": "", "name": "new"}\nnot json\n')
-    result = invoke(store, "restore", str(log))
-    assert result.exit_code == 2
-    assert "line 2" in one_line_error(result.stderr)
-    assert dirs(store) == before
 
 
 def _walk(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

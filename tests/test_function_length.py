@@ -17,10 +17,7 @@ PACKAGE = ROOT / "dircleaner"
 MAX_LINES = 80
 
 #: (file under dircleaner/, qualified name) → its length now, the most it may have
-OVER_THE_LIMIT: dict[tuple[str, str], int] = {
-    ("cli/job_commands.py", "clean"): 110,
-    ("cli/job_commands.py", "run"): 89,
-}
+OVER_THE_LIMIT: dict[tuple[str, str], int] = {}
 
 
 def function_lengths(source: str) -> Iterator[tuple[str, int]]:

@@ -9,8 +9,9 @@ A module is reached by a test named after it when a test file is called ``test_<
 ``test_<name>_<aspect>.py``, with ``<name>`` the module's own name or its package's name and its
 own joined by ``_`` (``cli/options.py``: ``test_options.py``, ``test_cli_options.py``), or, for
 a module that defines CLI commands, ``test_cli_<command>`` (``restore`` in
-``cli/data_commands.py``: ``test_cli_restore.py``). A package's ``__init__.py`` runs whenever
-one of its modules is imported, so it is reached with them.
+``cli/data_commands.py``: ``test_cli_restore.py``), which the tests of a command are called under
+``tests/cli/`` (``tests/cli/test_restore.py``). A package's ``__init__.py`` runs whenever one of
+its modules is imported, so it is reached with them.
 """
 
 from __future__ import annotations
@@ -102,8 +103,21 @@ def named_after(module: str, stems: set[str], commands: dict[str, set[str]]) -> 
     )
 
 
+def named(paths: list[Path]) -> set[str]:
+    """What test files are named after: ``test_<name>.py`` → ``<name>``, and a command's tests
+    under ``tests/cli/`` → ``cli_<name>`` too."""
+    out = set()
+    for path in paths:
+        if path.stem.startswith("test_"):
+            name = path.stem[len("test_") :]
+            out.add(name)
+            if path.parent == TESTS / "cli":
+                out.add(f"cli_{name}")
+    return out
+
+
 def unreached(modules: set[str]) -> set[str]:
-    stems = {p.stem[len("test_") :] for p in sources_under_tests() if p.stem.startswith("test_")}
+    stems = named(sources_under_tests())
     commands = command_modules()
     reached = imported_by_tests(modules)
     reached |= {m for m in modules - reached if named_after(m, stems, commands)}
@@ -129,6 +143,9 @@ def test_the_layout_check_sees_imports_names_and_packages() -> None:
     commands = command_modules()
     assert "cli_restore" in commands["dircleaner.cli.data_commands"]
     assert named_after("dircleaner.cli.options", {"cli_options"}, commands)
+    stems = named([TESTS / "cli" / "test_restore_night.py", TESTS / "test_restore.py"])
+    assert stems == {"restore_night", "cli_restore_night", "restore"}
+    assert named_after("dircleaner.cli.data_commands", stems, commands)
     assert named_after("dircleaner.gcpause", {"gcpause"}, commands)
     assert not named_after("dircleaner.gcpause", {"gcpauses", "paused"}, commands)
     ghost = "dircleaner.pipeline.no_such_module"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dircleaner import __version__
-from dircleaner.cli.context import LOG_LEVELS, AppContext, DircleanerGroup, set_verbosity
+from dircleaner.cli.context import AppContext, DircleanerGroup, set_verbosity
 from dircleaner.cli.data_commands import (
     delete_keys,
     gen,
@@ -15,51 +15,14 @@ from dircleaner.cli.data_commands import (
     restore_cmd,
 )
 from dircleaner.cli.filter_commands import filters
-from dircleaner.cli.global_options import accept_global_options
+from dircleaner.cli.global_options import accept_global_options, global_options
 from dircleaner.cli.job_commands import build, clean, run, sweep_cmd
 from dircleaner.cli.journal_commands import journal
-from dircleaner.store import DEFAULT_STORE_URL
+from dircleaner.cli.option_table import refuse_what_does_not_apply
 
 
 @click.group(cls=DircleanerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--store",
-    "store_url",
-    envvar="DIRCLEANER_STORE",
-    default=DEFAULT_STORE_URL,
-    show_default=True,
-    help="Metastore: an SQLite file (meta.db, or sqlite:///path/meta.db) or"
-    " cassandra://host1,host2:9042/keyspace?dc=DC (env DIRCLEANER_STORE). Only gen, import-keys"
-    " and init-schema create one.",
-)
-@click.option(
-    "--config",
-    "config_path",
-    envvar="DIRCLEANER_CONFIG",
-    type=click.Path(dir_okay=False, exists=True),
-    help="TOML file with the Cassandra mapping, consistency, auth and TLS (env DIRCLEANER_CONFIG);"
-    " an SQLite store uses none of it, but refuses a file a Cassandra store would.",
-)
-@click.option(
-    "--log-level",
-    envvar="DIRCLEANER_LOG_LEVEL",
-    type=click.Choice(LOG_LEVELS),
-    default="warning",
-    show_default=True,
-    help="Log what the job is doing (info) to stderr; credentials are never logged.",
-)
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Log more: -v is --log-level info, -vv debug (one step per v from --log-level).",
-)
-@click.option(
-    "-q",
-    "--quiet",
-    is_flag=True,
-    help="Errors only: log errors, and no progress or notes on stderr (the summary stays).",
-)
+@global_options
 @click.version_option(__version__, prog_name="dircleaner")
 @click.pass_context
 def cli(
@@ -104,6 +67,7 @@ for command in (
 ):
     cli.add_command(command)
 accept_global_options(cli)
+refuse_what_does_not_apply(cli)
 
 
 def main() -> None:

@@ -42,9 +42,7 @@ def bulk_helper(store_url: str, bulk: bool, via: str | None) -> JavaHelper | Non
     apply; else the Java helper, compiled now if need be (one line if Java or Cassandra's jars
     are missing), so nothing is created or written when it cannot run."""
     if not bulk:
-        if via is not None:
-            raise UsageError("--bulk-via needs --bulk")
-        return None
+        return None  # --bulk-via without --bulk: refused before (the option table)
     if not store_url.startswith("cassandra://"):
         raise UsageError(
             "--bulk loads a Cassandra store (cassandra://...); this store inserts in bulk already"

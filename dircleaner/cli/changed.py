@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from dircleaner.cli.configs import audit_log_path, store_audit_log
+from dircleaner.cli.configs import CleanValues, audit_log_path, store_audit_log
 from dircleaner.cli.context import (
     TerminalProgress,
     emit,
@@ -25,25 +25,20 @@ from dircleaner.cli.report import (
     plan_and_delete_lines,
     plan_summary,
 )
-from dircleaner.job.changed import ChangedCleanConfig, ChangedCleanReport, run_changed_clean
+from dircleaner.job.changed import ChangedCleanReport, run_changed_clean
 from dircleaner.store.base import require_bucket
 from dircleaner.timeutil import format_duration, format_utc
 
 Summary = dict[str, Any]
 
 
-def clean_changed(
-    ctx: click.Context,
-    config: ChangedCleanConfig,
-    audit_log: str | None,
-    min_age: str,
-    as_json: bool,
-) -> None:
+def clean_changed(ctx: click.Context, values: CleanValues) -> None:
     """The night, its metrics, its summary; exit 3 when a real night would be refused."""
     progress = TerminalProgress()
+    config = values.changed_config()
     with obj(ctx).open(writes=not config.dry_run) as store:
         require_bucket(store, config.bucket)
-        shown = store_audit_log(audit_log, store)
+        shown = store_audit_log(values.audit_log, store)
         config = replace(config, audit_log=audit_log_path(shown))
         report = run_changed_clean(store, config, progress)
     progress.close()
@@ -57,8 +52,8 @@ def clean_changed(
     )
     emit(
         {**changed_summary(report, known), **verdict_keys(verdict)},
-        changed_lines(report, shown, min_age),
-        as_json,
+        changed_lines(report, shown, values.min_age),
+        values.as_json,
         ok=verdict is None,
     )
     if verdict is not None:

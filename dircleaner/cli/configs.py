@@ -1,11 +1,15 @@
-"""The job commands' option values turned into the library's frozen configs: one typed function
-per config, each taking the values a command was given (durations and paths as typed)."""
+"""The job commands' option values turned into the library's frozen configs: a command's values
+taken as one typed object (``CleanValues.of(ctx)``), made of the option groups it shares with
+other commands, and one typed function per config (durations and paths as typed)."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Self
+
+import click
 
 from dircleaner.errors import UsageError
 from dircleaner.job.prefix import PrefixCleanConfig
@@ -14,11 +18,7 @@ from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
-from dircleaner.pipeline.spillfile import (
-    DEFAULT_MEMORY_CANDIDATES,
-    DEFAULT_PLAN_CHUNK,
-    SpillConfig,
-)
+from dircleaner.pipeline.spillfile import DEFAULT_PLAN_CHUNK, SpillConfig
 from dircleaner.scanrate import ScanRate
 from dircleaner.timeutil import parse_duration
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dircleaner.job.changed import ChangedCleanConfig
     from dircleaner.job.clean import CleanConfig
     from dircleaner.job.sweep import SweepConfig
+    from dircleaner.pipeline.build import BuildConfig
     from dircleaner.store.base import Store
 
 
@@ -60,133 +61,258 @@ def guard_config(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class ScanValues:
+    """Which bucket a job command reads, in how many local processes or cluster tasks, how
+    fast (``bucket_option``, ``workers_option``, ``scan_rate_option``, ``scheduler_option``)."""
+
+    bucket: str | None
+    workers: int
+    scan_rate: float | None
+    scheduler: str | None
+    slices: int | None
+
+    def scan(self) -> ScanRate:
+        return ScanRate(rows_per_s=self.scan_rate)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilterBuildValues:
+    """How the filter is built (``build_options``: build's and run's)."""
+
+    fpr: float
+    expected_dirs: int | None
+    engine: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilterChoiceValues:
+    """Which stored filter a sweep uses, over which slice of the ring (``sweep_options`` and
+    ``shard_option``: sweep's and clean's)."""
+
+    generation: str | None
+    max_filter_age: str
+    shard: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteValues:
+    """How a clean deletes (``clean_options``: clean's, in each of its modes, and run's)."""
+
+    min_age: str
+    max_tombstones_per_partition: int | None
+    max_rewrite_rows: int
+    grace_period: str | None
+    max_delete_fraction: float
+    verify: bool
+    dry_run: bool
+    rate: float
+    concurrency: int
+    audit_log: str | None
+    force: bool
+    spill_dir: str | None
+    spill_after: int
+    lease_ttl: str
+
+    def guards(self, max_filter_age: str | None = None) -> GuardConfig:
+        return guard_config(
+            max_delete_fraction=self.max_delete_fraction,
+            max_filter_age=max_filter_age,
+            force=self.force,
+        )
+
+    def throttle(self) -> ThrottleConfig:
+        return ThrottleConfig(rate=self.rate, concurrency=self.concurrency)
+
+
+class CommandValues:
+    """The values of every option of one command, typed (a frozen dataclass of them)."""
+
+    @classmethod
+    def of(cls, ctx: click.Context) -> Self:
+        """The values click converted, each to its option's type (a field per parameter:
+        tests/test_cli_configs.py checks them against the command's signature)."""
+        return cls(**ctx.params)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildValues(CommandValues, FilterBuildValues, ScanValues):
+    """``build``'s options."""
+
+    shard: str | None
+    build_generation: str | None
+    as_json: bool
+
+    def config(self) -> BuildConfig:
+        return build_config(
+            self, self, shard=parse_shard(self.shard), generation=self.build_generation
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepValues(CommandValues, FilterChoiceValues, ScanValues):
+    """``sweep``'s options."""
+
+    out: str | None
+    as_json: bool
+
+    def config(self) -> SweepConfig:
+        return sweep_config(self, guard_config(max_filter_age=self.max_filter_age), self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanValues(CommandValues, DeleteValues, FilterChoiceValues, ScanValues):
+    """``clean``'s options, in each of its modes (the option table refused those given where
+    they do not apply: the others hold their defaults)."""
+
+    prefix: str | None
+    max_deletes: int
+    changed: bool
+    settle: str
+    as_json: bool
+
+    def store_config(self) -> CleanConfig:
+        """The store-wide clean's."""
+        return clean_config(sweep_config(self, self.guards(self.max_filter_age), self), self)
+
+    def prefix_config(self) -> PrefixCleanConfig:
+        """``--prefix``'s: the subtree, the default bucket when --bucket is not given."""
+        assert self.prefix is not None  # the mode --prefix chose
+        return prefix_clean_config(
+            self.prefix,
+            self,
+            bucket=self.bucket,
+            max_deletes=self.max_deletes,
+            scan_rate=self.scan_rate,
+        )
+
+    def changed_config(self) -> ChangedCleanConfig:
+        """``--changed``'s: the churn night."""
+        return changed_clean_config(self, bucket=self.bucket, settle=self.settle)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunValues(CommandValues, DeleteValues, FilterBuildValues, ScanValues):
+    """``run``'s options: the build's and the clean's (every bucket's ring, the new filter)."""
+
+    as_json: bool
+
+    def build_config(self) -> BuildConfig:
+        return build_config(self, self)
+
+    def clean_config(self) -> CleanConfig:
+        return clean_config(sweep_config(self, self.guards()), self)
+
+
 def sweep_config(
-    *,
-    bucket: str | None,
-    shard: Shard,
-    generation: str | None,
-    guards: GuardConfig,
-    workers: int,
-    scan_rate: float | None,
+    scan: ScanValues, guards: GuardConfig, choice: FilterChoiceValues | None = None
 ) -> SweepConfig:
-    """Which filter a sweep uses, over which slice, how fast (a clean's sweep, or sweep's)."""
+    """Which filter a sweep uses, over which slice, how fast (sweep's, or a clean's sweep);
+    ``choice`` None: the filter ``run`` has just built, over the whole ring."""
     from dircleaner.job.sweep import SweepConfig
 
     return SweepConfig(
-        bucket=bucket,
-        shard=shard,
-        generation=generation,
+        bucket=scan.bucket,
+        shard=Shard() if choice is None else parse_shard(choice.shard),
+        generation=None if choice is None else choice.generation,
         guards=guards,
-        workers=workers,
-        scan=ScanRate(rows_per_s=scan_rate),
+        workers=scan.workers,
+        scan=scan.scan(),
     )
 
 
-def clean_config(
-    sweep: SweepConfig,
+def build_config(
+    build: FilterBuildValues,
+    scan: ScanValues,
     *,
-    min_age: str,
-    max_tombstones_per_partition: int | None,
-    max_rewrite_rows: int,
-    grace_period: str | None,
-    verify: bool,
-    dry_run: bool,
-    rate: float,
-    concurrency: int,
-    audit_log: str | None,
-    lease_ttl: str,
-    spill_dir: str | None = None,
-    spill_after: int = DEFAULT_MEMORY_CANDIDATES,
-) -> CleanConfig:
-    """The store-wide clean's config; its audit log is None until the store is open, when
-    --audit-log was not given (``store_audit_log``)."""
+    shard: Shard | None = None,
+    generation: str | None = None,
+) -> BuildConfig:
+    """The build's config (``build``'s, or the one ``run`` builds first)."""
+    from dircleaner.pipeline.build import BuildConfig
+
+    return BuildConfig(
+        fpr=build.fpr,
+        expected_dirs=build.expected_dirs,
+        engine=build.engine,
+        generation=generation,
+        bucket=scan.bucket,
+        shard=shard or Shard(),
+        workers=scan.workers,
+        scan=scan.scan(),
+    )
+
+
+def clean_config(sweep: SweepConfig, deletes: DeleteValues) -> CleanConfig:
+    """The store-wide clean's config (``clean``'s and ``run``'s); its audit log is None until
+    the store is open, when --audit-log was not given (``store_audit_log``)."""
     from dircleaner.job.clean import CleanConfig
 
     return CleanConfig(
         sweep=sweep,
-        min_age_s=parse_duration(min_age),
-        max_tombstones_per_partition=max_tombstones_per_partition,
-        verify=verify,
-        dry_run=dry_run,
-        throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
-        audit_log=_given_audit_log(audit_log),
-        max_rewrite_rows=max_rewrite_rows,
-        lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
-        grace_period_s=_optional_duration(grace_period),
+        min_age_s=parse_duration(deletes.min_age),
+        max_tombstones_per_partition=deletes.max_tombstones_per_partition,
+        verify=deletes.verify,
+        dry_run=deletes.dry_run,
+        throttle=deletes.throttle(),
+        audit_log=_given_audit_log(deletes.audit_log),
+        max_rewrite_rows=deletes.max_rewrite_rows,
+        lease_ttl_s=_positive_duration(deletes.lease_ttl, "--lease-ttl"),
+        grace_period_s=_optional_duration(deletes.grace_period),
         # A relative --spill-dir is where the command was started (a Dask worker's directory
         # is its own); without one, each host that runs a slice uses its own default.
         spill=SpillConfig(
-            directory=None if spill_dir is None else Path(spill_dir).absolute(),
-            memory_candidates=spill_after,
+            directory=None if deletes.spill_dir is None else Path(deletes.spill_dir).absolute(),
+            memory_candidates=deletes.spill_after,
             # A chunk of the plan is never more than a process keeps in memory.
-            plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, spill_after)),
+            plan_chunk=max(1, min(DEFAULT_PLAN_CHUNK, deletes.spill_after)),
         ),
     )
 
 
 def prefix_clean_config(
     prefix: str,
+    deletes: DeleteValues,
     *,
     bucket: str | None,
-    min_age: str,
-    max_tombstones_per_partition: int | None,
-    max_rewrite_rows: int,
-    grace_period: str | None,
     max_deletes: int,
-    dry_run: bool,
-    rate: float,
-    concurrency: int,
-    audit_log: str | None,
-    lease_ttl: str,
     scan_rate: float | None,
 ) -> PrefixCleanConfig:
-    """The --prefix clean's config (the options it refuses are checked by the command); its
-    bucket is the default one when --bucket is not given."""
+    """The --prefix clean's config; its bucket is the default one when --bucket is not
+    given."""
     return PrefixCleanConfig(
         prefix=normalise_prefix(prefix),
         bucket=bucket or DEFAULT_BUCKET,
-        min_age_s=parse_duration(min_age),
-        max_tombstones_per_partition=max_tombstones_per_partition,
-        max_rewrite_rows=max_rewrite_rows,
-        lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
-        grace_period_s=_optional_duration(grace_period),
+        min_age_s=parse_duration(deletes.min_age),
+        max_tombstones_per_partition=deletes.max_tombstones_per_partition,
+        max_rewrite_rows=deletes.max_rewrite_rows,
+        lease_ttl_s=_positive_duration(deletes.lease_ttl, "--lease-ttl"),
+        grace_period_s=_optional_duration(deletes.grace_period),
         max_deletes=max_deletes,
-        dry_run=dry_run,
-        throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
-        audit_log=_given_audit_log(audit_log),
+        dry_run=deletes.dry_run,
+        throttle=deletes.throttle(),
+        audit_log=_given_audit_log(deletes.audit_log),
         scan=ScanRate(rows_per_s=scan_rate),
     )
 
 
 def changed_clean_config(
-    *,
-    bucket: str | None,
-    settle: str,
-    min_age: str,
-    max_tombstones_per_partition: int | None,
-    grace_period: str | None,
-    max_delete_fraction: float,
-    force: bool,
-    dry_run: bool,
-    rate: float,
-    concurrency: int,
-    audit_log: str | None,
-    lease_ttl: str,
+    deletes: DeleteValues, *, bucket: str | None, settle: str
 ) -> ChangedCleanConfig:
-    """The --changed night's config (the options it refuses are checked by the command)."""
+    """The --changed night's config."""
     from dircleaner.job.changed import ChangedCleanConfig
 
     return ChangedCleanConfig(
         bucket=bucket,
         settle_s=parse_duration(settle),
-        min_age_s=parse_duration(min_age),
-        max_tombstones_per_partition=max_tombstones_per_partition,
-        grace_period_s=_optional_duration(grace_period),
-        guards=guard_config(max_delete_fraction=max_delete_fraction, force=force),
-        dry_run=dry_run,
-        throttle=ThrottleConfig(rate=rate, concurrency=concurrency),
-        audit_log=_given_audit_log(audit_log),
-        lease_ttl_s=_positive_duration(lease_ttl, "--lease-ttl"),
+        min_age_s=parse_duration(deletes.min_age),
+        max_tombstones_per_partition=deletes.max_tombstones_per_partition,
+        grace_period_s=_optional_duration(deletes.grace_period),
+        guards=deletes.guards(),
+        dry_run=deletes.dry_run,
+        throttle=deletes.throttle(),
+        audit_log=_given_audit_log(deletes.audit_log),
+        lease_ttl_s=_positive_duration(deletes.lease_ttl, "--lease-ttl"),
     )
 
 

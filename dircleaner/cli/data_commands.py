@@ -25,8 +25,8 @@ from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import bucket_option, json_option, metrics_option
 from dircleaner.cli.report import counted
-from dircleaner.cli.values import FiniteFloat
-from dircleaner.errors import SchemaError, UsageError
+from dircleaner.cli.values import FiniteFloat, UtcTime
+from dircleaner.errors import SchemaError
 from dircleaner.journal import record_deletes
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row, validate_bucket
 from dircleaner.restore import AuditSelection, RestorePlan, plan_restore, restore
@@ -305,8 +305,6 @@ def gen(
     """
     from dircleaner.synth import SHAPES, SynthSpec, generate  # only needed here
 
-    if shape is not None and empty_fraction is not None:
-        raise UsageError("give --shape or --empty-fraction, not both")
     fraction = SHAPES[shape] if shape is not None else empty_fraction
     spec = SynthSpec(
         dirs=dirs, seed=seed, bucket=bucket, empty_fraction=0.05 if fraction is None else fraction
@@ -348,10 +346,13 @@ def gen(
 @click.option("--generation", help="Only the entries of this filter generation (one night).")
 @click.option(
     "--since",
+    type=UtcTime(),
     help="Only deletes issued (wall clock) at or after this time, e.g. 2026-11-26T07:28:00Z,"
     " 2026-11-26T09:28:00+02:00 or '2026-11-26 07:28' (UTC).",
 )
-@click.option("--until", help="Only deletes issued before this time (same forms as --since).")
+@click.option(
+    "--until", type=UtcTime(), help="Only deletes issued before this time (same forms as --since)."
+)
 @bucket_option("Only the entries of this bucket (default: every bucket).")
 @click.option(
     "-n", "--dry-run", is_flag=True, help="Count what would be restored, per via; write nothing."
@@ -388,13 +389,8 @@ def restore_cmd(
     """
     if bucket is not None:
         validate_bucket(bucket)
-    since_us = None if since is None else _time_option(since, "--since")
-    until_us = None if until is None else _time_option(until, "--until")
-    if since_us is not None and until_us is not None and since_us >= until_us:
-        raise UsageError(
-            f"--since {since} is not before --until {until}: no delete was issued in between"
-            " (are they the wrong way round?)"
-        )
+    since_us = None if since is None else parse_utc_time(since)
+    until_us = None if until is None else parse_utc_time(until)
     selection = AuditSelection(generation, since_us, until_us, bucket)
     name = audit_log.name
     progress = TerminalProgress()
@@ -430,13 +426,6 @@ def _vacated_file(scope: str) -> bool:
     """Whether an SQLite store's recorded location holds no file any more: this store may be
     that file, moved (a path where a store still is names another store)."""
     return not Path(scope.partition("@")[2]).exists()
-
-
-def _time_option(text: str, option: str) -> int:
-    try:
-        return parse_utc_time(text)
-    except UsageError as exc:
-        raise UsageError(f"{option}: {exc}") from None
 
 
 def _warn_nothing_selected(name: str, logged: list[str]) -> None:

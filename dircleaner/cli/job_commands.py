@@ -10,14 +10,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dircleaner.cli.configs import (
+    BuildValues,
+    CleanValues,
+    RunValues,
+    ScanValues,
+    SweepValues,
     audit_log_path,
-    changed_clean_config,
-    clean_config,
-    guard_config,
-    parse_shard,
-    prefix_clean_config,
     store_audit_log,
-    sweep_config,
 )
 from dircleaner.cli.context import (
     TerminalProgress,
@@ -31,19 +30,13 @@ from dircleaner.cli.context import (
 )
 from dircleaner.cli.metrics import RunMetrics
 from dircleaner.cli.options import (
-    NOT_WITH_CHANGED,
-    NOT_WITH_PREFIX,
-    ONLY_WITH_CHANGED,
-    ONLY_WITH_PREFIX,
     bucket_option,
     build_options,
     changed_options,
     clean_options,
-    given,
     json_option,
     metrics_option,
     prefix_options,
-    refuse_given,
     scan_rate_option,
     scheduler_option,
     shard_option,
@@ -64,17 +57,13 @@ from dircleaner.cli.report import (
     sweep_lines,
     sweep_summary,
 )
-from dircleaner.errors import UsageError
 from dircleaner.job.prefix import run_prefix_clean
-from dircleaner.model import Shard
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.guards import check_scan_consistency
-from dircleaner.scanrate import ScanRate
 from dircleaner.store.base import require_bucket
 
 if TYPE_CHECKING:
     from dircleaner.job.clean import CleanConfig
-    from dircleaner.job.prefix import PrefixCleanConfig
     from dircleaner.store.base import Store
     from dircleaner.workers.base import Workers
 
@@ -118,27 +107,18 @@ def build(
     Example:
       dircleaner --store sqlite:///meta.db build --fpr 0.001
     """
-    from dircleaner.pipeline.build import BuildConfig, build_filter
+    from dircleaner.pipeline.build import build_filter
 
+    values = BuildValues.of(ctx)
     progress = TerminalProgress()
-    with obj(ctx).open(writes=True) as store, workers_for(workers, scheduler, slices) as pool:
-        warn_if_bucket_missing(store, bucket)
-        config = BuildConfig(
-            fpr=fpr,
-            expected_dirs=expected_dirs,
-            engine=engine,
-            generation=build_generation,
-            bucket=bucket,
-            shard=parse_shard(shard),
-            workers=workers,
-            scan=ScanRate(rows_per_s=scan_rate),
-        )
-        result = build_filter(store, config, progress, workers=pool)
+    with obj(ctx).open(writes=True) as store, workers_for(values) as pool:
+        warn_if_bucket_missing(store, values.bucket)
+        result = build_filter(store, values.config(), progress, workers=pool)
     progress.close()
     phases = {"build": round(result.seconds, 3)}
     scans = {"build": result.scan}
     write_metrics(ctx, RunMetrics(build=result, phase_seconds=phases, scans=scans), success=True)
-    emit(build_summary(result), build_lines(result), as_json)
+    emit(build_summary(result), build_lines(result), values.as_json)
 
 
 @click.command("sweep")
@@ -179,33 +159,25 @@ def sweep_cmd(
     """
     from dircleaner.job.sweep import run_sweep
 
-    if out == "-" and as_json:
-        raise UsageError("--json and --out - both write to stdout: give --out a file")
+    values = SweepValues.of(ctx)
     progress = TerminalProgress()
-    with obj(ctx).open() as store, workers_for(workers, scheduler, slices) as pool:
-        warn_if_bucket_missing(store, bucket)
-        config = sweep_config(
-            bucket=bucket,
-            shard=parse_shard(shard),
-            generation=generation,
-            guards=guard_config(max_filter_age=max_filter_age),
-            workers=workers,
-            scan_rate=scan_rate,
-        )
-        report = run_sweep(store, config, progress, pool)
+    with obj(ctx).open() as store, workers_for(values) as pool:
+        warn_if_bucket_missing(store, values.bucket)
+        report = run_sweep(store, values.config(), progress, pool)
     progress.close()
-    if out is not None:
+    if values.out is not None:
         # As list-dirs: BUCKET<TAB>PATH, or only the PATH when --bucket says which bucket.
-        with click.open_file(out, "w", encoding="utf-8") as stream:
+        with click.open_file(values.out, "w", encoding="utf-8") as stream:
             for row in report.result.candidate_rows():
                 path = dir_of_row(row.parent, row.name)
-                stream.write((path if bucket is not None else f"{row.bucket}\t{path}") + "\n")
+                shown = path if values.bucket is not None else f"{row.bucket}\t{path}"
+                stream.write(shown + "\n")
     totals = report.result.totals()
     phases = {"sweep": round(totals.seconds, 3)}
     scans = {"sweep": report.scan}
     write_metrics(ctx, RunMetrics(sweep=totals, phase_seconds=phases, scans=scans), success=True)
-    if out != "-":
-        emit(sweep_summary(report), sweep_lines(report), as_json)
+    if values.out != "-":
+        emit(sweep_summary(report), sweep_lines(report), values.as_json)
 
 
 @click.command()
@@ -265,73 +237,15 @@ def clean(
       dircleaner --store sqlite:///meta.db clean --prefix logs/2025/ --bucket b
       dircleaner --store sqlite:///meta.db clean --changed --settle 15m
     """
-    if changed:
+    values = CleanValues.of(ctx)
+    if values.changed:
         from dircleaner.cli.changed import clean_changed
 
-        refuse_given(ctx, NOT_WITH_CHANGED, "with --changed")
-        changed_config = changed_clean_config(
-            bucket=bucket,
-            settle=settle,
-            min_age=min_age,
-            max_tombstones_per_partition=max_tombstones_per_partition,
-            grace_period=grace_period,
-            max_delete_fraction=max_delete_fraction,
-            force=force,
-            dry_run=dry_run,
-            rate=rate,
-            concurrency=concurrency,
-            audit_log=audit_log,
-            lease_ttl=lease_ttl,
-        )
-        clean_changed(ctx, changed_config, audit_log, min_age, as_json)
-        return
-    refuse_given(ctx, ONLY_WITH_CHANGED, "without --changed")
-    if prefix is not None:
-        refuse_given(ctx, NOT_WITH_PREFIX, "with --prefix")
-        prefix_config = prefix_clean_config(
-            prefix,
-            bucket=bucket,
-            min_age=min_age,
-            max_tombstones_per_partition=max_tombstones_per_partition,
-            max_rewrite_rows=max_rewrite_rows,
-            grace_period=grace_period,
-            max_deletes=max_deletes,
-            dry_run=dry_run,
-            rate=rate,
-            concurrency=concurrency,
-            audit_log=audit_log,
-            lease_ttl=lease_ttl,
-            scan_rate=scan_rate,
-        )
-        _clean_prefix(ctx, prefix_config, audit_log, min_age, as_json)
-        return
-    refuse_given(ctx, ONLY_WITH_PREFIX, "without --prefix")
-    sweep = sweep_config(
-        bucket=bucket,
-        shard=parse_shard(shard),
-        generation=generation,
-        guards=guard_config(
-            max_delete_fraction=max_delete_fraction, max_filter_age=max_filter_age, force=force
-        ),
-        workers=workers,
-        scan_rate=scan_rate,
-    )
-    config = clean_config(
-        sweep,
-        min_age=min_age,
-        max_tombstones_per_partition=max_tombstones_per_partition,
-        max_rewrite_rows=max_rewrite_rows,
-        grace_period=grace_period,
-        verify=verify,
-        dry_run=dry_run,
-        rate=rate,
-        concurrency=concurrency,
-        audit_log=audit_log,
-        lease_ttl=lease_ttl,
-        spill_dir=spill_dir,
-        spill_after=spill_after,
-    )
-    _clean_store(ctx, config, audit_log, min_age, scheduler, slices, as_json)
+        clean_changed(ctx, values)
+    elif values.prefix is not None:
+        _clean_prefix(ctx, values)
+    else:
+        _clean_store(ctx, values)
 
 
 @click.command()
@@ -379,70 +293,32 @@ def run(
       dircleaner --store sqlite:///meta.db run --fpr 0.001 --rate 500
     """
     from dircleaner.job.run import run_job
-    from dircleaner.pipeline.build import BuildConfig
 
-    if dry_run and scheduler is not None:
-        if given(ctx, "scheduler") or slices is not None:
-            # Checked before connecting: the library refuses it too, once the cluster is up.
-            raise UsageError(
-                "run --dry-run keeps its filter in memory, where a cluster's workers cannot"
-                " load it: run it without --scheduler (and DIRCLEANER_SCHEDULER)"
-            )
+    values = RunValues.of(ctx)
+    if values.dry_run and values.scheduler is not None:
         # The host's environment names the cluster the nightly job runs on (the documented
-        # "try it by hand" sources that file): a dry run is run here instead.
+        # "try it by hand" sources that file): a dry run is run here instead (--scheduler
+        # itself, or --slices, is refused before: the option table).
         note(
             "note: run --dry-run runs in this process, not on DIRCLEANER_SCHEDULER's cluster"
             " (its filter stays in memory, where the cluster's workers could not load it)"
         )
-        scheduler = None
+        values = replace(values, scheduler=None)
     progress = TerminalProgress()
-    sweep = sweep_config(
-        bucket=bucket,
-        shard=Shard(),
-        generation=None,
-        guards=guard_config(max_delete_fraction=max_delete_fraction, force=force),
-        workers=workers,
-        scan_rate=scan_rate,
-    )
-    config = clean_config(
-        sweep,
-        min_age=min_age,
-        max_tombstones_per_partition=max_tombstones_per_partition,
-        max_rewrite_rows=max_rewrite_rows,
-        grace_period=grace_period,
-        verify=verify,
-        dry_run=dry_run,
-        rate=rate,
-        concurrency=concurrency,
-        audit_log=audit_log,
-        lease_ttl=lease_ttl,
-        spill_dir=spill_dir,
-        spill_after=spill_after,
-    )
-    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
-        build_config = BuildConfig(
-            fpr=fpr,
-            expected_dirs=expected_dirs,
-            engine=engine,
-            bucket=bucket,
-            workers=workers,
-            scan=ScanRate(rows_per_s=scan_rate),
-        )
-        report = run_job(store, build_config, config, progress, pool)
+    config = values.clean_config()
+    with store_to_clean(ctx, config, values.audit_log, values) as (store, config, pool, shown):
+        report = run_job(store, values.build_config(), config, progress, pool)
     progress.close()
     known = store.rows_removed is not None
     metrics = RunMetrics.of_run(report, known)
-    lines = run_build_lines(report) + clean_lines(report.clean, shown, min_age)
-    _end(ctx, run_summary(report, known), lines, metrics, report.clean.would_be_refused, as_json)
+    lines = run_build_lines(report) + clean_lines(report.clean, shown, values.min_age)
+    verdict = report.clean.would_be_refused
+    _end(ctx, run_summary(report, known), lines, metrics, verdict, values.as_json)
 
 
 @contextlib.contextmanager
 def store_to_clean(
-    ctx: click.Context,
-    config: CleanConfig,
-    audit_log: str | None,
-    scheduler: str | None,
-    slices: int | None,
+    ctx: click.Context, config: CleanConfig, audit_log: str | None, scan: ScanValues
 ) -> Iterator[tuple[Store, CleanConfig, Workers, str]]:
     """The store a clean deletes in (named first), checked before any worker starts: the
     scans' consistency (a usage error before any refusal), the bucket, and the audit log
@@ -452,7 +328,7 @@ def store_to_clean(
         require_bucket(store, config.sweep.bucket)
         shown = store_audit_log(audit_log, store)
         config = replace(config, audit_log=audit_log_path(shown), deadline=window_of(ctx))
-        with workers_for(config.sweep.workers, scheduler, slices) as pool:
+        with workers_for(scan) as pool:
             yield store, config, pool, shown
 
 
@@ -472,10 +348,10 @@ def _end(
 
 
 @contextlib.contextmanager
-def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iterator[Workers]:
+def workers_for(scan: ScanValues) -> Iterator[Workers]:
     """The workers --workers, --scheduler and --slices ask for; on a cluster, say where the
     tasks run and where to watch them before any of them starts."""
-    pool = open_workers(workers, scheduler, slices)
+    pool = open_workers(scan)
     try:
         if pool.outlives_client:
             where = f"dashboard {pool.dashboard}" if pool.dashboard else "no dashboard"
@@ -487,60 +363,45 @@ def workers_for(workers: int, scheduler: str | None, slices: int | None) -> Iter
         pool.close()
 
 
-def open_workers(workers: int, scheduler: str | None, slices: int | None) -> Workers:
+def open_workers(scan: ScanValues) -> Workers:
     """The mechanism --workers, --scheduler and --slices ask for: a Dask cluster's tasks, or
-    local processes."""
-    if scheduler is None:
-        if slices is not None:
-            raise UsageError("--slices needs --scheduler (locally, --workers sets the slices)")
+    local processes (the option table refused those that do not go together)."""
+    if scan.scheduler is None:
         from dircleaner.workers.base import LocalWorkers
 
-        return LocalWorkers(workers)
-    if workers != 1:
-        raise UsageError("--workers is for local processes; with --scheduler the cluster's run")
+        return LocalWorkers(scan.workers)
     from dircleaner.workers.daskcluster import DaskWorkers
 
-    return DaskWorkers(scheduler, slices)
+    return DaskWorkers(scan.scheduler, scan.slices)
 
 
-def _clean_store(
-    ctx: click.Context,
-    config: CleanConfig,
-    audit_log: str | None,
-    min_age: str,
-    scheduler: str | None,
-    slices: int | None,
-    as_json: bool,
-) -> None:
+def _clean_store(ctx: click.Context, values: CleanValues) -> None:
     """The store-wide ``clean``: a sweep with the stored filter, then the plan and deletes."""
     from dircleaner.job.clean import run_clean
 
     progress = TerminalProgress()
-    with store_to_clean(ctx, config, audit_log, scheduler, slices) as (store, config, pool, shown):
+    config = values.store_config()
+    with store_to_clean(ctx, config, values.audit_log, values) as (store, config, pool, shown):
         report = run_clean(store, config, progress, workers=pool)
     progress.close()
     known = store.rows_removed is not None
     metrics = RunMetrics.of_clean(report, known)
-    lines = clean_lines(report, shown, min_age)
-    _end(ctx, clean_summary(report, known), lines, metrics, report.would_be_refused, as_json)
+    lines = clean_lines(report, shown, values.min_age)
+    verdict = report.would_be_refused
+    _end(ctx, clean_summary(report, known), lines, metrics, verdict, values.as_json)
 
 
-def _clean_prefix(
-    ctx: click.Context,
-    config: PrefixCleanConfig,
-    audit_log: str | None,
-    min_age: str,
-    as_json: bool,
-) -> None:
+def _clean_prefix(ctx: click.Context, values: CleanValues) -> None:
     """``clean --prefix``: the exact subtree walk, then the nightly clean's plan and deletes."""
     progress = TerminalProgress()
+    config = values.prefix_config()
     with obj(ctx).open(writes=not config.dry_run) as store:
         require_bucket(store, config.bucket)
-        shown = store_audit_log(audit_log, store)
+        shown = store_audit_log(values.audit_log, store)
         config = replace(config, audit_log=audit_log_path(shown))
         report = run_prefix_clean(store, config, progress)
     progress.close()
     known = store.rows_removed is not None
     summary = prefix_summary(report, known)
     write_metrics(ctx, RunMetrics.of_prefix_clean(report, known), success=True)
-    emit(summary, prefix_lines(report, shown, min_age), as_json)
+    emit(summary, prefix_lines(report, shown, values.min_age), values.as_json)

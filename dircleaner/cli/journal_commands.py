@@ -12,7 +12,6 @@ import click
 from dircleaner.cli.context import TerminalProgress, emit, note, obj
 from dircleaner.cli.keyfile import LineEndings, read_key_lines
 from dircleaner.cli.options import bucket_option, json_option
-from dircleaner.errors import UsageError
 from dircleaner.journal import record_deletes
 from dircleaner.journal.events import BadEvent, parse_event_line
 from dircleaner.paths import DEFAULT_BUCKET, validate_bucket
@@ -68,8 +67,6 @@ def journal_add(
       dircleaner --store sqlite:///meta.db journal add expired.txt
       kafka-console-consumer ... | dircleaner journal add --events -
     """
-    if events and ctx.get_parameter_source("bucket") is click.core.ParameterSource.COMMANDLINE:
-        raise UsageError("--bucket does not apply with --events: each record names its bucket")
     validate_bucket(bucket)
     tally = JournalTally()
     progress = TerminalProgress()

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from dircleaner.errors import UsageError
-from dircleaner.timeutil import parse_duration
+from dircleaner.timeutil import parse_duration, parse_utc_time
 
 
 def option_name(param: click.Parameter | None) -> str:
@@ -61,6 +61,19 @@ class Duration(click.types.StringParamType):
         text = str(super().convert(value, param, ctx)).strip()
         try:
             parse_duration(text)
+        except UsageError as exc:
+            raise UsageError(f"{option_name(param)}: {exc}") from None
+        return text
+
+
+class UtcTime(click.types.StringParamType):
+    """A time as ``parse_utc_time`` reads it, checked when the option is parsed (one line, exit
+    2) and passed on as given."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(super().convert(value, param, ctx))
+        try:
+            parse_utc_time(text)
         except UsageError as exc:
             raise UsageError(f"{option_name(param)}: {exc}") from None
         return text

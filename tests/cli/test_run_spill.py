@@ -29,7 +29,7 @@ from dircleaner.workers import interrupt
 from tests.helpers import EAGER, invoke, said
 from tests.test_parallel_clean import listed, make_db
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def dataset(tmp_path: Path) -> Path:
@@ -251,13 +251,3 @@ def test_a_spill_that_cannot_be_written_is_one_line_and_deletes_nothing(
     assert "spill file in" in line and "No space left on device" in line, line
     assert left(url) == before
     assert not audit.exists()
-
-
-def test_the_spill_options_are_refused_with_prefix(tmp_path: Path) -> None:
-    db = dataset(tmp_path)
-    result = invoke(copy(db, "prefix"), "clean", "--prefix", "t/3", "--spill-dir", "x")
-    assert result.exit_code == 2
-    assert said(result).strip() == (
-        "Error: --spill-dir does not apply with --prefix: the walk keeps its subtree"
-        " (at most --max-deletes directories) in memory"
-    )

@@ -1,5 +1,6 @@
-"""The one line import-keys and delete-keys end with: counts in the right number ("1 key",
-"1 line"), and an empty file said to be one rather than "(0 did not exist)"."""
+"""``import-keys``: bad lines reported by number and skipped; the one line it ends with (and
+delete-keys, which shares it): counts in the right number ("1 key", "1 line"), and an empty file
+said to be one rather than "(0 did not exist)"."""
 
 from __future__ import annotations
 
@@ -54,3 +55,19 @@ def test_thousands_are_separated(url: str) -> None:
     keys = "".join(f"k/{i}\n" for i in range(1200))
     put = invoke(url, "import-keys", "-", input=keys)
     assert put.stdout == "put 1,200 keys in bucket 'default'; rejected 0 lines\n"
+
+
+def dirs(url: str) -> list[str]:
+    return sorted(invoke(url, "list-dirs", "--bucket", "default").output.splitlines())
+
+
+def test_bad_key_lines_are_reported_by_number_and_good_ones_still_go_in(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/meta.db"
+    data = b"ok/1\n\xff\xfebad/utf8\n\nok/2\n" + b"x/" + b"a" * 1023 + b"\nok/3"
+    result = invoke(url, "import-keys", "-", input=data)
+    assert result.exit_code == 1
+    assert "line 2: invalid UTF-8" in result.stderr
+    assert "line 3: empty key" in result.stderr
+    assert "line 5: key is 1025 UTF-8 bytes" in result.stderr
+    assert "put 3 keys" in result.stdout
+    assert dirs(url) == ["ok/"]

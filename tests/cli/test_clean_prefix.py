@@ -440,3 +440,14 @@ def test_rows_written_after_t_survive_the_partition_delete(
 )
 def test_a_prefix_names_a_directory(given: str, meant: str) -> None:
     assert normalise_prefix(given) == meant
+
+
+def test_the_spill_options_are_refused_with_prefix(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    assert invoke(url, "import-keys", "-", input="t/3/x\n").exit_code == 0
+    result = invoke(url, "clean", "--prefix", "t/3", "--spill-dir", "x")
+    assert result.exit_code == 2
+    assert said(result).strip() == (
+        "Error: --spill-dir does not apply with --prefix: the walk keeps its subtree"
+        " (at most --max-deletes directories) in memory"
+    )

@@ -43,6 +43,7 @@ def url(tmp_path: Path) -> str:
         (["--changed", "--max-rewrite-rows", "9"], "--max-rewrite-rows does not apply with"),
         (["--changed", "--no-verify"], "--no-verify does not apply with --changed"),
         (["--changed", "--shard", "0/2"], "--shard does not apply with --changed"),
+        (["--changed", "--spill-dir", "/tmp"], "--spill-dir does not apply with --changed"),
         (["--prefix", "x/", "--changed"], "--prefix does not apply with --changed"),
         (["--changed", "--settle", "soon"], "--settle: invalid duration 'soon'"),
         (["--changed", "--settle", "15"], "--settle: "),

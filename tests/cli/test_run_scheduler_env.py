@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from dircleaner.cli import cli
 from tests.helpers import invoke
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTE = (
     "note: run --dry-run runs in this process, not on DIRCLEANER_SCHEDULER's cluster (its"
     " filter stays in memory, where the cluster's workers could not load it)\n"

@@ -1,4 +1,5 @@
-"""``journal add`` and the journaling ``delete-keys`` does, through the CLI on SQLite."""
+"""``journal add`` through the CLI on SQLite (the journaling delete-keys does:
+cli/test_delete_keys.py)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,6 @@ def journaled(url: str) -> list[tuple[str, str, int]]:
     with open_store(url) as store:
         rows = [e for s in (now - JOURNAL_SLOT_S, now) for b in store.journal_read(s) for e in b]
     return sorted((e.bucket, e.parent, e.deleted) for e in rows)
-
-
-def test_delete_keys_journals_each_parent_once_per_batch(url: str) -> None:
-    result = invoke(url, "delete-keys", "-", input="a/b/x\na/b/y\ntop\na/nope/k\n")
-    assert result.exit_code == 0, result.output
-    # Every key sent, found or not: a parent that did not lose an object costs one read.
-    assert journaled(url) == [("default", "", 1), ("default", "a/b/", 2), ("default", "a/nope/", 1)]
 
 
 def test_journal_add_keys(url: str) -> None:
