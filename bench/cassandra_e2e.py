@@ -62,7 +62,16 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement, tuple_factory
 from cassandra_snapshot import keep, read_manifest, restore
 from e2e import BACKLOG_MAX_DELETE_FRACTION, empty_fraction_of
-from night import audited_hashes, hashed, measured_cli, night_figures, score_audit, truth_lines
+from night import (
+    audited_hashes,
+    cassandra_node_pid,
+    hashed,
+    measured_cli,
+    night_figures,
+    process_cpu_s,
+    score_audit,
+    truth_lines,
+)
 
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.clean import CleanConfig
@@ -758,7 +767,10 @@ def real_night(
     audit.unlink(missing_ok=True)
     mark_used(store, dataset)
     load_before = os.getloadavg()
+    node = cassandra_node_pid()
+    node_cpu = process_cpu_s(node)
     ran = measured_cli(args.store, night_args(args, workers, audit), work, name)
+    node_cpu_after = process_cpu_s(node)
     summary = ran["summary"]
     clean = summary["clean"]
     phases = {"build": summary["build"]["seconds"], **clean["phase_seconds"]}
@@ -777,6 +789,12 @@ def real_night(
         "phases_s": {k: round(v, 3) for k, v in phases.items()},
         "startup_s": round(ran["run_s"] - sum(phases.values()), 3),
         **night_figures(summary, audit),
+        # CPU seconds of the night's processes, and of the node meanwhile (its other clients'
+        # requests included: the suite's tests share it)
+        "client_cpu_s": round(ran["run_cpu_s"], 1),
+        "node_cpu_s": None
+        if node_cpu is None or node_cpu_after is None
+        else round(node_cpu_after - node_cpu, 1),
         "peak_rss_mb": round(max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]), 1),
         "peak_rss_sum_mb": round(ran["peak_rss_sum_mb"], 1),
         "peak_pss_sum_mb": round(ran["peak_pss_sum_mb"], 1),
@@ -837,13 +855,19 @@ def night_rounds(
             if truth is None:
                 truth = hashed(truth_lines(Path(dataset["truth_path"])))
             log(f"round {rep + 1}, {workers} worker(s): floor")
+            node = cassandra_node_pid()
+            node_cpu = process_cpu_s(node)
             floor = scan_floor(store, workers)
+            floor_node_cpu = process_cpu_s(node)
             log(
                 f"  {floor.seconds:.1f}s (objects {floor.objects_s:.1f},"
                 f" folders {floor.folders_s:.1f})"
             )
             log(f"round {rep + 1}, {workers} worker(s): night")
-            nights[str(workers)].append(real_night(store, args, dataset, workers, truth, floor))
+            night = real_night(store, args, dataset, workers, truth, floor)
+            if node_cpu is not None and floor_node_cpu is not None:
+                night["floor_node_cpu_s"] = round(floor_node_cpu - node_cpu, 1)
+            nights[str(workers)].append(night)
     by_workers = {w: over_nights(ns) for w, ns in nights.items()}
     return {
         "dirs": dataset.get("dirs"),
@@ -875,6 +899,8 @@ NIGHT_FIGURES = (
     "delete_requests_per_s",
     "audit_log_bytes",
     "peak_rss_mb",
+    "client_cpu_s",
+    "node_cpu_s",
 )
 
 

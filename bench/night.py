@@ -152,6 +152,32 @@ def measured_cli(url: str, args: list[str], work: Path, name: str) -> dict[str, 
     }
 
 
+def cassandra_node_pid() -> int | None:
+    """The local Cassandra node's process (``CassandraDaemon``), if this machine runs one."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if b"org.apache.cassandra.service.CassandraDaemon" in f.read():
+                    return int(entry)
+        except OSError:
+            continue
+    return None
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None if it is gone."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def night_figures(summary: dict[str, Any], audit: Path) -> dict[str, Any]:
     """A real night's re-check and deletes, in seconds and per second, and its audit log's
     bytes, from its ``--json`` summary and the log."""
