@@ -613,7 +613,7 @@ def test_a_paced_group_waits_for_its_rate_before_its_lease_check() -> None:
         sleep=sleep,
         keep_going=lambda: store.event("check", None),
     )
-    assert stats.row_deletes == 24
+    assert stats.deletes.row == 24
     kinds = [kind for kind, _ in store.events if kind in ("sleep", "check", "audit", "send")]
     checks = [i for i, kind in enumerate(kinds) if kind == "check"]
     assert len(checks) == 6 and "sleep" in kinds

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dircleaner.errors import TooManyCandidates
@@ -235,7 +235,7 @@ def _night(
         slots_done=done,
         totals=totals,
         plan=sum(plans, PlanSummary()),
-        deleted=_merged(deletes, phases["delete"]),
+        deleted=merge_delete_stats(deletes, phases["delete"]),  # one batch after another
         budget=budget,
         dry_run=config.dry_run,
         directory_count=guard.count,
@@ -352,9 +352,3 @@ def _add(totals: ChangedTotals, batch: JournalBatch, check: ChangedCheck, over_b
     totals.reads = totals.reads + check.reads
     if totals.oldest_slot_with_rows is None:
         totals.oldest_slot_with_rows = batch.oldest_with_rows
-
-
-def _merged(parts: list[DeleteStats | None], seconds: float) -> DeleteStats | None:
-    """The batches' deletes as one: they ran one after the other."""
-    merged = merge_delete_stats(parts)
-    return None if merged is None else replace(merged, seconds=seconds)

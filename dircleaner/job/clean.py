@@ -432,8 +432,7 @@ def night_end(
 def deletes_of(cleaned: Sequence[ShardCleaned], delete_s: float) -> DeleteStats | None:
     """Every slice's deletes as one (None when none deleted), with the phase's time; their
     final rate is the mean of the totals each slice's made with the slices sharing --rate."""
-    merged = merge_delete_stats([c.deleted for c in cleaned])
-    return None if merged is None else replace(merged, seconds=delete_s)
+    return merge_delete_stats([c.deleted for c in cleaned], delete_s)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.model import ActionKind, DeleteAction
+from dircleaner.model import ActionKind, DeleteAction, KindTally
 from dircleaner.progress import Progress, no_progress
 from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
@@ -182,11 +182,9 @@ class PlannedActions:
 class DeleteStats:
     """What the deleter did."""
 
-    partition_deletes: int = 0
-    row_deletes: int = 0
-    range_deletes: int = 0
-    #: live partitions rewritten (rows copied at T+1, then the partition deleted at T)
-    rewrites: int = 0
+    #: the actions whose delete was acknowledged, by kind (a rewrite: a live partition's rows
+    #: copied at T+1, then the partition deleted at T)
+    deletes: KindTally = field(default_factory=KindTally)
     rows_rewritten: int = 0
     #: directory entries the acknowledged delete requests covered (requested, not necessarily
     #: removed: an entry written after the delete timestamp survives its delete)
@@ -718,14 +716,7 @@ class _Rounds:
 
 
 def _count(stats: DeleteStats, action: DeleteAction) -> None:
-    if action.kind is ActionKind.PARTITION:
-        stats.partition_deletes += 1
-    elif action.kind is ActionKind.REWRITE:
-        stats.rewrites += 1
-    elif action.kind is ActionKind.RANGE:
-        stats.range_deletes += 1
-    else:
-        stats.row_deletes += 1
+    stats.deletes = stats.deletes.plus(action.kind)
     stats.directories += len(action.rows)
 
 

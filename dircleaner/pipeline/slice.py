@@ -28,7 +28,7 @@ from pathlib import Path
 from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.deadline import Deadline
 from dircleaner.lease import lease_check
-from dircleaner.model import BucketDir, DeleteAction, PartitionFacts, Shard
+from dircleaner.model import BucketDir, DeleteAction, KindTally, PartitionFacts, Shard
 from dircleaner.pipeline.backlog import CandidateSample, SampleFigures
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import DeleteStats, PlannedActions, ThrottleConfig, execute_plan
@@ -362,22 +362,20 @@ def delete_slice(
             stream.close()
 
 
-def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | None:
-    """Several slices' delete statistics as one (None when no slice deleted anything)."""
+def merge_delete_stats(parts: Sequence[DeleteStats | None], seconds: float) -> DeleteStats | None:
+    """Several slices' (or batches') delete statistics as one, taking ``seconds`` in all (None
+    when none deleted anything). Each slice's final rate is the one all the slices sharing
+    ``--rate`` made together: the merged rate is their mean, not their sum."""
     present = [p for p in parts if p is not None]
     if not present:
         return None
     return DeleteStats(
-        partition_deletes=sum(p.partition_deletes for p in present),
-        row_deletes=sum(p.row_deletes for p in present),
-        range_deletes=sum(p.range_deletes for p in present),
-        rewrites=sum(p.rewrites for p in present),
+        deletes=sum((p.deletes for p in present), KindTally()),
         rows_rewritten=sum(p.rows_rewritten for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
-        # Each slice's final rate is the total it made with the slices sharing --rate.
         final_rate=sum(p.final_rate for p in present) / len(present),
-        seconds=max(p.seconds for p in present),
+        seconds=seconds,
         failures=[f for p in present for f in p.failures],
         rows_removed=(
             None
