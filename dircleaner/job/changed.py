@@ -174,7 +174,7 @@ def _night(
     started_us = config.started_us if config.started_us is not None else now_us()
     generation = "changed-" + fresh_generation_id(started_us)
     # T: the night's start minus --min-age (the module's docstring says why).
-    planned = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=started_us,
@@ -183,7 +183,6 @@ def _night(
         lease_owner=lease_owner,
         run_started_us=started_us,
     )
-    budget, orders = planned.budget, planned.delete
     limit = read_tombstone_limit(store)
     slots = slots_to_read(done_slots(store, config.bucket), started_us, config.settle_s)
     guard = _NightGuard(store, config)

@@ -32,7 +32,7 @@ from dircleaner.filter.format import FilterHeader
 from dircleaner.filter.sizing import record_clean
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.decision import Checkpoints, Decision, Go, add_totals, decide_clean
-from dircleaner.job.orders import CleanSettings, Orders, delete_orders
+from dircleaner.job.orders import CleanSettings, delete_orders
 from dircleaner.job.resume import CleanProgress
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.job.sliceorder import (
@@ -214,7 +214,7 @@ def clean(
     running = min(len(schedule.todo), pool.parallelism)
     # The orders: the tombstone budget, the rate the slices deleting at the time share, and T
     # (after the filter's build started, an entry (re)written survives whatever happens here).
-    orders = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=loaded.header.snapshot_us,
@@ -256,7 +256,7 @@ def clean(
         verdict = str(refusal)
     if not config.dry_run:  # a dry run writes nothing
         record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
-    report = summary(loaded, orders, schedule, verdict, outcome, config.dry_run)
+    report = summary(loaded, budget, orders, schedule, verdict, outcome, config.dry_run)
     return replace(report, sample=decision.sample, night_end=night_end(config, decision, cleaned))
 
 
@@ -313,7 +313,7 @@ def clean_work(
     store: Store,
     config: CleanConfig,
     loaded: LoadedFilter,
-    orders: Orders,
+    orders: DeleteOrders,
     pool: Workers,
     clock: PhaseClock,
     records: Checkpoints,
@@ -326,7 +326,7 @@ def clean_work(
         SharedFilter(loaded.generation, sweep.bucket, loaded.filt),
         sweep.bucket,
         config.verify,
-        orders.delete,
+        orders,
         # The scan cap is a total too, shared like the delete rate.
         sweep.scan.over(store.traits.scan_defaults).shared(pool.sharers()),
         config.spill,
@@ -373,7 +373,8 @@ def record_for_next_run(
 
 def summary(
     loaded: LoadedFilter,
-    orders: Orders,
+    budget: TombstoneBudget,
+    orders: DeleteOrders,
     schedule: SliceSchedule,
     verdict: str | None,
     outcome: SlicesOutcome,
@@ -383,7 +384,7 @@ def summary(
     tallies, cleaned = outcome.tallies, outcome.cleaned
     return CleanReport(
         sweep=CleanSweep(loaded, outcome.totals, outcome.scan),
-        delete_timestamp_us=orders.delete.delete_timestamp_us,
+        delete_timestamp_us=orders.delete_timestamp_us,
         verified=sum(t.checked for t in tallies),
         dropped_nonempty=sum(len(t.nonempty) for t in tallies),
         plan=sum((c.plan for c in cleaned), PlanSummary()),
@@ -391,7 +392,7 @@ def summary(
         deleted=outcome.deleted,
         phase_seconds=outcome.phases,
         slices_already_clean=tuple(sorted(schedule.previous.done)),
-        budget=orders.budget,
+        budget=budget,
         would_be_refused=verdict,
         verified_parents=sum(t.checked_parents for t in tallies),
         spilled=sum(t.spilled for t in tallies),

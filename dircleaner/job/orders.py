@@ -43,14 +43,6 @@ class CleanSettings:
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
 
 
-@dataclass(frozen=True)
-class Orders:
-    """The budget a clean spends and the orders its deleter follows."""
-
-    budget: TombstoneBudget
-    delete: DeleteOrders
-
-
 def delete_orders(
     store: Store,
     config: CleanSettings,
@@ -61,8 +53,9 @@ def delete_orders(
     lease_owner: str | None,
     run_started_us: int,
     deadline: Deadline | None = None,
-) -> Orders:
-    """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders.
+) -> tuple[TombstoneBudget, DeleteOrders]:
+    """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders:
+    the budget the clean spends, and the orders its deleter follows.
 
     Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written after
     ``snapshot_us`` (minus the ``min_age_s`` clock-skew margin) survives whatever the clean does.
@@ -84,4 +77,4 @@ def delete_orders(
         run_started_us=run_started_us,
         deadline=deadline,
     )
-    return Orders(budget, orders)
+    return budget, orders

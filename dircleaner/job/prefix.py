@@ -100,7 +100,7 @@ def _walk_and_clean(
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
     # T: after the walk began, an entry (re)written survives whatever happens here.
-    planned = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=walk.started_us,
@@ -109,7 +109,6 @@ def _walk_and_clean(
         lease_owner=lease_owner,
         run_started_us=walk.started_us,
     )
-    budget, orders = planned.budget, planned.delete
     # The walk probed every directory it calls empty: nothing is left to re-check.
     started = time.monotonic()
     cleaned = plan_and_delete(store, walk.facts, frozenset(), orders, progress)
