@@ -45,11 +45,14 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from night import CLI as _CLI
+from night import hashed, measured_cli, night_figures, score_audit, truth_lines
 
 from dircleaner.filter.engines import new_filter
 from dircleaner.gcpause import cyclic_gc_paused
@@ -59,37 +62,24 @@ from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.pipeline.build import DEFAULT_FPR, packed_ancestors
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
-from dircleaner.synth.groundtruth import (
-    audited_by_via,
-    audited_dirs,
-    percentile,
-    read_truth,
-    tombstones_by_partition,
-)
+from dircleaner.synth import GENERATOR_VERSION, SHAPES, SynthSpec, generate
 from dircleaner.workers.base import BUILD, CLEAN, LocalWorkers
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000
-SAMPLE_EVERY_S = 0.2
-
-# Runs the job and reports the peak RSS of its largest process (RUSAGE_CHILDREN covers every
-# waited-for descendant, so the forked workers too) and its own wall time.
-_WRAPPER = """
-import json, resource, subprocess, sys, time
-with open(sys.argv[1], "w") as out, open(sys.argv[2], "w") as err:
-    started = time.perf_counter()
-    rc = subprocess.call(sys.argv[3:], stdout=out, stderr=err)
-    seconds = time.perf_counter() - started
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-cpu = usage.ru_utime + usage.ru_stime
-print(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kb": usage.ru_maxrss, "cpu_s": cpu}))
-"""
-
-_CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner'; main()"
+#: --max-delete-fraction of the backlog's night: 64% of the directories go, and the guard's
+#: default (0.1) refuses it, as it should
+BACKLOG_MAX_DELETE_FRACTION = 0.7
 
 
 # -- the dataset ------------------------------------------------------------------------------
+
+
+def empty_fraction_of(shape: str | None, fraction: float | None) -> float:
+    """The share of empty directories of ``--shape`` or ``--empty-fraction`` (default 0.05)."""
+    if shape is not None:
+        return SHAPES[shape]
+    return 0.05 if fraction is None else fraction
 
 
 def dataset_dir(cache: Path, spec: SynthSpec) -> Path:
@@ -274,75 +264,6 @@ def phase_ratios(run_s: float, phases: dict[str, float], floor: dict[str, Any]) 
 # -- the run, and its memory ------------------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(c) for c in f.read().split())
-        except OSError:
-            pass
-    return out
-
-
-def _tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        pids.append(p)
-        todo.extend(_children(p))
-    return pids
-
-
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in KiB; (0, 0) if it is gone."""
-    rss = pss = 0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Rss:"):
-                    rss = int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss = int(line.split()[1])
-    except OSError:
-        pass
-    return rss, pss
-
-
-class TreeSampler(threading.Thread):
-    """Samples the RSS and PSS of a process tree until stopped."""
-
-    def __init__(self, pid: int) -> None:
-        super().__init__(daemon=True)
-        self.pid = pid
-        self.max_single_rss_kb = 0
-        self.max_sum_rss_kb = 0
-        self.max_sum_pss_kb = 0
-        self.max_processes = 0
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        while not self._halt.is_set():
-            # The wrapper itself is excluded: it is not part of the job.
-            pids = [p for p in _tree(self.pid) if p != self.pid]
-            mems = [_memory_kb(p) for p in pids]
-            rss = [m[0] for m in mems]
-            if rss:
-                self.max_single_rss_kb = max(self.max_single_rss_kb, max(rss))
-            self.max_sum_rss_kb = max(self.max_sum_rss_kb, sum(rss))
-            self.max_sum_pss_kb = max(self.max_sum_pss_kb, sum(m[1] for m in mems))
-            self.max_processes = max(self.max_processes, sum(1 for r in rss if r))
-            self._halt.wait(SAMPLE_EVERY_S)
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join()
-
-
 def previous_night(db: Path, args: argparse.Namespace) -> float:
     """``dircleaner build`` once, untimed: a nightly job sizes its filter from last night's.
 
@@ -356,63 +277,28 @@ def previous_night(db: Path, args: argparse.Namespace) -> float:
     return time.perf_counter() - started
 
 
-def run_job(db: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def job_args(args: argparse.Namespace, audit: Path, spill_after: int | None) -> list[str]:
+    """The night's ``dircleaner run`` options: every delete as fast as the store takes it."""
+    out = ["run", "--rate", "0", "--fpr", str(args.fpr), "--workers", str(args.workers)]
+    out += ["--concurrency", str(args.concurrency)]
+    if args.max_tombstones_per_partition is not None:
+        out += ["--max-tombstones-per-partition", str(args.max_tombstones_per_partition)]
+    if args.max_delete_fraction is not None:
+        out += ["--max-delete-fraction", str(args.max_delete_fraction)]
+    if spill_after is not None:
+        out += ["--spill-after", str(spill_after)]
+    out += ["--max-rewrite-rows", str(args.max_rewrite_rows), "--audit-log", str(audit)]
+    return [*out, "--spill-dir", str(audit.parent / "spill")]
+
+
+def run_job(
+    db: Path, args: argparse.Namespace, work: Path, spill_after: int | None = None
+) -> dict[str, Any]:
     """``dircleaner run`` on ``db`` as a subprocess; its summary, wall time and memory."""
-    audit = work / "audit.jsonl"
+    audit = work / "audit.jsonl.gz"
     audit.unlink(missing_ok=True)
-    out, err = work / "run.json", work / "run.log"
-    cmd = [
-        sys.executable,
-        "-c",
-        _CLI,
-        "--store",
-        store_url(db),
-        "run",
-        "--rate",
-        "0",
-        "--fpr",
-        str(args.fpr),
-        "--workers",
-        str(args.workers),
-        "--concurrency",
-        str(args.concurrency),
-        *(
-            ("--max-tombstones-per-partition", str(args.max_tombstones_per_partition))
-            if args.max_tombstones_per_partition is not None
-            else ()
-        ),
-        "--max-rewrite-rows",
-        str(args.max_rewrite_rows),
-        "--audit-log",
-        str(audit),
-        "--json",
-    ]
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _WRAPPER, str(out), str(err), *cmd],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    sampler = TreeSampler(proc.pid)
-    sampler.start()
-    stdout, _ = proc.communicate()
-    wall = time.perf_counter() - started
-    sampler.stop()
-    wrapped = json.loads(stdout)
-    if wrapped["rc"] != 0:
-        raise SystemExit(f"dircleaner run failed (exit {wrapped['rc']}); see {err}")
-    return {
-        "summary": json.loads(out.read_text()),
-        "run_s": wrapped["seconds"],
-        "run_cpu_s": wrapped["cpu_s"],
-        "run_wall_with_wrapper_s": wall,
-        "peak_rss_single_mb": wrapped["maxrss_kb"] / 1024,
-        "peak_rss_single_sampled_mb": sampler.max_single_rss_kb / 1024,
-        "peak_rss_sum_mb": sampler.max_sum_rss_kb / 1024,
-        "peak_pss_sum_mb": sampler.max_sum_pss_kb / 1024,
-        "max_processes": sampler.max_processes,
-        "audit_log": audit,
-    }
+    ran = measured_cli(store_url(db), job_args(args, audit, spill_after), work, "run")
+    return {**ran, "audit_log": audit}
 
 
 # -- the filter, against the truth --------------------------------------------------------------
@@ -423,7 +309,7 @@ def _chunks(items: list[bytes], size: int = BATCH) -> Iterator[list[bytes]]:
         yield items[start : start + size]
 
 
-def filter_quality(db: Path, generation: str, truth: set[str], bucket: str) -> dict[str, Any]:
+def filter_quality(db: Path, generation: str, truth: Path, bucket: str) -> dict[str, Any]:
     """The run's filter (all shards merged) tested on every truly empty directory."""
     store = open_store(store_url(db))
     try:
@@ -431,7 +317,7 @@ def filter_quality(db: Path, generation: str, truth: set[str], bucket: str) -> d
     finally:
         store.close()
     header, filt = loaded.header, loaded.filt
-    keys = [filter_key(bucket, d) for d in sorted(truth)]
+    keys = [filter_key(bucket, d) for d in truth_lines(truth)]
     false_pos = sum(int(filt.contains_many(chunk).sum()) for chunk in _chunks(keys))
     optimum = -math.log(header.target_p) / math.log(2) ** 2
     bits_per_dir = header.m / header.expected_n
@@ -446,26 +332,6 @@ def filter_quality(db: Path, generation: str, truth: set[str], bucket: str) -> d
         "fpr_estimated_from_fill": loaded.estimated_fpr,
         "fpr_measured": false_pos / len(keys) if keys else 0.0,
         "false_positives": false_pos,
-    }
-
-
-def score_deletes(audit: Path, truth: set[str], bucket: str, deferred: int) -> dict[str, Any]:
-    deleted = set(audited_dirs(audit, bucket)) if audit.exists() else set()
-    via = audited_by_via(audit, bucket) if audit.exists() else {}
-    per_partition = list(tombstones_by_partition(audit, bucket).values()) if audit.exists() else []
-    right = len(deleted & truth)
-    return {
-        "deleted": len(deleted),
-        "deleted_by": {kind: via.get(kind, 0) for kind in ("partition", "row", "range", "rewrite")},
-        # Tombstone cells per live partition that got any (row 1, range 2), in this one run.
-        "tombstones_per_live_partition_max": max(per_partition, default=0),
-        "tombstones_per_live_partition_p99": percentile(per_partition, 0.99),
-        "deleted_nonempty": len(deleted - truth),
-        "precision": right / len(deleted) if deleted else 1.0,
-        "recall": right / len(truth) if truth else 1.0,
-        # Deferred entries are known empty but held back by the per-partition tombstone budget
-        # (they go in a later run): this is the recall of the filter and the sweep themselves.
-        "recall_with_deferred": min(1.0, (right + deferred) / len(truth)) if truth else 1.0,
     }
 
 
@@ -696,7 +562,13 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def measure_round(
-    data: Path, db: Path, args: argparse.Namespace, work: Path, truth: set[str], first: bool
+    data: Path,
+    db: Path,
+    args: argparse.Namespace,
+    work: Path,
+    truth: np.ndarray,
+    first: bool,
+    spill_after: int | None = None,
 ) -> dict[str, Any]:
     """One floor/job pair on a fresh copy: the previous night's build (untimed), the floor at the
     job's parallelism right before the job, then the job; its per-phase ratios and scores. The
@@ -721,50 +593,75 @@ def measure_round(
         f"scan-only floor, {floor_par['processes']} processes: {floor_par['scan_only_s']:.1f}s",
         file=sys.stderr,
     )
-    ran = run_job(db, args, work)
+    ran = run_job(db, args, work, spill_after)
     print(f"run: {ran['run_s']:.1f}s", file=sys.stderr)
     summary = ran["summary"]
     phase_s = {"build": summary["build"]["seconds"], **summary["clean"]["phase_seconds"]}
     deferred = summary["clean"]["plan"]["deferred"]
+    figures = {
+        **phase_ratios(ran["run_s"], phase_s, floor_par),
+        "job_over_floor": ran["run_s"] / floor_par["scan_only_s"],
+        "job_over_floor_cpu": ran["run_cpu_s"] / floor_par["scan_only_cpu_s"],
+        "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
+        **night_figures(summary, ran["audit_log"]),
+    }
+    scores = score_audit(ran["audit_log"], truth, DEFAULT_BUCKET, deferred)
+    print(
+        f"precision {scores['precision']:.6f}, recall {scores['recall']:.5f},"
+        f" peak RSS {figures['peak_rss_mb']:.0f} MB",
+        file=sys.stderr,
+    )
     return {
         "copy_s_untimed": copy_s,
         "previous_night_build_s_untimed": warmup_s,
+        "spill_after": spill_after,
         "floor": floor,
         "floor_same_parallelism": floor_par,
         "ran": ran,
         "phase_s": phase_s,
-        "ratios": phase_ratios(ran["run_s"], phase_s, floor_par),
-        "scores": score_deletes(ran["audit_log"], truth, DEFAULT_BUCKET, deferred),
+        "ratios": figures,
+        "scores": scores,
         "loadavg_before_floor": load_before,
         "loadavg_after_run": os.getloadavg(),
     }
 
 
-#: the per-phase figures reported as the median of the rounds, each with its list
+#: the per-round figures reported as the median of the rounds, each with its list
 ROUND_FIGURES = (
+    "job_over_floor",
+    "job_over_floor_cpu",
     "build_over_scan",
     "sweep_over_scan",
     "startup_s",
     "recheck_s",
+    "recheck_reads_per_s",
     "plan_s",
     "delete_s",
+    "deleted_dirs_per_s",
+    "audit_log_bytes",
+    "peak_rss_mb",
 )
 
 
 def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each per-phase figure as the median of the rounds, with every round's value beside it
-    (``<figure>_runs``), the run's worst memory and worst precision."""
+    """Each per-round figure as the median of the rounds, with every round's value beside it
+    (``<figure>_runs``), the run's worst memory, worst precision and worst recall."""
     out: dict[str, Any] = {}
     for name in ROUND_FIGURES:
-        values = [r["ratios"][name] for r in rounds]
+        values = [r["ratios"][name] or 0.0 for r in rounds]
         out[name] = statistics.median(values)
         out[f"{name}_runs"] = [round(v, 3) for v in values]
     out["run_s"] = statistics.median(r["ran"]["run_s"] for r in rounds)
     out["run_s_runs"] = [round(r["ran"]["run_s"], 3) for r in rounds]
-    out["peak_rss_mb"] = max(
-        max(r["ran"]["peak_rss_single_mb"], r["ran"]["peak_rss_single_sampled_mb"]) for r in rounds
-    )
+    out["peak_rss_mb"] = max(out["peak_rss_mb_runs"])
     out["precision"] = min(r["scores"]["precision"] for r in rounds)
+    out["recall"] = min(r["scores"]["recall"] for r in rounds)
+    out["recall_with_deferred"] = min(r["scores"]["recall_with_deferred"] for r in rounds)
+    last = rounds[-1]
+    out["candidates"] = last["ratios"]["candidates"]
+    out["removed_dirs"] = last["ratios"]["removed_dirs"]
+    out["deleted_by"] = last["scores"]["deleted_by"]
+    out["spill"] = last["ratios"]["spill"]
     out["loadavg_runs"] = [
         [round(x, 2) for x in r["loadavg_before_floor"][:1] + r["loadavg_after_run"][:1]]
         for r in rounds
@@ -773,18 +670,46 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratios_markdown(r: dict[str, Any]) -> str:
-    """The per-phase table of a ``--ratios-only`` run: the median, then every round."""
+    """The per-round table of a ``--ratios-only`` run: the median, then every round."""
     lines = ["| figure | median | rounds | target | met |", "|---|---:|---|---|---|"]
     for name in ROUND_FIGURES:
-        target = "≤ 1.3" if name.endswith("_over_scan") else ""
+        target = "≤ 1.3" if name.endswith(("_over_scan", "_over_floor")) else ""
         met = ("yes" if r[name] <= 1.3 else "**no**") if target else ""
-        runs = " / ".join(f"{v:.2f}" for v in r[f"{name}_runs"])
-        lines.append(f"| {name} | {r[name]:.2f} | {runs} | {target} | {met} |")
+        runs = " / ".join(f"{v:,.2f}" for v in r[f"{name}_runs"])
+        lines.append(f"| {name} | {r[name]:,.2f} | {runs} | {target} | {met} |")
     lines.append(f"| peak_rss_mb (largest process) | {r['peak_rss_mb']:.0f} | | ≤ 1024 | |")
     lines.append(f"| precision (worst round) | {r['precision']:.6f} | | = 1.0 | |")
+    lines.append(f"| recall in one night (worst round) | {r['recall']:.5f} | | | |")
+    lines.append(f"| candidates / removed | {r['candidates']:,} / {r['removed_dirs']:,} | | | |")
     loads = " / ".join("–".join(f"{x:.1f}" for x in pair) for pair in r["loadavg_runs"])
     lines.append(f"| load (before floor – after run) | | {loads} | | |")
     return "\n".join(lines)
+
+
+def spill_variants(text: str | None) -> list[int | None]:
+    """``--spill-after``: one value, or several the rounds alternate between (None: the job's
+    own budget, written ``default``)."""
+    if text is None:
+        return [None]
+    return [None if v.strip() == "default" else int(v) for v in text.split(",") if v.strip()]
+
+
+def by_variant(rounds: list[dict[str, Any]], variants: list[int | None]) -> dict[str, Any]:
+    """With several ``--spill-after`` values: each one's rounds over their medians, and the job's
+    time over its floor (wall and CPU) of each against the first's, pair by pair."""
+    groups = {str(v): [r for r in rounds if r["spill_after"] == v] for v in variants}
+    out: dict[str, Any] = {name: over_rounds(rs) for name, rs in groups.items() if rs}
+    base = groups[str(variants[0])]
+    for name, rs in groups.items():
+        if name == str(variants[0]) or not rs:
+            continue
+        for figure in ("job_over_floor", "job_over_floor_cpu"):
+            pairs = [
+                b["ratios"][figure] / a["ratios"][figure] for a, b in zip(base, rs, strict=False)
+            ]
+            out[name][f"{figure}_vs_first_runs"] = [round(p, 3) for p in pairs]
+            out[name][f"{figure}_vs_first"] = statistics.median(pairs) if pairs else None
+    return out
 
 
 def main() -> None:
@@ -792,7 +717,26 @@ def main() -> None:
     ap.add_argument("--dirs", type=int, required=True, help="directories in the dataset")
     ap.add_argument("--out", type=Path, help="write the JSON result here")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--empty-fraction", type=float, default=0.05)
+    shape = ap.add_mutually_exclusive_group()
+    shape.add_argument("--empty-fraction", type=float, help="[default: 0.05]")
+    shape.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        help="a cluster of the talk, as gen --shape makes it (steady: 352 empty of 31.5M;"
+        " backlog: 16M of 25M)",
+    )
+    ap.add_argument(
+        "--max-delete-fraction",
+        type=float,
+        help="the night's guard (default: the job's own, 0.1; 0.7 with --shape backlog, which"
+        " the guard refuses otherwise, as it should)",
+    )
+    ap.add_argument(
+        "--spill-after",
+        help="candidates a process keeps in memory (the job's hidden option; default: its own"
+        " budget). Several, comma-separated ('100000000,default'): the rounds alternate between"
+        " them and each one's figures are reported apart",
+    )
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
     ap.add_argument("--work-dir", type=Path, help="where the scratch copy goes (default: cache)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -829,41 +773,65 @@ def main() -> None:
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
 
+    args.empty_fraction = empty_fraction_of(args.shape, args.empty_fraction)
+    if args.max_delete_fraction is None and args.shape == "backlog":
+        args.max_delete_fraction = BACKLOG_MAX_DELETE_FRACTION
+    variants = spill_variants(args.spill_after)
     spec = SynthSpec(dirs=args.dirs, seed=args.seed, empty_fraction=args.empty_fraction)
     data, meta = ensure_dataset(args.cache_dir, spec)
     if args.gen_only:
         print(json.dumps(meta))
         return
-    work = (args.work_dir or args.cache_dir) / f"run-d{args.dirs}-s{args.seed}"
+    work = (args.work_dir or args.cache_dir) / (
+        f"run-d{args.dirs}-s{args.seed}-e{args.empty_fraction:g}"
+    )
     work.mkdir(parents=True, exist_ok=True)
     db = work / "meta.db"
-    truth = read_truth(data / "truth.txt")
+    truth = hashed(truth_lines(data / "truth.txt"))
     rounds = []
     for index in range(args.repeat):
-        print(f"round {index + 1} of {args.repeat}", file=sys.stderr)
-        rounds.append(measure_round(data, db, args, work, truth, first=index == 0))
+        spill_after = variants[index % len(variants)]
+        print(f"round {index + 1} of {args.repeat}, --spill-after {spill_after}", file=sys.stderr)
+        rounds.append(measure_round(data, db, args, work, truth, index == 0, spill_after))
     per_phase = over_rounds(rounds)
 
     if args.ratios_only:
         result: dict[str, Any] = {
             "dirs": meta["dirs"],
+            "empty_dirs": meta["empty_dirs"],
+            "objects": meta["objects"],
+            "shape": args.shape,
+            "empty_fraction": args.empty_fraction,
             "workers": args.workers,
             "rounds": args.repeat,
+            "max_delete_fraction": args.max_delete_fraction,
             **per_phase,
             "details": [_round_details(r) for r in rounds],
         }
+        if len(variants) > 1:
+            result["by_spill_after"] = by_variant(rounds, variants)
         if not args.keep_copy:
             _remove_copy(db)
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(ratios_markdown(result))
+        for name, part in result.get("by_spill_after", {}).items():
+            print(f"\n--spill-after {name}\n\n{ratios_markdown(part)}")
+            if part.get("job_over_floor_vs_first") is not None:
+                print(
+                    "job ÷ floor against the first value's, pair by pair: wall"
+                    f" {part['job_over_floor_vs_first']:.3f}"
+                    f" {part['job_over_floor_vs_first_runs']},"
+                    f" CPU {part['job_over_floor_cpu_vs_first']:.3f}"
+                    f" {part['job_over_floor_cpu_vs_first_runs']}"
+                )
         return
 
     last = rounds[-1]
     floor, floor_par, ran = rounds[0]["floor"], last["floor_same_parallelism"], last["ran"]
     summary = ran["summary"]
     build = summary["build"]
-    quality = filter_quality(db, build["generation"], truth, DEFAULT_BUCKET)
+    quality = filter_quality(db, build["generation"], data / "truth.txt", DEFAULT_BUCKET)
     scores = last["scores"]
     print("scored; timing the filter engines ...", file=sys.stderr)
     eng = engines(data / "meta.db", quality["n_sized"], args.fpr, args.filter_sample)

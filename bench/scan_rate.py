@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slow-page", type=float, help="the slow-page threshold, seconds")
     parser.add_argument("--loaders", type=int, default=2, help="write-load processes")
     parser.add_argument("--skip-cap", action="store_true", help="only the adaptive reads")
+    parser.add_argument("--skip-adaptive", action="store_true", help="only the scan cap")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
@@ -182,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                     caps.append({"pass": name, "workers": workers, **figures(scan)})
                     log(f"  {name}: {caps[-1]}")
         result["scan_cap"] = caps
+        if args.skip_adaptive:
+            print(cap_table(caps))
+            return 0
         generation = build_filter(store, BuildConfig()).generation
         cap = max(rates)
         quiet_probe = sweep_only(store, generation, ScanRate(cap, adaptive=False))

@@ -1,9 +1,10 @@
 """Reads a live cluster can bear: a cap on the rows the scans read, and back-off when it strains.
 
 Both passes stream a whole index table. ``ScanRate`` says how fast they may go: at most
-``rows_per_s`` rows a second across every worker and task together (each slice that runs at the
-same time gets its share, as the deletes' ``--rate`` is shared), 0 for no cap. ``ScanThrottle``
-enforces one slice's share with a token bucket and adapts it (AIMD, like the deleter): a page
+``rows_per_s`` rows a second across every worker and task together (the slices that scan at the
+same moment share it, ``rateshare``: as one finishes the others' parts grow, as the deletes'
+``--rate`` is shared), 0 for no cap. ``ScanThrottle`` enforces one slice's part with a token
+bucket and adapts it (AIMD, like the deleter): a page
 slower than ``slow_page_s``, or a timeout / ``Overloaded`` / read failure, halves the rate (at
 most once per ``slow_page_s``, so the pages in flight together count as one signal); healthy
 pages raise it again by ``1 / RECOVERY_S`` of the ceiling per second. An uncapped scan runs free
@@ -22,10 +23,11 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from dircleaner.errors import UsageError
+from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.workers import interrupt
 
 #: a page slower than this is a sign of strain (a healthy page of a few thousand rows takes
@@ -59,6 +61,8 @@ class ScanRate:
     slow_page_s: float | None = None
     #: whether to adapt at all (off: a fixed cap, e.g. to measure it)
     adaptive: bool = True
+    #: the slices the cap is shared by (``shared``): each reads at most its part of it
+    shared_by: Sharers = field(default=Alone(), compare=False)
 
     def __post_init__(self) -> None:
         if self.rows_per_s is not None and not 0 <= self.rows_per_s < math.inf:  # nan too
@@ -84,11 +88,10 @@ class ScanRate:
             slow_page_s=defaults.slow_page_s if self.slow_page_s is None else self.slow_page_s,
         )
 
-    def share(self, running: int) -> ScanRate:
-        """One slice's part when ``running`` slices scan at once."""
-        if running <= 1 or not self.cap:
-            return self
-        return replace(self, rows_per_s=self.cap / running)
+    def shared(self, sharers: Sharers) -> ScanRate:
+        """The cap as a total that ``sharers`` share: a slice that scans joins them, and reads
+        at most the cap divided by how many have joined at the time."""
+        return replace(self, shared_by=sharers)
 
 
 def latency_bucket(seconds: float) -> int:
@@ -115,9 +118,10 @@ class ScanStats:
     backoffs: int = 0
     #: timeouts, Overloaded and read failures the cluster answered with
     errors: int = 0
-    #: the rate allowed at the end, rows/s (0 = uncapped and never backed off)
+    #: the rate allowed at the end, rows/s (0 = uncapped and never backed off); under a cap,
+    #: the total it makes for every slice sharing it (a slice's own rate times their count)
     final_rate: float = 0.0
-    #: the cap asked for, rows/s (0 = none)
+    #: the cap asked for, rows/s, all slices together (0 = none)
     cap: float = 0.0
     slow_page_s: float = DEFAULT_SLOW_PAGE_S
     seconds: float = 0.0
@@ -163,10 +167,11 @@ class ScanStats:
 
 
 def merge(parts: Iterable[ScanStats], running: int, seconds: float) -> ScanStats:
-    """Several slices' scans as one.
+    """Several slices' scans as one; ``seconds`` is the pass's wall time.
 
-    ``running`` slices ran at once (each with its share), so the rate they ended at together is
-    the mean slice's final rate times ``running``; ``seconds`` is the pass's wall time.
+    Under a cap each slice reports the total its final rate made with the slices sharing the
+    cap then: the rate they ended at together is the mean of those. Uncapped slices that all
+    backed off read on their own, ``running`` at once: their mean final rate times ``running``.
     """
     present = list(parts)
     if not present:
@@ -176,9 +181,14 @@ def merge(parts: Iterable[ScanStats], running: int, seconds: float) -> ScanStats
     for part in present:
         for index, count in enumerate(part.latency_hist):
             hist[index] += count
-    together = min(running, len(present))
-    uncapped = any(not p.final_rate for p in present)
-    final = 0.0 if uncapped else sum(p.final_rate for p in present) / len(present) * together
+    cap = present[0].cap
+    mean_final = sum(p.final_rate for p in present) / len(present)
+    if cap:
+        final = mean_final
+    elif any(not p.final_rate for p in present):
+        final = 0.0
+    else:
+        final = mean_final * min(running, len(present))
     return ScanStats(
         rows=sum(p.rows for p in present),
         pages=sum(p.pages for p in present),
@@ -187,19 +197,20 @@ def merge(parts: Iterable[ScanStats], running: int, seconds: float) -> ScanStats
         backoffs=sum(p.backoffs for p in present),
         errors=sum(p.errors for p in present),
         final_rate=final,
-        cap=present[0].cap * together,
+        cap=cap,
         slow_page_s=present[0].slow_page_s,
         seconds=seconds,
     )
 
 
 class ScanThrottle:
-    """One slice's scan rate: a token bucket at the current rate, steered by AIMD.
+    """One slice's scan rate: a token bucket at the current rate, steered by AIMD, within the
+    slice's part of the cap (which follows the slices sharing it: ``RateParts``).
 
     Thread-safe: a Cassandra scan reads several splits at once, each from its own thread. Rows
-    are paid for as pages arrive (a request may go ahead while the bucket is in debt by less
-    than a second of rate; the next waits until it is paid off), so over a scan the rows read
-    per second converge on the rate however large the pages are.
+    are paid for as pages arrive (a request goes ahead once the bucket's debt is paid off, and
+    takes its rows from it), so over a scan the rows read per second converge on the rate
+    however large the pages are; idle time saves up at most ``BURST_S`` of the rate.
     """
 
     def __init__(
@@ -212,9 +223,11 @@ class ScanThrottle:
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
+        #: this slice's part of the cap, as the slices sharing it come and go
+        self._parts = RateParts(rate.cap, rate.shared_by)
         #: the ceiling the rate recovers to (0: none yet; an uncapped scan gets one on back-off)
-        self._ceiling = rate.cap
-        self._rate = rate.cap
+        self._ceiling = self._parts.part
+        self._rate = self._ceiling
         self._tokens = 0.0
         self._started = clock()
         self._last = self._started
@@ -244,6 +257,7 @@ class ScanThrottle:
         starts with a burst of one page per reader. Once pages came back, a request reserves
         the mean page's rows (small splits return short pages), and ``page`` settles the rest.
         """
+        self._follow_parts()
         with self._lock:
             if not self._rate:
                 return 0
@@ -262,6 +276,7 @@ class ScanThrottle:
         Rows ``reserved`` before the request are settled (the page may have held fewer); with
         none reserved, the rows are paid now and the reader waits until they are paid off.
         """
+        self._follow_parts()
         with self._lock:
             now = self._clock()
             self._rows += rows
@@ -299,7 +314,8 @@ class ScanThrottle:
                 latency_hist=tuple(hist),
                 backoffs=self._backoffs,
                 errors=self._errors,
-                final_rate=self._rate,
+                # Under a cap: the total this slice's rate makes with its sharers'.
+                final_rate=self._rate * (self._parts.parts if self.config.cap else 1),
                 cap=self.config.cap,
                 slow_page_s=self.config.slow_s,
                 seconds=self._clock() - self._started,
@@ -321,8 +337,22 @@ class ScanThrottle:
             self.page(len(batch), self._clock() - began)
             yield batch
 
+    def _follow_parts(self) -> float:
+        """This slice's part of the cap as the slices sharing it now make it: what was earned
+        at the old part counted, the adaptive rate and its ceiling scaled alike, tokens saved
+        up never more than ``BURST_S`` of the new rate. The factor the part changed by."""
+        scale = self._parts.follow()
+        if scale != 1.0:
+            with self._lock:
+                self._refill(self._clock())
+                self._ceiling = self._parts.part
+                self._rate = min(self._ceiling, self._rate * scale)
+                self._tokens = min(self._tokens, self._rate * BURST_S)
+        return scale
+
     def _wait(self, seconds: float) -> None:
-        """Wait for the cap (outside the lock); a stop request ends the wait
+        """Wait for the cap (outside the lock), following the slices sharing it meanwhile (a
+        part that grows pays the debt off sooner); a stop request ends the wait
         (``interrupt.wait``)."""
         if seconds <= 0:
             return
@@ -330,7 +360,10 @@ class ScanThrottle:
             log.debug(
                 "scan cap %.6g rows/s: waiting %.1f s before the next page", self._rate, seconds
             )
-        self._sleep(seconds)
+        while seconds > 0:
+            step = self._parts.step(seconds)
+            self._sleep(step)
+            seconds = (seconds - step) / self._follow_parts()
 
     # -- under the lock ---------------------------------------------------------------------------
     def _back_off(self, now: float) -> None:
@@ -355,9 +388,10 @@ class ScanThrottle:
         self._adjusted = now
 
     def _refill(self, now: float) -> None:
-        # At most a second of rate is saved up while the readers were busy elsewhere.
+        # At most BURST_S of rate is saved up while the readers were busy elsewhere.
         if self._rate:
-            self._tokens = min(self._rate, self._tokens + (now - self._last) * self._rate)
+            saved = self._rate * BURST_S
+            self._tokens = min(saved, self._tokens + (now - self._last) * self._rate)
         self._last = now
 
     def _pay(self, rows: int, now: float) -> float:

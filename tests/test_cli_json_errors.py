@@ -23,8 +23,13 @@ def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
     result = invoke(url, "run", "--min-age", "0", "--json", "--audit-log", str(tmp_path / "a"))
     assert result.exit_code == 3
     message = (
-        "3 of 11 directories (27.3%) would be deleted, over --max-delete-fraction 0.1; check the"
-        " store, then rerun with a higher --max-delete-fraction or --force"
+        "3 of 11 directories (27.3%) would be deleted, over --max-delete-fraction 0.1. It looks"
+        " like a backlog, not a broken filter: 0 of 3 candidates sampled hold an object (a sound"
+        " filter's hold almost none, a broken filter's many). The plan: 3 directories in 1"
+        " deletes (0 partition, 0 row, 1 range, 0 rewrites), about 1ms at --rate 1000. To clear"
+        " it on purpose: rerun with --max-delete-fraction 0.3 and the night's window, e.g."
+        " --max-run-time 5h (one night at this rate; each night resumes where the last one"
+        " stopped)"
     )
     assert said(result) == f"Error: {message}\n"
     report = json.loads(result.stdout)
@@ -39,6 +44,26 @@ def test_a_refused_run_says_so_in_json(url: str, tmp_path: Path) -> None:
             "candidates": 3,
             "verified_nonempty": 0,
             "max_delete_fraction": 0.1,
+            "sample": {
+                "candidates": 3,
+                "sampled": 3,
+                "holding_objects": 0,
+                "estimated_share_holding_objects": 0.0,
+                "looks_like": "backlog",
+            },
+            "looks_like": "backlog",
+            "plan": {
+                "directories": 3,
+                "deletes": 1,
+                "partition_deletes": 0,
+                "row_deletes": 0,
+                "range_deletes": 1,
+                "rewrites": 0,
+                "deferred": 0,
+            },
+            "estimated_delete_seconds": 0.0,
+            "rate": 1000.0,
+            "suggested_max_delete_fraction": 0.3,
         },
     }
     stored = json.loads(invoke(url, "filters", "list", "--json").stdout)

@@ -103,22 +103,27 @@ def test_acquire_batches_at_the_rate() -> None:
     assert clock.now == 0.25
 
 
-def test_idle_time_fills_the_bucket_up_to_one_second_of_rate() -> None:
-    rate, clock = limiter(4.0)
-    clock.now = 100.0  # long idle: the bucket holds at most `rate` tokens
-    for _ in range(4):
-        rate.acquire(1)
+def test_idle_time_fills_the_bucket_up_to_a_tenth_of_a_second_of_rate() -> None:
+    rate, clock = limiter(1000.0)
+    clock.now = 100.0  # long idle: the bucket holds at most 100 tokens (BURST_S of the rate)
+    rate.acquire(100)
     assert clock.sleeps == []
-    rate.acquire(1)
-    assert clock.sleeps == [0.25]
+    rate.acquire(10)
+    assert clock.sleeps == [pytest.approx(0.01)]
+    # A slow rate keeps a bucket of one delete.
+    slow, slow_clock = limiter(4.0)
+    slow_clock.now = 100.0
+    slow.acquire(1)
+    slow.acquire(1)
+    assert slow_clock.sleeps == [0.25]
 
 
 def test_acquire_more_than_the_burst_goes_into_debt() -> None:
     rate, clock = limiter(2.0)
-    rate.acquire(5)  # waits for a full bucket (2 tokens), then owes 3
-    assert clock.sleeps == [1.0]
-    rate.acquire(1)  # pays off the debt of 3 plus its own 1 at 2/s
-    assert clock.sleeps == [1.0, 2.0]
+    rate.acquire(5)  # waits for a full bucket (1 token), then owes 4
+    assert clock.sleeps == [0.5]
+    rate.acquire(1)  # pays off the debt of 4 plus its own 1 at 2/s
+    assert clock.sleeps == [0.5, 2.5]
     assert clock.now == 3.0
 
 

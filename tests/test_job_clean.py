@@ -1,5 +1,5 @@
 """The clean's decisions as pure functions (``dircleaner.job.clean``), tested without a store:
-the rate split, the final rate, the guard decision between the phases, which slices to do, and
+the final rate, the guard decision between the phases, which slices to do, and
 what the parent records between them."""
 
 from __future__ import annotations
@@ -8,24 +8,19 @@ from dataclasses import replace
 
 import pytest
 
+from dircleaner.deadline import Deadline
 from dircleaner.errors import FilterSuspiciouslyEmpty, TooManyCandidates
 from dircleaner.filter.format import FilterHeader
-from dircleaner.job.clean import (
-    CleanCheckpoint,
-    CleanConfig,
+from dircleaner.job.clean import CleanCheckpoint, deletes_of, slices_to_do
+from dircleaner.job.decision import (
     CleanDecision,
-    SliceSchedule,
+    Go,
     add_totals,
     decide_sweep,
-    deletes_of,
-    final_rate,
-    rate_share,
-    slices_to_do,
     worth_checkpointing,
 )
 from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
-from dircleaner.job.sweep import SweepConfig
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import ShardCleaned, ShardSwept
@@ -63,42 +58,17 @@ def cleaned(rate: float | None, directories: int = 10) -> ShardCleaned:
     return ShardCleaned(PlanSummary(), deleted, delete_s=1.0)
 
 
-# -- the rate split ------------------------------------------------------------------------------
-
-
-def test_the_rate_is_split_between_the_slices_that_delete_at_once() -> None:
-    throttle = ThrottleConfig(rate=900.0, concurrency=8, start_fraction=0.5)
-    assert rate_share(throttle, 3) == replace(throttle, rate=300.0)
-    assert rate_share(throttle, 1) is throttle
-    assert rate_share(throttle, 0) is throttle  # no slice left to do
-
-
-def test_an_unlimited_rate_stays_unlimited_however_many_slices_run() -> None:
-    unlimited = ThrottleConfig(rate=0.0)
-    assert rate_share(unlimited, 4) is unlimited
-
-
 # -- the final rate --------------------------------------------------------------------------
 
 
-def test_the_final_rate_counts_only_the_slices_that_deleted_at_once() -> None:
-    # Eight slices, two processes: each process's slices ran one after the other, each at
-    # its half of the rate, so together they reached twice one slice's rate, not eight times.
-    assert final_rate([50.0] * 8, 2) == pytest.approx(100.0)
-    # Fewer slices than processes: every slice ran at once.
-    assert final_rate([40.0, 60.0], 4) == pytest.approx(100.0)
-    assert final_rate([70.0], 1) == pytest.approx(70.0)
-    # Unequal slices: their mean rate, as many times as ran at once.
-    assert final_rate([10.0, 20.0, 30.0], 2) == pytest.approx(40.0)
-
-
 def test_the_deletes_of_every_slice_sum_up_with_the_phase_time_and_the_final_rate() -> None:
-    assert deletes_of([cleaned(None), cleaned(None)], 2, 5.0) is None
-    merged = deletes_of([cleaned(50.0, 3), cleaned(None), cleaned(50.0, 4), cleaned(50.0)], 2, 5.0)
+    assert deletes_of([cleaned(None), cleaned(None)], 5.0) is None
+    merged = deletes_of([cleaned(100.0, 3), cleaned(None), cleaned(80.0, 4), cleaned(90.0)], 5.0)
     assert merged is not None
     assert merged.directories == 17
     assert merged.seconds == 5.0  # the phase's time, not a slice's
-    assert merged.final_rate == pytest.approx(100.0)  # two at once, not three
+    # Each slice's final rate is the total it made with the slices sharing --rate: their mean.
+    assert merged.final_rate == pytest.approx(90.0)
 
 
 # -- the guard decision ------------------------------------------------------------------------
@@ -116,8 +86,13 @@ def test_a_sweep_within_the_guards_pools_every_slice_s_finds_with_the_earlier_at
 def test_a_sweep_over_the_guard_refuses_the_whole_clean_on_the_totals() -> None:
     # No single slice is over 10%, their sum is.
     tallies = [swept(1000, 90), swept(1000, 90), swept(100, 50)]
-    with pytest.raises(TooManyCandidates):
-        decide_sweep(tallies, HEADER, GuardConfig(max_delete_fraction=0.1), FRESH, dry_run=False)
+    decided = decide_sweep(
+        tallies, HEADER, GuardConfig(max_delete_fraction=0.1), FRESH, dry_run=False
+    )
+    # Raised once the slices have planned (the refusal then says what the plan would take).
+    assert isinstance(decided.refusal, TooManyCandidates)
+    assert decided.refusal.details["candidates"] == 230
+    assert decided.verdict is None
 
 
 def test_a_dry_run_over_the_guard_plans_on_and_says_why_a_real_run_would_refuse() -> None:
@@ -163,23 +138,54 @@ def test_progress_is_checkpointed_unless_a_dry_run_or_too_many_finds_to_store() 
     assert worth_checkpointing(replace(FRESH, nonempty=many - {("b", "0/")}), dry_run=False)
 
 
+def parent(
+    saved: list[CleanProgress], *, dry_run: bool = False, deadline: Deadline | None = None
+) -> CleanDecision:
+    checkpoint = CleanCheckpoint(None, saved.append)
+    return CleanDecision(
+        HEADER, GuardConfig(), FRESH, [2, 0, 3, 1], checkpoint, dry_run=dry_run, deadline=deadline
+    )
+
+
+DONE = ShardCleaned(PlanSummary(), None, 1.0)
+
+
 def test_the_parent_records_the_decision_before_any_delete_then_each_finished_slice() -> None:
     saved: list[CleanProgress] = []
-    schedule = SliceSchedule(FRESH, [2, 0, 3, 1], "key", [None] * 4)
-    config = CleanConfig(sweep=SweepConfig(guards=GuardConfig()))
-    parent = CleanDecision(HEADER, config, schedule, CleanCheckpoint(None, saved.append))
-    assert parent.decide([swept(100, 1, ("b", "x/"))]) == {("b", "x/")}
+    decision = parent(saved)
+    assert decision.decide([swept(100, 1, ("b", "x/"))]) == Go(frozenset({("b", "x/")}))
     assert saved == [replace(FRESH, nonempty=frozenset({("b", "x/")}))]
-    parent.slice_done(0)  # the first slice to do: slice 2
-    parent.slice_done(2)  # slice 3
+    decision.slice_done(0, DONE)  # the first slice to do: slice 2
+    decision.slice_done(2, DONE)  # slice 3
     assert saved[-1].done == {2, 3}
     assert len(saved) == 3
-    dry = CleanDecision(
-        HEADER, replace(config, dry_run=True), schedule, CleanCheckpoint(None, saved.append)
-    )
+    dry = parent(saved, dry_run=True)
     dry.decide([swept(100, 1)])
-    dry.slice_done(0)
+    dry.slice_done(0, DONE)
     assert len(saved) == 3  # a dry run leaves nothing to resume
+
+
+def test_a_refused_night_plans_without_deleting_and_records_nothing() -> None:
+    saved: list[CleanProgress] = []
+    decision = parent(saved)
+    go = decision.decide([swept(1000, 650, ("b", "x/"))])
+    assert go == Go(frozenset({("b", "x/")}), deletes=False, plans=True)
+    assert isinstance(decision.refusal, TooManyCandidates)
+    assert saved == []
+
+
+def test_a_deadline_past_at_the_decision_lets_every_slice_go_unplanned() -> None:
+    saved: list[CleanProgress] = []
+    decision = parent(saved, deadline=Deadline(100, clock=lambda: 101))
+    assert decision.decide([swept(100, 1)]) == Go(frozenset(), deletes=False, plans=False)
+    assert decision.stopped_before_deletes
+    assert len(saved) == 1  # the decision is recorded: the next run resumes from it
+    # A slice the deadline stopped is not done: the next run does it again.
+    decision.slice_done(0, ShardCleaned.not_planned(5))
+    assert len(saved) == 1 and saved[-1].done == frozenset()
+    # Before it, the night deletes.
+    early = parent([], deadline=Deadline(100, clock=lambda: 99))
+    assert early.decide([swept(100, 1)]) == Go(frozenset())
 
 
 def test_the_slices_totals_add_up_and_the_slowest_slice_is_the_time() -> None:

@@ -64,6 +64,8 @@ def test_every_sample_carries_the_run_labels_escaped_before_its_own() -> None:
         f"dircleaner_last_run_refused{{{shown}}} 0",
         f"dircleaner_last_run_timestamp_seconds{{{shown}}} 1",
         f"dircleaner_deferred_by_budget{{{shown}}} 2",
+        f"dircleaner_planned_directories{{{shown}}} 0",
+        f"dircleaner_planned_deletes{{{shown}}} 0",
         f'dircleaner_phase_seconds{{{shown},phase="sweep"}} 0.25',
     ]
     assert run_labels(text) == {shown}
@@ -225,3 +227,43 @@ def test_help_leaves_the_metrics_alone(tmp_path: Path) -> None:
     result = invoke(f"sqlite:///{tmp_path}/m.db", "run", "--metrics-file", str(metrics), "--help")
     assert result.exit_code == 0
     assert metrics.read_text() == "dircleaner_last_run_success 1\n"
+
+
+def test_a_refusal_over_the_fraction_keeps_its_sample_plan_and_estimate() -> None:
+    details: dict[str, object] = {
+        "swept_dirs": 1000,
+        "candidates": 640,
+        "sample": {"candidates": 640, "sampled": 512, "holding_objects": 0},
+        "plan": {
+            "directories": 630,
+            "partition_deletes": 10,
+            "row_deletes": 200,
+            "range_deletes": 5,
+        },
+        "estimated_delete_seconds": 0.2,
+    }
+    values = parse(render(RunMetrics.of_refusal(details), success=False, finished_at=1.0))
+    assert values["dircleaner_candidates"] == 640
+    assert values["dircleaner_planned_directories"] == 630
+    assert values["dircleaner_planned_deletes"] == 215
+    assert values["dircleaner_estimated_delete_seconds"] == 0.2
+    assert values["dircleaner_candidates_sampled"] == 512
+    assert values["dircleaner_candidates_sampled_holding_objects"] == 0
+    assert values['dircleaner_candidates_look_like{verdict="backlog"}'] == 1
+    assert values['dircleaner_candidates_look_like{verdict="broken_filter"}'] == 0
+    # Refused before its sweep: nothing of the kind.
+    bare = parse(render(RunMetrics.of_refusal({}), success=False, finished_at=1.0))
+    assert not [name for name in bare if "candidates" in name or "planned" in name]
+
+
+def test_the_night_s_deadline_and_what_it_left() -> None:
+    from dircleaner.job.clean import NightEnd
+
+    end = NightEnd(1_795_329_648_000_000, reached=True, left=1200, unplanned=34)
+    values = parse(render(RunMetrics(night_end=end), success=True, finished_at=1.0))
+    assert values["dircleaner_deadline_timestamp_seconds"] == 1795329648.0
+    assert values["dircleaner_deadline_reached"] == 1
+    assert values["dircleaner_left_at_deadline_directories"] == 1234
+    assert "dircleaner_deadline_reached" not in parse(
+        render(RunMetrics(), success=True, finished_at=1.0)
+    )

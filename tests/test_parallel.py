@@ -157,7 +157,9 @@ def test_each_slice_s_second_phase_runs_where_its_first_phase_ran(tmp_path: Path
 
     finished: list[int] = []
     with open_store(url) as store:
-        work = TwoPhaseWork(first, lambda t: 1, second, ("one", "two"), finished.append)
+        work = TwoPhaseWork(
+            first, lambda t: 1, second, ("one", "two"), lambda index, _: finished.append(index)
+        )
         tallies, results = run_two_phases(store, shards, work, processes=2)
     assert [kept for kept, _ in results] == tallies
     assert [ran for _, ran in results] == tallies

@@ -20,6 +20,7 @@ from dircleaner.paths import directories_of
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
+from dircleaner.rateshare import ProcessSharers, Sharers
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.store.records import murmur_token
@@ -95,10 +96,10 @@ def test_the_rate_is_shared_by_the_slices_that_delete_at_once(
 ) -> None:
     db, generation = make_db(tmp_path)
     rate = 50_000.0
-    shares: list[float] = []
+    shares: list[tuple[float, Sharers]] = []
 
     def recorded(*args: Any, throttle: ThrottleConfig, **kwargs: Any) -> Any:
-        shares.append(throttle.rate)
+        shares.append((throttle.rate, throttle.shared_by))
         return delete_orders(*args, throttle=throttle, **kwargs)
 
     monkeypatch.setattr(job_clean, "delete_orders", recorded)
@@ -107,10 +108,11 @@ def test_the_rate_is_shared_by_the_slices_that_delete_at_once(
     report, _, _ = clean_copy(tmp_path, db, generation, 2, throttle=throttle)
     deleted = report.deleted
     assert deleted is not None and deleted.directories > 100
-    # Two processes, each deleting its slices one after the other at half the rate: together
-    # the rate asked for (not a quarter of it, as a share per slice would be).
+    # The rate asked for is the total, shared by the slices deleting at the time (two
+    # processes, each deleting its slices one after the other): counted in shared memory.
     assert len(LocalWorkers(2).slices(Shard(), CLEAN)) > 2
-    assert shares == [rate / 2]
+    [(total, sharers)] = shares
+    assert total == rate and isinstance(sharers, ProcessSharers)
     assert deleted.final_rate == pytest.approx(rate)
     # The phase's time is the deletes' time, wherever it is reported.
     assert deleted.seconds == report.phase_seconds["delete"] > 0

@@ -12,6 +12,7 @@ import pytest
 from cassandra import OperationTimedOut, ReadFailure
 
 from dircleaner.errors import UsageError
+from dircleaner.rateshare import Alone
 from dircleaner.retry import RetryPolicy
 from dircleaner.scanrate import (
     RECOVERY_S,
@@ -133,9 +134,17 @@ def test_latency_figures_and_merge() -> None:
     # p99: the 99th page is one of the two slow ones; the bucket's bound is within ~19%
     assert 0.5 <= merged.p99_latency_s <= 0.5 * 1.2
     assert 0.01 <= merged.latency_quantile_s(0.5) <= 0.012
-    assert merged.final_rate == 200
-    assert merged.cap == 200
+    # Under a cap each slice reports the total its rate makes with its sharers: their mean.
+    assert merged.final_rate == 100
+    assert merged.cap == 100
     assert merge([], 1, 1.0) == ScanStats(seconds=1.0)
+
+
+def test_uncapped_slices_that_backed_off_add_up_as_many_as_ran_at_once() -> None:
+    parts = [ScanStats(final_rate=300.0), ScanStats(final_rate=500.0), ScanStats(final_rate=400.0)]
+    assert merge(parts, running=2, seconds=1.0).final_rate == 800
+    # One that never backed off read as fast as it could: no rate to report.
+    assert merge([*parts, ScanStats()], running=2, seconds=1.0).final_rate == 0
 
 
 def test_latency_buckets_are_monotonic() -> None:
@@ -145,8 +154,12 @@ def test_latency_buckets_are_monotonic() -> None:
 
 
 def test_shares_and_defaults() -> None:
-    assert ScanRate(1000).share(4).cap == 250
-    assert ScanRate(0).share(4).cap == 0
+    clock = FakeClock()
+    # The cap is the total: a slice of four reads a quarter of it, and reports the total.
+    quarter = ScanThrottle(ScanRate(1000).shared(Alone(4)), clock, clock.sleep)
+    assert quarter.rate == 250
+    assert (quarter.stats().cap, quarter.stats().final_rate) == (1000, 1000)
+    assert ScanThrottle(ScanRate(0).shared(Alone(4)), clock, clock.sleep).rate == 0
     assert ScanRate(None).over(ScanRate(300, 2.0)) == ScanRate(300, 2.0)
     assert ScanRate(0).over(ScanRate(300, 2.0)).cap == 0  # an explicit 0 lifts the store's cap
     with pytest.raises(UsageError):

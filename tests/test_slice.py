@@ -104,13 +104,14 @@ def test_the_candidates_go_once_planned_whoever_holds_their_list(
     assert len(kept[0]) == 0 and list(kept[0]) == []
 
 
-def test_merged_delete_stats_add_up_and_rates_sum() -> None:
+def test_merged_delete_stats_add_up_and_shared_rates_average() -> None:
     a = DeleteStats(row_deletes=2, directories=3, final_rate=10.0, seconds=4.0, rows_removed=3)
     b = DeleteStats(range_deletes=1, directories=2, final_rate=5.0, seconds=6.0, rows_removed=1)
     merged = merge_delete_stats([a, None, b])
     assert merged is not None
     assert (merged.row_deletes, merged.range_deletes, merged.directories) == (2, 1, 5)
-    assert (merged.final_rate, merged.seconds, merged.rows_removed) == (15.0, 6.0, 4)
+    # each slice reports the rate all slices made together under the shared --rate
+    assert (merged.final_rate, merged.seconds, merged.rows_removed) == (7.5, 6.0, 4)
     blind = merge_delete_stats([a, DeleteStats(directories=1, failures=["x"])])
     assert blind is not None and blind.rows_removed is None and blind.failures == ["x"]
     assert merge_delete_stats([None, None]) is None

@@ -41,6 +41,8 @@ from dircleaner.cli.options import (
     scheduler_option,
     shard_option,
     sweep_options,
+    window_of,
+    window_options,
     workers_option,
 )
 from dircleaner.cli.report import (
@@ -181,6 +183,7 @@ def sweep_cmd(
 @click.command()
 @sweep_options
 @clean_options
+@window_options
 @prefix_options
 @changed_options
 @bucket_option()
@@ -248,6 +251,7 @@ def clean(
 @click.command()
 @build_options
 @clean_options
+@window_options
 @bucket_option()
 @workers_option
 @scan_rate_option
@@ -323,7 +327,7 @@ def store_to_clean(
         check_scan_consistency(store, config.verify)
         require_bucket(store, config.sweep.bucket)
         shown = store_audit_log(audit_log, store)
-        config = replace(config, audit_log=audit_log_path(shown))
+        config = replace(config, audit_log=audit_log_path(shown), deadline=window_of(ctx))
         with workers_for(scan) as pool:
             yield store, config, pool, shown
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dircleaner.cli.night_metrics import CHURN, FULL, ChurnFigures, night_gauges
 from dircleaner.job.prefix import PrefixCleanReport
+from dircleaner.pipeline.backlog import BACKLOG, BROKEN, UNCLEAR, SampleFigures, judge
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.sweep import SweepTotals
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
     # which `clean --prefix` and the data commands start without.
     from dircleaner.job.changed import ChangedCleanReport
-    from dircleaner.job.clean import CleanReport
+    from dircleaner.job.clean import CleanReport, NightEnd
     from dircleaner.job.run import RunReport
     from dircleaner.pipeline.build import BuildResult
 
@@ -51,6 +52,12 @@ class RunMetrics:
     #: the kind of night (``night_metrics``: churn or full), and a churn night's journal
     night: str | None = None
     churn: ChurnFigures | None = None
+    #: a random sample of the candidates, re-checked (a store-wide clean's, refused or not)
+    sample: SampleFigures | None = None
+    #: the night's deadline and what it left (None: none given)
+    night_end: NightEnd | None = None
+    #: a refused night's plan at --rate, in seconds (None: unthrottled, or not refused)
+    estimated_delete_s: float | None = None
 
     @classmethod
     def of_clean(
@@ -75,6 +82,8 @@ class RunMetrics:
             deleted=report.deleted,
             phase_seconds=phases,
             removal_known=removal_known,
+            sample=report.sample,
+            night_end=report.night_end,
         )
 
     @classmethod
@@ -104,13 +113,22 @@ class RunMetrics:
     def of_refusal(cls, details: Mapping[str, object]) -> RunMetrics:
         """What a refused run had found, from its refusal's details: the sweep's rows and
         candidates, and the candidates the re-check found non-empty (nothing, when it was
-        refused before its sweep: the filter's checks, the lease, the bucket)."""
+        refused before its sweep: the filter's checks, the lease, the bucket); refused over
+        --max-delete-fraction, its sample of candidates and the plan it made."""
         swept, candidates = details.get("swept_dirs"), details.get("candidates")
         nonempty = details.get("verified_nonempty")
         sweep = None
         if isinstance(swept, int) and isinstance(candidates, int):
             sweep = SweepTotals(swept_rows=swept, partitions=0, candidates=candidates, seconds=0.0)
-        return cls(sweep=sweep, dropped_nonempty=nonempty if isinstance(nonempty, int) else None)
+        sample, plan = details.get("sample"), details.get("plan")
+        eta = details.get("estimated_delete_seconds")
+        return cls(
+            sweep=sweep,
+            dropped_nonempty=nonempty if isinstance(nonempty, int) else None,
+            sample=_sample_of(sample) if isinstance(sample, dict) else None,
+            plan=_plan_of(plan) if isinstance(plan, dict) else None,
+            estimated_delete_s=float(eta) if isinstance(eta, int | float) else None,
+        )
 
     @classmethod
     def of_prefix_clean(cls, report: PrefixCleanReport, removal_known: bool) -> RunMetrics:
@@ -123,6 +141,33 @@ class RunMetrics:
             removal_known=removal_known,
             scans={"walk": report.walk.scan},
         )
+
+
+def _sample_of(figures: Mapping[str, object]) -> SampleFigures:
+    """A sample's figures from a refusal's details (``SampleFigures.summary``)."""
+
+    def count(key: str) -> int:
+        value = figures.get(key)
+        return value if isinstance(value, int) else 0
+
+    return SampleFigures(count("candidates"), count("sampled"), count("holding_objects"))
+
+
+def _plan_of(plan: Mapping[str, object]) -> PlanSummary:
+    """A plan's counts from a refusal's details (``backlog.explain``)."""
+
+    def count(key: str) -> int:
+        value = plan.get(key)
+        return value if isinstance(value, int) else 0
+
+    return PlanSummary(
+        directories=count("directories"),
+        partition_deletes=count("partition_deletes"),
+        row_deletes=count("row_deletes"),
+        range_deletes=count("range_deletes"),
+        rewrites=count("rewrites"),
+        deferred=count("deferred"),
+    )
 
 
 Reading = Callable[[RunMetrics], float | None]
@@ -219,6 +264,47 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
         lambda m: None if m.plan is None else m.plan.deferred,
     ),
     (
+        "planned_directories",
+        "Directories the night's plan deletes (a refused night's: what it would delete).",
+        lambda m: None if m.plan is None else m.plan.directories,
+    ),
+    (
+        "planned_deletes",
+        "Delete requests of the plan (partition, row and range deletes and rewrites: the unit"
+        " --rate counts).",
+        lambda m: None if m.plan is None else m.plan.tombstones,
+    ),
+    (
+        "estimated_delete_seconds",
+        "A refused night's plan at --rate: how long its deletes would take.",
+        lambda m: m.estimated_delete_s,
+    ),
+    (
+        "candidates_sampled",
+        "Candidates sampled at random and re-checked (what tells a backlog from a broken filter).",
+        lambda m: None if m.sample is None else m.sample.sampled,
+    ),
+    (
+        "candidates_sampled_holding_objects",
+        "Sampled candidates found holding an object (a sound filter's hold almost none).",
+        lambda m: None if m.sample is None else m.sample.holding,
+    ),
+    (
+        "deadline_timestamp_seconds",
+        "The night's deadline (--deadline, --max-run-time; Unix time).",
+        lambda m: None if m.night_end is None else m.night_end.at_us / 1e6,
+    ),
+    (
+        "deadline_reached",
+        "1 if the night stopped deleting at its deadline (the rest left for the next run).",
+        lambda m: None if m.night_end is None else float(m.night_end.reached),
+    ),
+    (
+        "left_at_deadline_directories",
+        "Directories the deadline left for the next run (of the plan, and of slices not planned).",
+        lambda m: None if m.night_end is None else m.night_end.left_total,
+    ),
+    (
         "delete_retries",
         "Deletes retried after timeouts or overload.",
         _of_deletes(lambda d: d.retries),
@@ -308,6 +394,16 @@ def render(
             gauge(name, help_text, value)
     for name, help_text, value, own in night_gauges(metrics.night, metrics.churn):
         gauge(name, help_text, value, own)
+    if metrics.sample is not None and metrics.sample.sampled:
+        looks = judge(metrics.sample)
+        for verdict in (BACKLOG, UNCLEAR, BROKEN):
+            gauge(
+                "candidates_look_like",
+                "1 for what the sampled candidates look like: a backlog (almost none hold an"
+                " object), a broken filter (many do), or unclear.",
+                1.0 if verdict == looks else 0.0,
+                f'verdict="{verdict.replace(" ", "_")}"',
+            )
     for phase, seconds in sorted(metrics.phase_seconds.items()):
         gauge("phase_seconds", "Duration of each phase.", seconds, f'phase="{phase}"')
     for name, help_text, scan_reading in _SCAN_GAUGES:

@@ -247,6 +247,12 @@ IN_MEMORY = {
     CHANGED.name: "the churn night keeps the directories its journal names in memory",
 }
 
+#: the night's end (--deadline, --max-run-time), and why the other cleans do without it
+NIGHT_WINDOW = {
+    PREFIX.name: "a --prefix clean is bounded by --max-deletes; stop it with Ctrl-C",
+    CHANGED.name: "a churn night is as short as the churn; the full night has the window",
+}
+
 CLEAN = CommandOptions(
     {
         "generation": only(STORE_WIDE.name, why_not=NO_FILTER),
@@ -292,6 +298,8 @@ CLEAN = CommandOptions(
         ),
         "spill_dir": only(STORE_WIDE.name, why_not=IN_MEMORY),
         "spill_after": only(STORE_WIDE.name, why_not=IN_MEMORY),
+        "max_run_time": only(STORE_WIDE.name, why_not=NIGHT_WINDOW),
+        "deadline": only(STORE_WIDE.name, why_not=NIGHT_WINDOW),
         "scan_rate": only(
             STORE_WIDE.name,
             PREFIX.name,
@@ -339,6 +347,8 @@ RUN = CommandOptions(
                 "spill_dir",
                 "spill_after",
                 "lease_ttl",
+                "max_run_time",
+                "deadline",
                 "bucket",
                 "workers",
                 "scan_rate",

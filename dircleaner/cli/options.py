@@ -11,12 +11,14 @@ import click
 
 from dircleaner.cli.context import note_json, note_metrics_file
 from dircleaner.cli.values import Duration, FiniteFloat
+from dircleaner.deadline import Deadline, night_end
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.spillfile import DEFAULT_MEMORY_CANDIDATES
+from dircleaner.timeutil import now_us, parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -282,6 +284,52 @@ prefix_options = _apply(
             default=DEFAULT_MAX_DELETES,
             show_default=True,
             help="With --prefix: refuse (nothing deleted) a subtree of more directories.",
+        ),
+    ]
+)
+
+#: ``ctx.meta`` key: the night's end the window options resolved to (µs), once given
+WINDOW = "dircleaner.window"
+
+
+def _note_window(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Callback of --deadline and --max-run-time: the instant each asks for, resolved when the
+    command starts (a deadline already past is a usage error now, before anything runs); with
+    both, the earlier."""
+    if value is None or ctx.resilient_parsing:
+        return
+    started = now_us()
+    if param.name == "deadline":
+        end = night_end(value, None, started)
+    else:
+        end = night_end(None, parse_duration(value), started)
+    assert end is not None
+    ctx.meta[WINDOW] = min(end, ctx.meta.get(WINDOW, end))
+
+
+def window_of(ctx: click.Context) -> Deadline | None:
+    """The night's end --deadline and --max-run-time ask for (None: neither was given)."""
+    end = ctx.meta.get(WINDOW)
+    return None if end is None else Deadline(end)
+
+
+window_options = _apply(
+    [
+        click.option(
+            "--max-run-time",
+            type=Duration(),
+            expose_value=False,
+            callback=_note_window,
+            help="Start no delete this long after the run began (e.g. 5h): the deletes in flight"
+            " end, the rest is left for the next run, which resumes; exit 0 ('stopped at the"
+            " deadline, N left'). The build and the sweep always finish.",
+        ),
+        click.option(
+            "--deadline",
+            expose_value=False,
+            callback=_note_window,
+            help="As --max-run-time, at a time: HH:MM (the next such local time, e.g. 06:00) or"
+            " a full one (2026-11-27T06:00:00Z); with both, the earlier wins.",
         ),
     ]
 )

@@ -9,12 +9,12 @@ from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.scanrate import ScanStats
-from dircleaner.timeutil import format_duration, format_utc_us
+from dircleaner.timeutil import format_duration, format_utc, format_utc_us
 
 if TYPE_CHECKING:
     # Types only: the store-wide job and the build pull in numpy and the filter modules,
     # which `clean --prefix` and the data commands start without.
-    from dircleaner.job.clean import CleanReport, CleanSweep
+    from dircleaner.job.clean import CleanReport, CleanSweep, NightEnd
     from dircleaner.job.run import RunReport
     from dircleaner.job.sweep import SweepReport
     from dircleaner.pipeline.build import BuildResult
@@ -120,7 +120,49 @@ def clean_summary(report: CleanReport, removal_known: bool) -> Summary:
         "would_be_refused": report.would_be_refused,
         "budget": budget_summary(report.budget),
         "spill": spill_summary(report),
+        # a random sample of the candidates, re-checked: a backlog's hold almost no object
+        "sample": report.sample.summary(),
+        "deadline": night_end_summary(report.night_end),
     }
+
+
+def night_end_summary(end: NightEnd | None) -> Summary | None:
+    """The night's deadline and what it left (None: no --deadline or --max-run-time)."""
+    if end is None:
+        return None
+    return {
+        "at": format_utc(end.at_us),
+        "at_us": end.at_us,
+        "reached": end.reached,
+        "before_deletes": end.before_deletes,
+        "left_dirs": end.left_total,
+        "left_planned_dirs": end.left,
+        "left_unplanned_candidates": end.unplanned,
+    }
+
+
+def night_end_lines(end: NightEnd | None) -> list[str]:
+    """What the night's deadline did, for people."""
+    if end is None:
+        return []
+    at = format_utc(end.at_us)
+    if end.before_deletes:
+        return [
+            f"clean   stopped at the deadline {at} before any delete (the sweep and the re-check"
+            f" ran past it): nothing deleted, {_n(end.left_total)} candidates left; the next run"
+            " resumes"
+        ]
+    if end.reached:
+        unplanned = (
+            f", {_n(end.unplanned)} of them candidates of slices not planned"
+            if end.unplanned
+            else ""
+        )
+        return [
+            f"        stopped at the deadline {at}, {_n(end.left_total)} left{unplanned}; the next"
+            " run resumes"
+        ]
+    return [f"        deadline {at} not reached: every delete of the plan was issued"]
 
 
 def spill_summary(report: CleanReport) -> Summary:
@@ -288,7 +330,13 @@ def clean_lines(report: CleanReport, audit_log: str | None, min_age: str = "?") 
         audit_log,
         f"build start - --min-age {min_age}",
     )
-    return lines
+    if report.night_end is not None and report.night_end.before_deletes:
+        lines = [line for line in lines if line != NOTHING_TO_DELETE]
+    return lines + night_end_lines(report.night_end)
+
+
+#: the clean line of a plan with nothing in it
+NOTHING_TO_DELETE = "clean   nothing to delete"
 
 
 def plan_and_delete_lines(
@@ -312,7 +360,7 @@ def plan_and_delete_lines(
     if dry_run:
         lines.append("clean   dry run: nothing deleted")
     elif deleted is None:
-        lines.append("clean   nothing to delete")
+        lines.append(NOTHING_TO_DELETE)
     else:
         d = deleted
         lines.append(

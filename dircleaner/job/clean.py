@@ -4,14 +4,15 @@
 
 1. load and check the filter; cut the ring into slices, the slowest of the last run first, the
    ones an interrupted attempt finished left out (``slices_to_do``);
-2. split the delete rate between the slices that run at once (``rate_share``) and resolve the
-   delete orders (the tombstone budget, the ledger purge, T: ``job.orders``);
+2. share the delete rate and the scan cap between the slices running at the time (the
+   workers' ``sharers``) and resolve the delete orders (the tombstone budget, the ledger purge,
+   T: ``job.orders``);
 3. hand the workers one ``TwoPhaseWork``: per slice, **sweep and re-check** (``SliceWork.sweep``);
    here, once, the **decision** on every slice's tally (``decide_sweep``: the guards, the pooled
    non-empty finds; ``CleanDecision`` checkpoints it); per slice again, **plan and delete**
    (``SliceWork.clean``: ``pipeline.slice.plan_slice``, the pure planner on what the ledger
    leaves, then ``delete_slice``, the deleter);
-4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of`` with ``final_rate``),
+4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of``),
    record what the next run needs (``record_for_next_run``), and report (``summary``).
 
 The decisions are pure functions of plain data (tested without a store in
@@ -25,12 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dircleaner.errors import GuardRefused
-from dircleaner.filter.format import FilterHeader
+from dircleaner.deadline import Deadline
 from dircleaner.filter.sizing import record_clean
 from dircleaner.gcpause import cyclic_gc_paused
+from dircleaner.job.decision import CleanDecision, Go, add_totals
 from dircleaner.job.orders import Orders, delete_orders
-from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
+from dircleaner.job.resume import CleanProgress
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.job.sliceorder import (
     longest_first,
@@ -41,20 +42,17 @@ from dircleaner.job.sliceorder import (
 from dircleaner.job.sweep import LoadedFilter, SweepConfig, expected_sweep, load_filter
 from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
 from dircleaner.model import BucketDir, Shard
+from dircleaner.pipeline.backlog import SAMPLE_SIZE, SampleFigures, explain, sample_sizes
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import scope_of, swept_count_key
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
-from dircleaner.pipeline.guards import (
-    GuardConfig,
-    check_filter,
-    check_scan_consistency,
-    check_sweep,
-)
+from dircleaner.pipeline.guards import check_filter, check_scan_consistency
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import (
     DeleteOrders,
     ShardCleaned,
     ShardSwept,
+    let_go,
     merge_delete_stats,
     plan_and_delete,
     sweep_and_recheck,
@@ -98,6 +96,9 @@ class CleanConfig:
     started_us: int | None = None
     #: where the slices spill their candidates beyond a process's memory budget
     spill: SpillConfig = field(default_factory=SpillConfig)
+    #: the night's end (--deadline, --max-run-time): no slice is planned, and no delete
+    #: starts, once it is reached; None: the night runs until it is done
+    deadline: Deadline | None = None
 
 
 @dataclass
@@ -136,8 +137,31 @@ class CleanReport:
     spilled: int = 0
     spill_bytes: int = 0
     plan_spill_bytes: int = 0
+    #: a random sample of the candidates, re-checked: what tells a backlog from a broken filter
+    sample: SampleFigures = field(default_factory=SampleFigures)
+    #: where the night's deadline left it (None: no deadline)
+    night_end: NightEnd | None = None
     #: how the re-check's reads went (rows: directories read), under the scan's cap
     recheck: ScanStats = field(default_factory=ScanStats)
+
+
+@dataclass(frozen=True)
+class NightEnd:
+    """The night's deadline, and what it left for the next run."""
+
+    at_us: int
+    #: the deletes stopped at it (with something left), or it passed before they began
+    reached: bool = False
+    #: it passed before the deletes began: nothing was planned or deleted
+    before_deletes: bool = False
+    #: directories of the slices' plans not deleted, and candidates of slices not planned
+    left: int = 0
+    unplanned: int = 0
+
+    @property
+    def left_total(self) -> int:
+        """Everything the night left: its plans' rest and its unplanned slices' candidates."""
+        return self.left + self.unplanned
 
 
 @dataclass(frozen=True)
@@ -203,19 +227,28 @@ def clean(
     slices = pool.slices(config.sweep.shard, CLEAN)
     schedule = schedule_slices(store, config.sweep, len(slices), checkpoint)
     running = min(len(schedule.todo), pool.parallelism)
-    # The orders: the tombstone budget, each slice's share of the rate, and T (after the
-    # filter's build started, an entry (re)written survives whatever happens here).
+    # The orders: the tombstone budget, the rate the slices deleting at the time share, and T
+    # (after the filter's build started, an entry (re)written survives whatever happens here).
     orders = delete_orders(
         store,
         config,
         snapshot_us=loaded.header.snapshot_us,
         generation=loaded.generation,
-        throttle=rate_share(config.throttle, running),
+        throttle=replace(config.throttle, shared_by=pool.sharers()),
         lease_owner=lease_owner,
         run_started_us=started_us,
+        deadline=config.deadline,
     )
     # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
-    decision = CleanDecision(loaded.header, config, schedule, checkpoint)
+    decision = CleanDecision(
+        loaded.header,
+        config.sweep.guards,
+        schedule.previous,
+        schedule.todo,
+        checkpoint,
+        dry_run=config.dry_run,
+        deadline=config.deadline,
+    )
     # The progress's total (a count where the last run left none) is read before the clock
     # starts: it is no part of the sweep.
     first_expected = None
@@ -224,7 +257,7 @@ def clean(
             expected_rows if expected_rows is not None else expected_sweep(store, config.sweep)
         )
     clock = PhaseClock(decision.decide)
-    work = clean_work(store, config, loaded, orders, running, clock, decision)
+    work = clean_work(store, config, loaded, orders, pool, clock, decision, len(schedule.todo))
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in schedule.todo],
@@ -233,9 +266,19 @@ def clean(
     )
     # The slices summed up; what the next run reads; the report.
     outcome = sum_slices(tallies, cleaned, clock.phases(tallies, cleaned, config.verify), running)
+    verdict = decision.verdict
+    if decision.refusal is not None:
+        # Over --max-delete-fraction: refused (a dry run says a real run would be), with what
+        # the sample of candidates looks like and what the plan would take.
+        plan = sum((c.plan for c in cleaned), PlanSummary())
+        refusal = explain(decision.refusal, decision.sample, plan, config.throttle.rate)
+        if not config.dry_run:
+            raise refusal
+        verdict = str(refusal)
     if not config.dry_run:  # a dry run writes nothing
         record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
-    return summary(loaded, orders, schedule, decision.verdict, outcome, config.dry_run)
+    report = summary(loaded, orders, schedule, verdict, outcome, config.dry_run)
+    return replace(report, sample=decision.sample, night_end=night_end(config, decision, cleaned))
 
 
 # -- the steps ---------------------------------------------------------------------------------
@@ -270,20 +313,23 @@ def clean_work(
     config: CleanConfig,
     loaded: LoadedFilter,
     orders: Orders,
-    running: int,
+    pool: Workers,
     clock: PhaseClock,
     decision: CleanDecision,
-) -> TwoPhaseWork[ShardSwept, Kept, frozenset[BucketDir], ShardCleaned]:
-    """The work handed to the workers: each slice's two phases around the timed decision."""
+    slices: int,
+) -> TwoPhaseWork[ShardSwept, Kept, Go, ShardCleaned]:
+    """The work handed to the workers: each slice's two phases around the timed decision
+    (``slices``: how many slices run, to share the candidates' sample between them)."""
     sweep = config.sweep
     slice_work = SliceWork(
         SharedFilter(loaded.generation, sweep.bucket, loaded.filt),
         sweep.bucket,
         config.verify,
         orders.delete,
-        # The scan cap is the total too, shared like the delete rate.
-        sweep.scan.over(store.traits.scan_defaults).share(running),
+        # The scan cap is a total too, shared like the delete rate.
+        sweep.scan.over(store.traits.scan_defaults).shared(pool.sharers()),
         config.spill,
+        sample_sizes(SAMPLE_SIZE, slices),
     )
     return TwoPhaseWork(
         slice_work.sweep,
@@ -367,82 +413,27 @@ def slices_to_do(
     return previous, longest_first([i for i in range(slices) if i not in previous.done], known)
 
 
-def rate_share(throttle: ThrottleConfig, running: int) -> ThrottleConfig:
-    """One slice's throttle when ``running`` slices delete at once: --rate is the total, so
-    each gets its part (a process deletes its slices one after the other, so the slices that
-    run at once, not all slices, share it)."""
-    if running > 1 and throttle.rate:
-        return replace(throttle, rate=throttle.rate / running)
-    return throttle
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the parent decided on every slice's sweep."""
-
-    #: the directories every slice keeps (with their ancestors): every non-empty find
-    nonempty: frozenset[BucketDir]
-    #: the clean's progress once decided (what a resumed run starts from)
-    progress: CleanProgress
-    #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
-    verdict: str | None
-
-
-def decide_sweep(
-    tallies: Sequence[ShardSwept],
-    header: FilterHeader,
-    guards: GuardConfig,
-    previous: CleanProgress,
-    *,
-    dry_run: bool,
-) -> Decision:
-    """Refuse the whole clean if the sweep fails a guard (GuardRefused; a dry run records why
-    and plans on); else pool every slice's non-empty finds with the interrupted attempt's."""
-    totals = add_totals([t.totals for t in tallies])
-    verdict = None
-    # Nothing is deleted anywhere unless the whole sweep passes the guards. A dry run deletes
-    # nothing anyway: it plans on, and reports what a real run would meet.
-    try:
-        check_sweep(header, totals.swept_rows, totals.candidates, guards)
-    except GuardRefused as exc:
-        if not dry_run:
-            # What the sweep found stays visible behind the refusal (--json, the metrics).
-            exc.details.setdefault("swept_dirs", totals.swept_rows)
-            exc.details.setdefault("candidates", totals.candidates)
-            exc.details.setdefault("verified_nonempty", sum(len(t.nonempty) for t in tallies))
-            raise
-        verdict = str(exc)
-    # A directory with an object keeps its ancestors, whichever slice lists them: every slice
-    # drops every slice's finds (and their ancestors) from its candidates, and so do the slices
-    # an interrupted attempt left for this one.
-    nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
-    return Decision(nonempty, replace(previous, nonempty=nonempty), verdict)
-
-
-def worth_checkpointing(progress: CleanProgress, dry_run: bool) -> bool:
-    """Whether to record ``progress``: never for a dry run; not when there are too many
-    non-empty finds to store (a resumed run then cleans every slice again)."""
-    return not dry_run and len(progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
-
-
-def final_rate(slice_rates: Sequence[float], running: int) -> float:
-    """The deletes' final rate, all slices together, from each throttled slice's final rate:
-    a process deletes several slices one after the other, so only ``running`` of the slices'
-    throttles ran at once (their mean rate, that many times)."""
-    return sum(slice_rates) / len(slice_rates) * min(running, len(slice_rates))
-
-
-def deletes_of(
-    cleaned: Sequence[ShardCleaned], running: int, delete_s: float
-) -> DeleteStats | None:
-    """Every slice's deletes as one (None when none deleted): the phase's time, the rate they
-    reached together."""
-    parts = [c.deleted for c in cleaned if c.deleted is not None]
-    merged = merge_delete_stats(parts)
-    if merged is None:
+def night_end(
+    config: CleanConfig, decision: CleanDecision, cleaned: Sequence[ShardCleaned]
+) -> NightEnd | None:
+    """Where the night's deadline left the clean (None: it had none, or deleted nothing
+    anyway: a dry run)."""
+    if config.deadline is None or config.dry_run:
         return None
-    rate = final_rate([p.final_rate for p in parts], running)
-    return replace(merged, seconds=delete_s, final_rate=rate)
+    return NightEnd(
+        config.deadline.at_us,
+        reached=decision.stopped_before_deletes or any(c.stopped for c in cleaned),
+        before_deletes=decision.stopped_before_deletes,
+        left=sum(c.left for c in cleaned),
+        unplanned=sum(c.unplanned for c in cleaned),
+    )
+
+
+def deletes_of(cleaned: Sequence[ShardCleaned], delete_s: float) -> DeleteStats | None:
+    """Every slice's deletes as one (None when none deleted), with the phase's time; their
+    final rate is the mean of the totals each slice's made with the slices sharing --rate."""
+    merged = merge_delete_stats([c.deleted for c in cleaned])
+    return None if merged is None else replace(merged, seconds=delete_s)
 
 
 @dataclass(frozen=True)
@@ -469,18 +460,8 @@ def sum_slices(
     totals = replace(add_totals([t.totals for t in tallies]), seconds=phases["sweep"])
     scan = merge_scans([t.scan for t in tallies], running, phases["sweep"])
     recheck = merge_scans([t.recheck for t in tallies], running, phases.get("verify", 0.0))
-    deleted = deletes_of(cleaned, running, phases.get("delete", 0.0))
+    deleted = deletes_of(cleaned, phases.get("delete", 0.0))
     return SlicesOutcome(tallies, cleaned, phases, totals, scan, deleted, recheck)
-
-
-def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:
-    """The sweep totals of several slices as one."""
-    return SweepTotals(
-        swept_rows=sum(p.swept_rows for p in parts),
-        partitions=sum(p.partitions for p in parts),
-        candidates=sum(p.candidates for p in parts),
-        seconds=max((p.seconds for p in parts), default=0.0),
-    )
 
 
 # -- the two phases and the parent's part between them -------------------------------------------
@@ -497,9 +478,11 @@ class SliceWork:
     bucket: str | None
     verify: bool
     orders: DeleteOrders
-    #: one slice's share of the sweep's scan rate
+    #: the sweep's scan rate, shared by the slices scanning at the time
     scan: ScanRate = field(default_factory=ScanRate)
     spill: SpillConfig = field(default_factory=SpillConfig)
+    #: candidates each slice samples at random and re-checks (``pipeline.backlog``)
+    sample: int = 0
 
     def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
         """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
@@ -513,6 +496,7 @@ class SliceWork:
             self.scan,
             spill=self.spill,
             deletes=not self.orders.dry_run,
+            sample=self.sample,
         )
         return swept, (held, swept.nonempty)
 
@@ -521,56 +505,19 @@ class SliceWork:
         store: Store,
         shard: Shard,
         kept: Kept,
-        nonempty: frozenset[BucketDir],
+        go: Go,
         report: Progress,
     ) -> ShardCleaned:
         """Phase 2: plan the slice's deletes (the pure planner, within the budgets the ledger
-        leaves), keeping every non-empty find, and delete."""
+        leaves), keeping every non-empty find, and delete (as ``go`` says: a refused night
+        only plans, a night past its deadline lets its candidates go)."""
         facts, own_nonempty = kept
+        if not go.plans:
+            return let_go(facts)
+        orders = self.orders if go.deletes else replace(self.orders, dry_run=True)
         # A first phase run again (its worker was lost) may have found more than the decision
         # pooled: its own finds stay too.
-        return plan_and_delete(store, facts, nonempty | own_nonempty, self.orders, report)
-
-
-class CleanDecision:
-    """The parent's part between the phases: ``decide_sweep``, and the checkpoint it and each
-    finished slice write (before any delete, then as slices finish)."""
-
-    def __init__(
-        self,
-        header: FilterHeader,
-        config: CleanConfig,
-        schedule: SliceSchedule,
-        checkpoint: CleanCheckpoint | None,
-    ) -> None:
-        self._header = header
-        self._guards = config.sweep.guards
-        self._dry_run = config.dry_run
-        self._previous = schedule.previous
-        self._todo = schedule.todo
-        self._checkpoint = checkpoint
-        #: the clean's progress as it goes (what a resumed run starts from)
-        self.progress = schedule.previous
-        #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
-        self.verdict: str | None = None
-
-    def decide(self, tallies: list[ShardSwept]) -> frozenset[BucketDir]:
-        """The decision on every slice's tally, recorded before any delete."""
-        decided = decide_sweep(
-            tallies, self._header, self._guards, self._previous, dry_run=self._dry_run
-        )
-        self.verdict, self.progress = decided.verdict, decided.progress
-        self._save()
-        return decided.nonempty
-
-    def slice_done(self, position: int) -> None:
-        """Record that the ``position``-th slice still to do finished its deletes."""
-        self.progress = replace(self.progress, done=self.progress.done | {self._todo[position]})
-        self._save()
-
-    def _save(self) -> None:
-        if self._checkpoint and worth_checkpointing(self.progress, self._dry_run):
-            self._checkpoint.save(self.progress)
+        return plan_and_delete(store, facts, go.nonempty | own_nonempty, orders, report)
 
 
 class PhaseClock:
@@ -581,12 +528,12 @@ class PhaseClock:
     proportion of the slices' own times for them.
     """
 
-    def __init__(self, decide: Callable[[list[ShardSwept]], frozenset[BucketDir]]) -> None:
+    def __init__(self, decide: Callable[[list[ShardSwept]], Go]) -> None:
         self._decide = decide
         self._started = time.monotonic()
         self._decided = (self._started, self._started)
 
-    def decide(self, tallies: list[ShardSwept]) -> frozenset[BucketDir]:
+    def decide(self, tallies: list[ShardSwept]) -> Go:
         """The decision, timed: every first phase ends before it, every second starts after."""
         reached = time.monotonic()
         try:

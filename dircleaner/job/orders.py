@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dircleaner.audit import audit_scope
+from dircleaner.deadline import Deadline
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.slice import DeleteOrders
@@ -53,6 +54,7 @@ def delete_orders(
     throttle: ThrottleConfig,
     lease_owner: str | None,
     run_started_us: int,
+    deadline: Deadline | None = None,
 ) -> Orders:
     """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders.
 
@@ -74,5 +76,6 @@ def delete_orders(
         lease_owner=lease_owner,
         audit_scope=audit_scope(store),
         run_started_us=run_started_us,
+        deadline=deadline,
     )
     return Orders(budget, orders)

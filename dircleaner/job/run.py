@@ -170,7 +170,10 @@ def _run_job(
         raise
     if not record:
         return RunReport(built, cleaned, [], None)
-    save_run_state(store, scope, RunState(generation, PHASE_DONE))
+    if cleaned.night_end is None or not cleaned.night_end.reached:
+        save_run_state(store, scope, RunState(generation, PHASE_DONE))
+    # else stopped at the deadline: the run state says how far the clean got, and the next
+    # run resumes it (with this generation, and its T, while the filter is fresh).
     removed = collect_garbage(store, scope, KEEP_GENERATIONS, protect=[generation])
     resumed = generation if built is None or built.reused_shards else None
     return RunReport(built, cleaned, removed, resumed)

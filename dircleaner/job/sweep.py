@@ -128,8 +128,8 @@ def run_sweep(
     task = SweepSlice(
         SharedFilter(loaded.generation, config.bucket, loaded.filt),
         config.bucket,
-        # The cap is the total, shared by the slices that scan at once.
-        config.scan.over(store.traits.scan_defaults).share(running),
+        # The cap is the total, shared by the slices scanning at the time.
+        config.scan.over(store.traits.scan_defaults).shared(pool.sharers()),
     )
     started = time.monotonic()
     expected = expecting(progress, "sweep", expected_sweep(store, config))
@@ -153,14 +153,16 @@ class SweepSlice:
 
     shared: SharedFilter
     bucket: str | None
-    #: one slice's share of the scan rate
+    #: the scan rate, shared by the slices scanning at the time
     scan: ScanRate
 
     def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[SweepResult, ScanStats]:
         """The slice's candidates, and how its scan read."""
         throttle = ScanThrottle(self.scan)
-        rows = store.scan_folder_keys(shard, self.bucket, throttle)
-        return sweep(rows, self.shared.get(store), report), throttle.stats()
+        with self.scan.shared_by.joined():
+            rows = store.scan_folder_keys(shard, self.bucket, throttle)
+            result = sweep(rows, self.shared.get(store), report)
+        return result, throttle.stats()
 
 
 def expected_sweep(store: Store, config: SweepConfig) -> int | None:

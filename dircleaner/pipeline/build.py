@@ -427,8 +427,8 @@ def _build_filter(
     params = _resumed_params(resume) if resume else _fresh_params(store, config)
     scope = scope_of(store, config.bucket)
     shards = list(resume.missing) if resume else build_shards(config, pool)
-    # The cap is the total, shared by the slices that scan at once.
-    share = config.scan.over(store.traits.scan_defaults).share(min(len(shards), pool.parallelism))
+    # The cap is the total, shared by the slices scanning at the time.
+    share = config.scan.over(store.traits.scan_defaults).shared(pool.sharers())
 
     def build_part(part_store: Store, shard: Shard, report: Progress) -> _PartResult:
         filt = new_filter(params.engine, params.capacity, params.fpr, params.salt)
@@ -442,13 +442,14 @@ def _build_filter(
         # only, so wait for them (they loaded while the filter was sized).
         finish_loading_kernels()
         throttle = ScanThrottle(share)
-        for batch in part_store.scan_object_keys(shard, config.bucket, throttle):
-            buf, starts, ends = packed_ancestors(batch)
-            partitions += len(batch)
-            inserted += len(starts)
-            if len(starts):
-                filt.add_ranges(buf, starts, ends)
-            report("build", partitions, None)
+        with share.shared_by.joined():
+            for batch in part_store.scan_object_keys(shard, config.bucket, throttle):
+                buf, starts, ends = packed_ancestors(batch)
+                partitions += len(batch)
+                inserted += len(starts)
+                if len(starts):
+                    filt.add_ranges(buf, starts, ends)
+                report("build", partitions, None)
         header, header_bytes, body = serialize(
             filt,
             expected_n=params.capacity,

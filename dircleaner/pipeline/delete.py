@@ -26,6 +26,7 @@ from itertools import islice
 from typing import NoReturn, Protocol
 
 from dircleaner.audit import AuditLog
+from dircleaner.deadline import Deadline
 from dircleaner.errors import (
     DircleanerError,
     RewriteUnsupported,
@@ -35,6 +36,7 @@ from dircleaner.errors import (
 )
 from dircleaner.model import ActionKind, DeleteAction
 from dircleaner.progress import Progress, no_progress
+from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
 from dircleaner.store.records import DeleteOutcome, DeleteRequest
@@ -68,6 +70,8 @@ class ThrottleConfig:
     max_retries: int = 6
     base_backoff_s: float = 0.05
     max_backoff_s: float = 5.0
+    #: the slices ``rate`` is shared by: each deletes at most its part of it
+    shared_by: Sharers = field(default=Alone(), compare=False)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rate < math.inf:  # nan too
@@ -82,7 +86,8 @@ class ThrottleConfig:
 
 
 class AdaptiveRate:
-    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it."""
+    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it,
+    within this slice's part of ``--rate`` (which follows the slices sharing it: ``RateParts``)."""
 
     def __init__(
         self,
@@ -90,13 +95,25 @@ class AdaptiveRate:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = interrupt.wait,
     ) -> None:
-        self.max_rate = config.rate
-        self.rate = config.rate * config.start_fraction if config.rate else 0.0
-        self.floor = config.rate / 100 if config.rate else 0.0
+        self._parts = RateParts(config.rate, config.shared_by)
+        self.max_rate = self._parts.part
+        # A process's later slices go on from where its last one ended.
+        self.rate = self.max_rate * config.shared_by.start_fraction(config.start_fraction)
+        self.floor = self.max_rate / 100
         self._clock = clock
         self._sleep = sleep
         self._tokens = 0.0
         self._last = clock()
+
+    @property
+    def fraction(self) -> float:
+        """The adaptive rate as a fraction of this slice's part (1.0: unlimited)."""
+        return self.rate / self.max_rate if self.max_rate else 1.0
+
+    @property
+    def total_rate(self) -> float:
+        """The rate all the slices sharing ``--rate`` make at this one's pace (0: unlimited)."""
+        return self.rate * self._parts.parts
 
     def acquire(self, n: int) -> None:
         """Block until ``n`` deletes may start."""
@@ -104,9 +121,11 @@ class AdaptiveRate:
             return
         while True:
             now = self._clock()
-            burst = max(self.rate, 1.0)
+            burst = max(self.rate * BURST_S, 1.0)
             self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
+            if self._follow_parts():
+                continue  # the part changed: count again at the new one
             # A hair of tolerance: float rounding must not leave a wait below clock resolution.
             if self._tokens >= n - 1e-9 or (n > burst and self._tokens >= burst - 1e-9):
                 self._tokens -= n
@@ -116,7 +135,7 @@ class AdaptiveRate:
                 log.debug(
                     "delete rate %.6g/s: waiting %.1f s before the next deletes", self.rate, wait
                 )
-            self._sleep(wait)
+            self._sleep(self._parts.step(wait))
 
     def on_success(self) -> None:
         if self.max_rate:
@@ -125,6 +144,19 @@ class AdaptiveRate:
     def on_overload(self) -> None:
         if self.max_rate:
             self.rate = max(self.floor, self.rate / 2)
+
+    def _follow_parts(self) -> bool:
+        """This slice's part as the slices sharing ``--rate`` now make it (tokens earned
+        at the old part already counted): the adaptive rate scaled with it, tokens saved up
+        never more than the new burst. Whether it changed."""
+        scale = self._parts.follow()
+        if scale == 1.0:
+            return False
+        self.max_rate = self._parts.part
+        self.floor = self.max_rate / 100
+        self.rate = min(self.max_rate, self.rate * scale)
+        self._tokens = min(self._tokens, max(self.rate * BURST_S, 1.0))
+        return True
 
 
 class PlannedDeletes(Protocol):
@@ -160,12 +192,16 @@ class DeleteStats:
     #: removed: an entry written after the delete timestamp survives its delete)
     directories: int = 0
     retries: int = 0
+    #: the rate the adaptive throttle ended at: the total it made with the slices sharing
+    #: ``--rate`` (0: unlimited)
     final_rate: float = 0.0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     #: folder rows the deletes removed, where the store can tell (None: blind deletes); the
     #: rest of ``directories`` were written after the delete timestamp and kept
     rows_removed: int | None = None
+    #: the deletes stopped at the night's deadline, the rest of the plan not sent
+    stopped_at_deadline: bool = False
 
     @property
     def kept_written_after_t(self) -> int | None:
@@ -185,6 +221,7 @@ def execute_plan(
     rng: random.Random | None = None,
     keep_going: Callable[[], None] = lambda: None,
     charge: Callable[[Sequence[DeleteAction]], None] | None = None,
+    deadline: Deadline | None = None,
 ) -> DeleteStats:
     """Issue the plan's deletes in order through a sliding window of at most ``concurrency``
     requests in flight, throttled, retrying transient failures with backoff.
@@ -197,7 +234,40 @@ def execute_plan(
     while those are still in flight, so the window never waits for a group's slowest request:
     a run killed at any point has charged at most one group it did not send (over-counted,
     never under-counted), and each charge expires with, not before, the tombstones it pays for.
+
+    Once ``deadline`` is reached no group is sent any more (the one waiting for its rate is
+    neither lease-checked, charged, audited nor sent): what was sent ends, and the stats say
+    the deletes stopped at the deadline.
     """
+    with throttle.shared_by.joined():  # --rate is shared by the slices deleting now
+        return _execute(
+            store,
+            plan,
+            timestamp_us,
+            throttle,
+            audit,
+            progress,
+            sleep,
+            rng,
+            keep_going,
+            charge,
+            deadline,
+        )
+
+
+def _execute(
+    store: Store,
+    plan: PlannedDeletes,
+    timestamp_us: int,
+    throttle: ThrottleConfig,
+    audit: AuditLog | None,
+    progress: Progress,
+    sleep: Callable[[float], None],
+    rng: random.Random | None,
+    keep_going: Callable[[], None],
+    charge: Callable[[Sequence[DeleteAction]], None] | None,
+    deadline: Deadline | None,
+) -> DeleteStats:
     started = time.monotonic()
     stats = DeleteStats()
     removed_before = store.rows_removed
@@ -219,6 +289,9 @@ def execute_plan(
             # the last thing before its requests go: a run that lost its lease (its client
             # gone) sends nothing it checked before that.
             window.rate.acquire(len(chunk))
+            if deadline is not None and deadline.reached():
+                stats.stopped_at_deadline = True
+                break
             keep_going()
             if charge is not None:
                 charge(chunk)
@@ -237,7 +310,8 @@ def execute_plan(
         raise
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
-    stats.final_rate = window.rate.rate
+    stats.final_rate = window.rate.total_rate
+    throttle.shared_by.ended_at(window.rate.fraction)
     stats.seconds = time.monotonic() - started
     return stats
 

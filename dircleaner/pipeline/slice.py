@@ -26,8 +26,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dircleaner.audit import AuditLog, open_audit_log
+from dircleaner.deadline import Deadline
 from dircleaner.lease import lease_check
 from dircleaner.model import BucketDir, DeleteAction, PartitionFacts, Shard
+from dircleaner.pipeline.backlog import CandidateSample, SampleFigures
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import DeleteStats, PlannedActions, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
@@ -61,6 +63,8 @@ class ShardSwept:
     spill_bytes: int = 0
     #: how the re-check's reads went (rows: directories re-checked), under the same cap
     recheck: ScanStats = field(default_factory=ScanStats)
+    #: a random sample of the slice's candidates, re-checked (``backlog``)
+    sample: SampleFigures = field(default_factory=SampleFigures)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class DeleteOrders:
     #: the store every audit record names (``audit_scope``), and when this run started (µs)
     audit_scope: str | None = None
     run_started_us: int | None = None
+    #: the night's end: no slice is planned, and no delete starts, once it is reached
+    deadline: Deadline | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,17 @@ class ShardCleaned:
     plan_s: float = 0.0
     #: bytes of the plan's spill file (0: planned in one piece, in memory)
     plan_spill_bytes: int = 0
+    #: the night's deadline stopped the slice: before its plan, or before the end of its deletes
+    stopped: bool = False
+    #: directories of its plan the deadline left, and candidates of a slice it kept from being
+    #: planned (the next run's)
+    left: int = 0
+    unplanned: int = 0
+
+    @classmethod
+    def not_planned(cls, candidates: int) -> ShardCleaned:
+        """A slice the deadline reached before its plan: nothing planned, nothing deleted."""
+        return cls(PlanSummary(), None, 0.0, stopped=True, unplanned=candidates)
 
 
 def sweep_and_recheck(
@@ -109,34 +126,48 @@ def sweep_and_recheck(
     *,
     spill: SpillConfig | None = None,
     deletes: bool = True,
+    sample: int = 0,
 ) -> tuple[ShardSwept, Candidates]:
     """Phase 1: the slice's candidates (kept) and what the parent must know of them.
 
     ``spill``: where candidates beyond the process's memory budget go; ``deletes``: whether a
     second phase will delete (then a chunked plan's room on disk is reserved here, before the
-    decision).
+    decision); ``sample``: how many of the candidates to sample at random and re-check, for
+    the decision to tell a backlog from a broken filter (``backlog``).
     """
     from dircleaner.filter.bloom import finish_loading_kernels
 
     # The kernels loaded while the filter was read; a loader still importing numba would hold
     # the GIL against the sweep's first batches.
     finish_loading_kernels()
-    throttle = ScanThrottle(scan or ScanRate())
+    rate = scan or ScanRate()
+    throttle = ScanThrottle(rate)
     held = Candidates(spill or SpillConfig())
+    sampled = CandidateSample(held, sample)
     nonempty: set[BucketDir] = set()
     checked = parents = 0
     try:
-        result = sweep(store.scan_folder_keys(shard, bucket, throttle), filt, progress, into=held)
+        with rate.shared_by.joined():  # the cap is shared by the slices scanning now
+            rows = store.scan_folder_keys(shard, bucket, throttle)
+            result = sweep(rows, filt, progress, into=sampled)
         held.finish(plan_room=deletes)
         scanned = throttle.stats()
         started = time.monotonic()
         # The re-check's reads go through the slice's share of the cap too (a throttle of their
         # own, made now: nothing saved up while the sweep read); a batch of reads is no page,
         # so its latency steers nothing (the store retries what times out).
-        reads = ScanThrottle(replace(scan or ScanRate(), adaptive=False))
+        reads = ScanThrottle(replace(rate, adaptive=False))
         if verify:
-            rechecked = find_nonempty(store, held, reads, progress)
+            with rate.shared_by.joined():
+                rechecked = find_nonempty(store, held, reads, progress)
             nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
+        # The sample's members holding an object: the re-check's finds (the same reads), else
+        # the sample re-checked alone.
+        found = (
+            nonempty
+            if verify or not sampled.sample
+            else store.nonempty_object_partitions(sampled.sample)
+        )
     except BaseException:
         held.release()  # now, not whenever the traceback that refers to it goes
         raise
@@ -150,6 +181,7 @@ def sweep_and_recheck(
         spilled=held.candidates if held.spilled else 0,
         spill_bytes=held.spill_bytes,
         recheck=reads.stats() if verify else ScanStats(),
+        sample=sampled.figures(found),
     )
     return swept, held
 
@@ -167,8 +199,10 @@ def plan_and_delete(
     The candidates are let go once planned: the plan holds what the deletes need (the
     partitions' keys and candidate rows), and the rest (the facts themselves, their ordinals, a
     spill file) goes before the deletes, whoever else holds them (the worker's state between
-    the phases).
+    the phases). A slice the night's deadline reached first is let go unplanned.
     """
+    if orders.deadline is not None and not orders.dry_run and orders.deadline.reached():
+        return let_go(facts)
     planning = time.monotonic()
     planned: DeletionPlan | ChunkedPlan
     try:
@@ -185,16 +219,31 @@ def plan_and_delete(
     try:
         started = time.monotonic()
         deleted = delete_slice(store, planned, orders, progress)
+        summary = planned.summary if isinstance(planned, ChunkedPlan) else PlanSummary.of(planned)
+        stopped = deleted is not None and deleted.stopped_at_deadline
         return ShardCleaned(
-            planned.summary if isinstance(planned, ChunkedPlan) else PlanSummary.of(planned),
+            summary,
             deleted,
             time.monotonic() - started,
             started - planning,
             planned.spill_bytes if isinstance(planned, ChunkedPlan) else 0,
+            stopped=stopped,
+            left=summary.directories - deleted.directories if stopped and deleted else 0,
         )
     finally:
         if isinstance(planned, ChunkedPlan):
             planned.close()
+
+
+def let_go(facts: list[PartitionFacts] | Candidates) -> ShardCleaned:
+    """A slice the night's deadline reached before its plan: its candidates let go (a spill
+    file removed), nothing planned or deleted."""
+    held = facts.candidates if isinstance(facts, Candidates) else _candidates_of(facts)
+    if isinstance(facts, Candidates):
+        facts.release()
+    else:
+        facts.clear()
+    return ShardCleaned.not_planned(held)
 
 
 def plan_slice(
@@ -306,6 +355,7 @@ def delete_slice(
             counted,
             keep_going=lease_check(store, orders.lease_owner),
             charge=ledger_charger(store, orders.generation, uuid.uuid4().hex, orders.ledger_ttl_s),
+            deadline=orders.deadline,
         )
     finally:
         if stream is not None:
@@ -325,8 +375,8 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
         rows_rewritten=sum(p.rows_rewritten for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
-        # Each slice runs its own share of the rate: together they delete at the sum.
-        final_rate=sum(p.final_rate for p in present),
+        # Each slice's final rate is the total it made with the slices sharing --rate.
+        final_rate=sum(p.final_rate for p in present) / len(present),
         seconds=max(p.seconds for p in present),
         failures=[f for p in present for f in p.failures],
         rows_removed=(
@@ -334,4 +384,9 @@ def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | Non
             if any(p.rows_removed is None for p in present)
             else sum(p.rows_removed or 0 for p in present)
         ),
+        stopped_at_deadline=any(p.stopped_at_deadline for p in present),
     )
+
+
+def _candidates_of(facts: Sequence[PartitionFacts]) -> int:
+    return sum(len(f.candidates) for f in facts)

@@ -22,6 +22,7 @@ from typing import Protocol, TypeVar
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.model import Shard
 from dircleaner.progress import Progress, no_progress
+from dircleaner.rateshare import ProcessSharers, Sharers
 from dircleaner.store.base import Store
 from dircleaner.workers import local as parallel
 from dircleaner.workers.work import FirstPhase, SecondPhase, ShardTask, TwoPhaseWork
@@ -107,9 +108,14 @@ class Workers(Protocol):
         result; (first results, second results), in shard order.
 
         What a first phase keeps stays where it ran; if ``work.decide`` raises, no second phase
-        runs. ``work.on_second_done(i)`` is called as shard i's second phase succeeds; if one
-        fails, the others finish theirs before the error propagates.
+        runs. ``work.on_second_done(i, result)`` is called as shard i's second phase succeeds;
+        if one fails, the others finish theirs before the error propagates.
         """
+        ...
+
+    def sharers(self) -> Sharers:
+        """New sharers of one rate (a pass's scan cap, the deletes' rate), for the slices
+        that run on these workers: each slice joins them while it reads or deletes."""
         ...
 
     def close(self) -> None:
@@ -155,6 +161,10 @@ class LocalWorkers:
         progress: Progress = no_progress,
     ) -> tuple[list[T], list[R]]:
         return parallel.run_two_phases(store, shards, work, progress, self.parallelism)
+
+    def sharers(self) -> Sharers:
+        """A counter in shared memory the processes forked after this call inherit."""
+        return ProcessSharers()
 
     def close(self) -> None:
         """Nothing to let go: each run's processes are reaped when it ends."""

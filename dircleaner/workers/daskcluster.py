@@ -43,6 +43,7 @@ from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.workers import interrupt
 from dircleaner.workers.base import SliceFailed, default_slice_count
+from dircleaner.workers.dasksharing import DaskSharers, close_semaphores
 from dircleaner.workers.work import ShardTask, TwoPhaseWork
 
 R = TypeVar("R")
@@ -200,6 +201,8 @@ class DaskWorkers:
         #: (phase, slice label) → items done, as the task last reported
         self._done: dict[tuple[str, str], int] = {}
         self.client.subscribe_topic(self._topic, self._on_progress)
+        #: the names of the run's rate semaphores (``sharers``), closed with the client
+        self._semaphores: list[str] = []
 
     def slices(self, shard: Shard, purpose: str) -> list[Shard]:
         count = self._slices or default_slice_count(self.parallelism, purpose)
@@ -297,7 +300,14 @@ class DaskWorkers:
             self.client.cancel([*kept, *tally_futures, *second_futures])
         return tallies, results
 
+    def sharers(self) -> DaskSharers:
+        """A semaphore of the run's, whose leases the scheduler counts (``dasksharing``)."""
+        sharers = DaskSharers(f"dircleaner-{self._run}-rate-{len(self._semaphores)}")
+        self._semaphores.append(sharers.name)
+        return sharers
+
     def close(self) -> None:
+        close_semaphores(self.client, self._semaphores)
         self.client.unsubscribe_topic(self._topic)
         self.client.close()
 
@@ -332,7 +342,7 @@ class DaskWorkers:
         shards: Sequence[Shard],
         phase: str,
         progress: Progress,
-        on_done: Callable[[int], None] | None = None,
+        on_done: Callable[[int, Any], None] | None = None,
     ) -> list[Any]:
         """Every future's result, in shard order; a slice that failed for good raises
         ``SliceFailed`` naming it. Without ``on_done`` the first failure is raised at once (the
@@ -358,7 +368,7 @@ class DaskWorkers:
                 if future.status == "finished":
                     results[index] = future.result()
                     if on_done is not None:
-                        on_done(index)
+                        on_done(index, results[index])
                     continue
                 failure = _slice_failed(phase, shards[index], future.exception())
                 if on_done is None:

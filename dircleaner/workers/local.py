@@ -101,9 +101,9 @@ def run_two_phases(
     (which kept its state across the barrier); if ``work.decide`` raises, no second phase runs
     anywhere and the error propagates.
 
-    ``work.on_second_done(i)`` is called in the parent as each shard's second phase succeeds.
-    If one fails, its process stops there and the other processes still finish theirs (and are
-    reported) before the error propagates.
+    ``work.on_second_done(i, result)`` is called in the parent as each shard's second phase
+    succeeds. If one fails, its process stops there and the other processes still finish theirs
+    (and are reported) before the error propagates.
     """
     if not shards:
         work.decide([])
@@ -116,7 +116,7 @@ def run_two_phases(
             del kept  # what the first phase kept (a spill file) goes now, not with the traceback
             raise
         result = work.second(store, shards[0], kept, message, progress)
-        work.on_second_done(0)
+        work.on_second_done(0, result)
         return [tally], [result]
     pool = _Pool(store, shards, work.first, work.second, work.phases, processes)
     second_started = False
@@ -215,7 +215,7 @@ class _Pool:
         return [results[i] for i in range(len(self.shards))]
 
     def second_phase(
-        self, message: Any, progress: Progress, on_done: Callable[[int], None]
+        self, message: Any, progress: Progress, on_done: Callable[[int, Any], None]
     ) -> list[Any]:
         """Every shard's second result, in shard order, once every process was heard."""
         for conn in self.conns:
@@ -243,7 +243,7 @@ class _Pool:
                 pending[worker].remove(index)
                 if not pending[worker]:
                     del pending[worker]
-                on_done(index)
+                on_done(index, value)
         if error is not None:
             raise error
         self._report(1, progress)

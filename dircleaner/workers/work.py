@@ -25,7 +25,7 @@ FirstPhase = Callable[[Store, Shard, Progress], tuple[T, L]]
 SecondPhase = Callable[[Store, Shard, L, M, Progress], R]
 
 
-def _nothing(_index: int) -> None:
+def _nothing(_index: int, _result: object) -> None:
     """The default ``on_second_done``: nothing to record."""
 
 
@@ -45,5 +45,5 @@ class TwoPhaseWork(Generic[T, L, M, R]):
     second: SecondPhase[L, M, R]
     #: the two phases' names, for progress and errors
     phases: tuple[str, str]
-    #: called with the slice's position as each second phase succeeds
-    on_second_done: Callable[[int], None] = _nothing
+    #: called with the slice's position and result as each second phase succeeds
+    on_second_done: Callable[[int, R], None] = _nothing

@@ -9,12 +9,14 @@ delete, in the actions' order.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from cassandra.query import PreparedStatement
 
 from dircleaner.model import ActionKind, DeleteAction, PartitionKey
+from dircleaner.store.cassandra.requests import let_go
 from dircleaner.store.cassandra.session import map_error
 from dircleaner.store.records import DeleteOutcome, DeleteRequest
 
@@ -65,7 +67,9 @@ def _sender(
     session: Any, bound: Any, members: int, profile: str
 ) -> Callable[[Callable[[DeleteOutcome], None]], None]:
     """``send`` of one delete request: ``execute_async``, its outcome from the driver's
-    callbacks (the error, mapped as every request's, for each of its ``members``)."""
+    callbacks (the error, mapped as every request's, for each of its ``members``). The future
+    is let go once it has called back (``let_go``: it would otherwise live until the clean's
+    GC pause ends); the callbacks hold it weakly, or they would close a cycle of their own."""
 
     def send(done: Callable[[DeleteOutcome], None]) -> None:
         def failed(exc: BaseException) -> None:
@@ -76,6 +80,17 @@ def _sender(
         except Exception as exc:  # the request never left: its outcome all the same
             failed(exc)
             return
-        future.add_callbacks(lambda _rows: done([None] * members), failed)
+        sent = weakref.ref(future)
+
+        def finished(outcome: DeleteOutcome) -> None:
+            held = sent()
+            if held is not None:
+                let_go(held)
+            done(outcome)
+
+        future.add_callbacks(
+            lambda _rows: finished([None] * members),
+            lambda exc: finished([map_error(exc)] * members),
+        )
 
     return send
