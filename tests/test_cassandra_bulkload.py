@@ -38,7 +38,7 @@ from dircleaner.store.cassandra.mapping import model_parent
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.synth import SynthSpec, generate
 from tests.helpers import invoke, write_lines, write_toml
-from tests.test_store_cassandra import keyspace_url, now_us
+from tests.test_cassandra_store import keyspace_url, now_us
 
 #: one write time for the whole generated dataset (µs)
 TS = 1_700_000_000_000_000

@@ -48,7 +48,7 @@ from tests.store_contract import (
     partitions,
     spread_keys,
 )
-from tests.test_sweep import SetFilter, dir_key
+from tests.test_pipeline_sweep import SetFilter, dir_key
 
 CUSTOM_TOML = """
 [cassandra]
