@@ -2,7 +2,8 @@
 
 Every test here needs a node (``scripts/cassandra start``); what runs anywhere (URL and config
 parsing, the parent mapping, error mapping, token splitting and routing, an unreachable node) is
-in ``test_cassandra_config.py`` and ``test_cassandra_ring.py``. The keyspaces are created once
+in ``test_cassandra_config.py``, ``test_cassandra_session.py``, ``test_cassandra_mapping.py`` and
+``test_cassandra_ring.py``. The keyspaces are created once
 per session; tests get a clean store by truncating its tables.
 """
 
