@@ -303,17 +303,3 @@ def test_the_last_slice_deleting_deletes_at_the_whole_rate(tmp_path: Path) -> No
     assert len(stamps) == deleted
     busiest = max(bisect_right(stamps, t + 999_999) - i for i, t in enumerate(stamps))
     assert busiest <= 1.1 * DELETE_RATE + 32
-
-
-def test_a_dask_rate_travels_by_its_name_and_counts_one_outside_a_worker() -> None:
-    import pickle
-
-    from dircleaner.workers.dasksharing import DaskSharers
-
-    sharers = DaskSharers("dircleaner-run-rate-0")
-    assert pickle.loads(pickle.dumps(sharers)) == sharers
-    # Away from a Dask worker (no scheduler to ask) a slice counts itself alone.
-    assert sharers.count() == 1
-    assert sharers.start_fraction(0.25) == 0.25
-    sharers.ended_at(0.8)
-    assert sharers.start_fraction(0.25) == 0.8
