@@ -1,5 +1,7 @@
 """The re-check asks the objects table again about every candidate directory, and about the
-own directory of a partition found empty whose row is not a candidate here."""
+own directory of a partition found empty whose row is not a candidate here; a candidate the
+filter holds (one only because its parent is absent) has its folders partition read too, so a
+broken filter forced through keeps a directory whose objects lie further down."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from dircleaner.filter.bloom import BloomFilter
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.paths import filter_key
 from dircleaner.pipeline import recheck
-from dircleaner.pipeline.recheck import find_nonempty
+from dircleaner.pipeline.recheck import CASCADE_HEAD_ROWS, find_nonempty
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
@@ -18,6 +22,15 @@ from dircleaner.store.records import murmur_token
 
 B = "b"
 Report = tuple[str, int, int | None]
+#: a filter that holds nothing: every candidate is vouched for by its own absence
+NOTHING = BloomFilter(1 << 16, 7, 0)
+
+
+def holding(*dirs: str) -> BloomFilter:
+    """A filter that holds ``dirs`` of bucket B (and, at 2^16 bits, nothing else here)."""
+    filt = BloomFilter(1 << 16, 7, 0)
+    filt.add_many([filter_key(B, d) for d in dirs])
+    return filt
 
 
 def key(parent: str) -> PartitionKey:
@@ -43,7 +56,7 @@ def test_candidates_that_gained_an_object_are_found(
     monkeypatch.setattr(recheck, "RECHECK_BATCH", batch)
     swept = [facts("", ["a", "b"]), facts("a/", ["c", "d", "e"])]
     store.put_objects(B, ["a/d/new", "b/x/deep"], 10)  # put since the build
-    found = find_nonempty(store, swept)
+    found = find_nonempty(store, swept, NOTHING)
     # b/ holds no object itself (b/x/ does): the re-check reads each directory's own partition.
     assert found.nonempty == {(B, "a/d/")}
     assert (found.candidates, found.parents, found.checked) == (5, 0, 5)
@@ -55,7 +68,7 @@ def test_an_empty_partitions_own_directory_is_checked_when_no_candidate_row_cove
     # q/r/'s row sits in q/'s partition, which another slice sweeps: only this one checks it.
     swept = [facts("q/r/", ["s"], dir_absent=True), facts("a/", ["c"], dir_absent=True)]
     store.put_objects(B, ["q/r/late"], 10)
-    found = find_nonempty(store, [facts("", ["a"]), *swept])
+    found = find_nonempty(store, [facts("", ["a"]), *swept], NOTHING)
     assert found.nonempty == {(B, "q/r/")}
     # a/ is a candidate row of the root's partition, so it is not counted twice.
     assert (found.candidates, found.parents) == (3, 1)
@@ -66,7 +79,7 @@ def test_nothing_to_check_reads_nothing(store: Store, monkeypatch: pytest.Monkey
         raise AssertionError("read the store for no candidate")
 
     monkeypatch.setattr(store, "nonempty_object_partitions", unexpected)
-    found = find_nonempty(store, [])
+    found = find_nonempty(store, [], NOTHING)
     assert (found.nonempty, found.checked) == (set(), 0)
 
 
@@ -76,7 +89,7 @@ def test_the_recheck_reports_done_of_its_total(
     monkeypatch.setattr(recheck, "RECHECK_BATCH", 2)
     reports: list[tuple[str, int, int | None]] = []
     swept = [facts("", ["a", "b"]), facts("a/", ["c", "d", "e"]), facts("q/", [], dir_absent=True)]
-    find_nonempty(store, swept, progress=lambda *r: reports.append(r))
+    find_nonempty(store, swept, NOTHING, progress=lambda *r: reports.append(r))
     # 5 candidates and the orphan q/ (an upper bound at first, exact before the last read)
     assert reports == [("verify", 0, 6), ("verify", 2, 6), ("verify", 4, 6), ("verify", 6, 6)]
 
@@ -106,7 +119,7 @@ def test_capped_reads_go_in_quarter_second_batches_paid_at_the_cap(store: Store)
 
     names = [f"n{i:04d}" for i in range(1200)]
     store.nonempty_object_partitions = reading  # type: ignore[method-assign]
-    found = find_nonempty(store, [facts("p/", names)], throttle)
+    found = find_nonempty(store, [facts("p/", names)], NOTHING, throttle)
     assert found.checked == 1200
     assert sizes == [500, 500, 200]  # 0.25 s of 2,000 reads/s each
     stats = throttle.stats()
@@ -145,7 +158,7 @@ def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
         def report(phase: str, done: int, total: int | None, into: list[Report] = reports) -> None:
             into.append((phase, done, total))
 
-        found = find_nonempty(store, held, throttle, report)
+        found = find_nonempty(store, held, NOTHING, throttle, report)
         assert found.nonempty == {(B, "p3/n042/"), (B, "q/r/")}
         assert (found.candidates, found.parents) == (601, 1)
         assert throttle.stats().rows == 602
@@ -155,3 +168,100 @@ def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
         held.release()
     # spilled, the orphans no candidate row named are read after the candidates' last batch
     assert outcomes == [[0, 200, 400, 600, 602], [0, 200, 400, 600, 601, 602]]
+
+
+# -- the cascade's candidates: the ones the filter holds ------------------------------------------
+
+
+def chain(store: Store) -> list[PartitionFacts]:
+    """d/ absent from the filter, so d/e/ is a candidate though the filter holds it; d/e/f/
+    holds an object and is no candidate (its parent is in the filter, and so is it)."""
+    store.put_objects(B, ["d/e/f/x"], 10)
+    return [facts("", ["d"]), facts("d/", ["e"], dir_absent=True)]
+
+
+def test_a_cascade_candidate_holding_a_subdirectory_that_is_no_candidate_is_kept(
+    store: Store,
+) -> None:
+    found = find_nonempty(store, chain(store), holding("d/e/", "d/e/f/"))
+    # d/e/ has no object of its own: its folders partition keeps it (and, planned, d/ with it).
+    assert found.nonempty == {(B, "d/e/")}
+    assert (found.cascade_read, found.cascade_kept) == (1, 1)
+    assert (found.candidates, found.parents) == (2, 0)
+
+
+def test_a_candidate_the_filter_does_not_hold_reads_no_folders_partition(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unexpected(_keys: object, _rows: int) -> dict[object, object]:
+        raise AssertionError("read a folders partition the filter vouches for")
+
+    swept = chain(store)
+    monkeypatch.setattr(store, "folder_partition_heads", unexpected)
+    found = find_nonempty(store, swept, holding("d/e/f/"))  # d/e/ absent: its own absence
+    assert found.nonempty == set()
+    assert (found.cascade_read, found.cascade_kept) == (0, 0)
+
+
+def test_a_cascade_candidate_whose_children_are_all_candidates_is_not_kept(store: Store) -> None:
+    # d/e/g/ emptied: a row the filter does not hold, so a candidate in d/e/'s partition.
+    store.put_objects(B, ["d/e/g/x"], 10)
+    store.delete_objects(B, ["d/e/g/x"], 11)
+    swept = [facts("", ["d"]), facts("d/", ["e"], dir_absent=True), facts("d/e/", ["g"])]
+    found = find_nonempty(store, swept, holding("d/e/"))  # d/e/: a false positive
+    assert found.nonempty == set()
+    assert (found.cascade_read, found.cascade_kept) == (1, 0)
+
+
+def test_a_cascade_candidate_whose_partition_fills_the_read_is_kept(store: Store) -> None:
+    names = [f"g{i:02d}" for i in range(CASCADE_HEAD_ROWS)]
+    keys = [f"d/e/{name}/x" for name in names]
+    store.put_objects(B, keys, 10)
+    store.delete_objects(B, keys, 11)
+    swept = [facts("", ["d"]), facts("d/", ["e"], dir_absent=True), facts("d/e/", names)]
+    # Every child read is a candidate, but a row past the read could be one that is not.
+    found = find_nonempty(store, swept, holding("d/e/"))
+    assert found.nonempty == {(B, "d/e/")}
+    assert (found.cascade_read, found.cascade_kept) == (1, 1)
+
+
+def test_cascade_candidates_are_checked_alike_held_or_spilled(store: Store, tmp_path: Path) -> None:
+    from dircleaner.pipeline.spill import Candidates
+    from dircleaner.pipeline.spillfile import SpillConfig
+
+    swept = chain(store)
+    for memory in (10**6, 0):
+        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
+        for fact in swept:
+            held.append(fact)
+        held.finish(plan_room=False)
+        assert held.spilled is (memory == 0)
+        found = find_nonempty(store, held, holding("d/e/", "d/e/f/"))
+        assert found.nonempty == {(B, "d/e/")}
+        assert (found.cascade_read, found.cascade_kept) == (1, 1)
+        held.release()
+
+
+def test_the_folders_reads_are_paid_at_the_cap_with_the_objects_reads(store: Store) -> None:
+    clock = FakeClock()
+    throttle = ScanThrottle(ScanRate(100.0, adaptive=False), clock=clock, sleep=clock.sleep)
+    found = find_nonempty(store, chain(store), holding("d/e/", "d/e/f/"), throttle)
+    assert found.checked == 2 and found.cascade_read == 1
+    assert throttle.stats().rows == 3
+    assert sum(clock.slept) == pytest.approx(3 / 100)
+
+
+@pytest.mark.parametrize(
+    ("head", "held", "kept"),
+    [
+        ([], [], False),
+        (["g"], [False], False),
+        (["g", "h"], [False, True], True),
+        ([f"g{i}" for i in range(CASCADE_HEAD_ROWS)], [False] * CASCADE_HEAD_ROWS, True),
+    ],
+)
+def test_a_cascade_candidate_is_kept_by_a_child_that_is_no_candidate_or_a_full_read(
+    head: list[str], held: list[bool], kept: bool
+) -> None:
+    rows = [FolderRow(0, B, "d/e/", name) for name in head]
+    assert recheck.keeps_cascade_candidate(rows, held) is kept
