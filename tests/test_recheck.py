@@ -5,20 +5,37 @@ broken filter forced through keeps a directory whose objects lie further down.""
 
 from __future__ import annotations
 
+import secrets
+import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dircleaner.filter.bloom import BloomFilter
+from dircleaner.filter.format import decode_header, encode_header
+from dircleaner.filter.generation import new_generation_id
+from dircleaner.filter.stored import find_generation, read_filter_part, save_filter_part
+from dircleaner.job.clean import CleanConfig, run_clean
+from dircleaner.job.sweep import SweepConfig, load_filter
 from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
 from dircleaner.paths import filter_key
 from dircleaner.pipeline import recheck
+from dircleaner.pipeline.build import BuildConfig, build_filter
+from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.recheck import CASCADE_HEAD_ROWS, find_nonempty
+from dircleaner.pipeline.spillfile import SpillConfig
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
+from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.records import murmur_token
+from dircleaner.timeutil import now_us
+from dircleaner.workers.base import LocalWorkers
+from tests.helpers import invoke
 
 B = "b"
 Report = tuple[str, int, int | None]
@@ -265,3 +282,153 @@ def test_a_cascade_candidate_is_kept_by_a_child_that_is_no_candidate_or_a_full_r
 ) -> None:
     rows = [FolderRow(0, B, "d/e/", name) for name in head]
     assert recheck.keeps_cascade_candidate(rows, held) is kept
+
+
+# -- a night, on both backends: a broken filter forced through ------------------------------------
+
+#: distinguishes this session's buckets from earlier or concurrent sessions' (Cassandra); each
+#: test adds a token of its own (a bucket forgotten at now shadows rows put an hour ago)
+SESSION = secrets.token_hex(4)
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+def night_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Store, str]]:
+    """A store and a bucket of this test alone (on Cassandra, forgotten afterwards)."""
+    if request.param == "sqlite":
+        with open_store(f"sqlite:///{tmp_path / 'night.db'}", create=True) as opened:
+            yield opened, B
+        return
+    base = request.getfixturevalue("cassandra_url")
+    parts = parse_cassandra_url(base)
+    url = (
+        f"cassandra://{','.join(parts.hosts)}:{parts.port}/"
+        f"{parts.keyspace or 'dircleaner_test'}_recheck"
+    )
+    assert invoke(url, "init-schema").exit_code == 0
+    bucket = f"recheck-{SESSION}-{secrets.token_hex(4)}"
+    with open_store(url) as opened:
+        try:
+            yield opened, bucket
+        finally:
+            forget(opened, bucket)
+
+
+def forget(store: Store, bucket: str) -> None:
+    """A bucket's rows deleted (at now: later writes are not shadowed), its filters too."""
+    cutoff = now_us()
+    rows = list(store.iter_folder_rows(bucket))
+    store.delete_objects(bucket, [r.parent + r.name + "/x" for r in rows], cutoff)
+    store.delete_objects(bucket, [f"{d}x" for d in NIGHT_DIRS], cutoff)
+    keys = {PartitionKey(r.token, r.bucket, r.parent) for r in rows}
+    assert all(r is None for r in store.delete_folder_partitions(sorted(keys), cutoff))
+
+
+#: every directory put (each with an object ``x``) by the night tests
+NIGHT_DIRS = ["d/e/f/", "d/e/f/g/", "d/gone/", "q/r/s/", "keep/"]
+
+
+def unpacked(filt: BloomFilter) -> np.ndarray:
+    return np.unpackbits(filt.words.view(np.uint8), bitorder="little")
+
+
+def bits_of(m: int, k: int, salt: int, bucket: str, directory: str) -> set[int]:
+    """The bit positions of one directory's key in a filter of these parameters."""
+    alone = BloomFilter(m, k, salt)
+    alone.add(filter_key(bucket, directory))
+    return set(np.flatnonzero(unpacked(alone)).tolist())
+
+
+def edit_filter(
+    store: Store,
+    bucket: str,
+    generation: str,
+    *,
+    miss: str = "",
+    hold: str = "",
+    spare: Sequence[str] = (),
+) -> str:
+    """The generation stored again as a newer one, with directory ``miss`` made absent (one of
+    its bits cleared, none of the ``spare`` directories') and ``hold`` made present (a false
+    positive, as a sound filter may have); the new generation's id."""
+    info = find_generation(store, generation)
+    edited = ""
+    for part in sorted(s.shard for s in info.shards):
+        header_bytes, body = read_filter_part(store, generation, part)
+        header = decode_header(header_bytes)
+        filt = BloomFilter.from_bits(header.m, header.k, header.salt, body)
+        if miss:
+            used = set().union(
+                *(bits_of(header.m, header.k, header.salt, bucket, d) for d in spare)
+            )
+            bit = min(bits_of(header.m, header.k, header.salt, bucket, miss) - used)
+            filt.words[bit // 64] &= ~np.uint64(1 << (bit % 64))
+        if hold:
+            filt.add(filter_key(bucket, hold))
+        body = filt.words.tobytes()
+        header = replace(header, body_len=len(body), body_crc=zlib.crc32(body))
+        edited = new_generation_id(header.snapshot_us + 1, header.salt)
+        save_filter_part(store, edited, header, encode_header(header), body)
+    return edited
+
+
+def night(
+    store: Store, bucket: str, put: Sequence[str], emptied: Sequence[str], tmp_path: Path
+) -> tuple[str, BloomFilter]:
+    """The objects put and some deleted an hour ago, a filter built (salt fixed): its
+    generation, and the filter."""
+    old = now_us() - 3_600_000_000
+    store.put_objects(bucket, list(put), old)
+    store.delete_objects(bucket, list(emptied), old + 1)
+    built = build_filter(store, BuildConfig(fpr=0.001, bucket=bucket, salt=7))
+    loaded = load_filter(store, SweepConfig(bucket=bucket, generation=built.generation))
+    return built.generation, loaded.filt  # type: ignore[return-value]
+
+
+def forced_clean(
+    store: Store,
+    bucket: str,
+    generation: str,
+    tmp_path: Path,
+    *,
+    workers: int = 1,
+    spill: bool = False,
+) -> set[str]:
+    """A clean forced through (--max-delete-fraction 1); the directories left."""
+    config = CleanConfig(
+        sweep=SweepConfig(
+            bucket=bucket, generation=generation, workers=workers,
+            guards=GuardConfig(max_delete_fraction=1.0),
+        ),
+        min_age_s=0,
+        throttle=ThrottleConfig(rate=0),
+        audit_log=tmp_path / "audit.jsonl",
+        spill=SpillConfig(tmp_path / "spill", memory_candidates=0) if spill else SpillConfig(),
+    )  # fmt: skip
+    pool = LocalWorkers(workers) if workers > 1 else None
+    report = run_clean(store, config, workers=pool)
+    assert report.deleted is not None and report.deleted.directories > 0
+    return {r.parent + r.name + "/" for r in store.iter_folder_rows(bucket)}
+
+
+def present(filt: object, bucket: str, dirs: Sequence[str]) -> list[bool]:
+    found = filt.contains_many([filter_key(bucket, d) for d in dirs])  # type: ignore[attr-defined]
+    return [bool(x) for x in found]
+
+
+@pytest.mark.parametrize(("workers", "spill"), [(1, False), (2, False), (1, True)])
+def test_a_broken_filter_forced_through_keeps_a_directory_whose_objects_lie_below_the_cascade(
+    night_store: tuple[Store, str], tmp_path: Path, workers: int, spill: bool
+) -> None:
+    store, bucket = night_store
+    # d/ holds no object of its own; d/e/ neither; d/e/f/ does (and d/e/f/g/ under it).
+    put = ["d/e/f/x", "d/e/f/g/x", "d/gone/x", "keep/x"]
+    generation, _sound = night(store, bucket, put, ["d/gone/x"], tmp_path)
+    # The filter broken for d/ alone: it misses d/, holds d/e/ and what lies below.
+    below = ["d/e/", "d/e/f/", "d/e/f/g/", "keep/"]
+    broken = edit_filter(store, bucket, generation, miss="d/", spare=below)
+    filt = load_filter(store, SweepConfig(bucket=bucket, generation=broken)).filt
+    assert present(filt, bucket, ["d/", *below]) == [False, True, True, True, True]
+    left = forced_clean(store, bucket, broken, tmp_path, workers=workers, spill=spill)
+    # d/e/ was a candidate (d/ absent) without objects of its own; its folders partition
+    # holds d/e/f/, which is none: kept, and d/ with it. Every object stays reachable.
+    assert left == {"d/", "d/e/", "d/e/f/", "d/e/f/g/", "keep/"}
