@@ -42,7 +42,6 @@ USED_ELSEWHERE: dict[tuple[str, str], str] = {
     ("store/records.py", "exact"): "the store contract checks an exact count is marked so",
     ("entrysort.py", "spilled_files"): "tests check the restore's sort spilled, or did not",
     ("synth/spec.py", "generate_seconds"): "the load benchmarks report it",
-    ("paths.py", "filter_key"): "the filter key written once: tests and bench/e2e.py build keys",
     ("synth/groundtruth.py", "wrongly_deleted"): _GROUND_TRUTH,
     ("synth/groundtruth.py", "precision"): _GROUND_TRUTH,
     ("synth/groundtruth.py", "recall"): _GROUND_TRUTH,
