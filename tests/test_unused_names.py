@@ -33,6 +33,7 @@ USED_ELSEWHERE: dict[tuple[str, str], str] = {
     ("store/cassandra/kv.py", "consistency_level"): "the driver reads a bound statement's level",
     ("store/cassandra/walkreads.py", "consistency_level"): "the driver reads it, as above",
     ("store/cassandra/requests.py", "is_idempotent"): "the driver's retry policy reads it",
+    ("store/cassandra/requests.py", "_timer"): "the driver's response future holds its timer there",
     # read by name from a table of the module's own
     ("cli/night_metrics.py", "slots_read"): "_CHURN_GAUGES names it as a string",
     ("cli/night_metrics.py", "entries_read"): "_CHURN_GAUGES names it as a string",
