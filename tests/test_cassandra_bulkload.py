@@ -1,9 +1,10 @@
 """The bulk loader: rows through Cassandra's own sstable writer, loaded by sstableloader or
 nodetool import, read back row for row through the store, write times included.
 
-The frame format and the one-line errors need no node; the loads need the suite's node and
-Cassandra's jars (``scripts/cassandra fetch``), and Java. Each load uses a keyspace of its own,
-dropped first: an emptied table would hide the rows with tombstones newer than theirs.
+The frame format needs no node; the loads need the suite's node and Cassandra's jars
+(``scripts/cassandra fetch``), and Java (without them, one line: ``test_cassandra_bulkjava.py``;
+``--bulk`` on the command line and its summary: ``test_cli_bulk.py``). Each load uses a keyspace of
+its own, dropped first: an emptied table would hide the rows with tombstones newer than theirs.
 """
 
 from __future__ import annotations
@@ -19,26 +20,19 @@ import pytest
 from cassandra.cluster import Cluster
 from cassandra.query import SimpleStatement
 
-from dircleaner.cli.bulk import bulk_summary
 from dircleaner.errors import UsageError
 from dircleaner.model import FolderRow, PartitionKey
 from dircleaner.paths import split_key
 from dircleaner.store import Store, open_store
 from dircleaner.store.cassandra import bulkjava
-from dircleaner.store.cassandra.bulkjava import BulkLoaderUnavailable, find_cassandra_lib
-from dircleaner.store.cassandra.bulkload import (
-    BulkLoadReport,
-    CassandraBulkLoad,
-    Row,
-    WriteReport,
-    encode_frame,
-)
+from dircleaner.store.cassandra.bulkjava import BulkLoaderUnavailable
+from dircleaner.store.cassandra.bulkload import CassandraBulkLoad, Row, encode_frame
 from dircleaner.store.cassandra.config import CassandraConfig, Columns, parse_cassandra_url
 from dircleaner.store.cassandra.mapping import model_parent
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.synth import SynthSpec, generate
 from tests.helpers import invoke, write_lines, write_toml
-from tests.test_store_cassandra import keyspace_url, now_us
+from tests.test_cassandra_store import keyspace_url, now_us
 
 #: one write time for the whole generated dataset (µs)
 TS = 1_700_000_000_000_000
@@ -109,66 +103,6 @@ def test_a_frame_without_a_bucket_column_maps_parents_and_refuses_another_bucket
     assert decoded == [("/", "a", 1), ("/a/", "b", 2)]
     with pytest.raises(UsageError, match="no bucket column; its only bucket is 'only', not 'x'"):
         encode_frame(0, [(0, "only", "", "a", 1), (0, "x", "", "b", 1)], cfg)
-
-
-# -- what is missing, in one line -----------------------------------------------------------------
-
-
-def test_without_cassandras_jars_one_line_says_where_to_get_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with pytest.raises(BulkLoaderUnavailable, match="holds no cassandra-all"):
-        find_cassandra_lib({"DIRCLEANER_CASSANDRA_LIB": str(tmp_path)})
-    monkeypatch.setattr(bulkjava, "_CHECKOUT_LIB", tmp_path / "no-checkout")
-    with pytest.raises(BulkLoaderUnavailable, match=r"needs Cassandra's jars .* scripts/cassandra"):
-        find_cassandra_lib({"CASSANDRA_HOME": str(tmp_path)})
-
-
-def test_gen_bulk_without_java_is_one_line_and_touches_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    (lib / "cassandra-all-5.0.9.jar").write_bytes(b"")
-    monkeypatch.setenv("DIRCLEANER_CASSANDRA_LIB", str(lib))
-    monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    # port 1: were the store opened first, the error would be a connection failure
-    result = invoke("cassandra://127.0.0.1:1/nowhere", "gen", "--dirs", "100", "--bulk")
-    assert result.exit_code == 1
-    assert result.stderr.strip().splitlines() == [
-        "Error: the bulk loader needs Java 11 or 17 (java not found: install a JDK or set"
-        " JAVA_HOME)"
-    ]
-
-
-def test_bulk_on_sqlite_or_bulk_via_alone_is_a_usage_error(tmp_path: Path) -> None:
-    db = tmp_path / "m.db"
-    result = invoke(f"sqlite:///{db}", "gen", "--dirs", "100", "--bulk")
-    assert result.exit_code == 2 and "--bulk loads a Cassandra store" in result.stderr
-    assert not db.exists()
-    result = invoke(f"sqlite:///{db}", "gen", "--dirs", "100", "--bulk-via", "sstableloader")
-    assert result.exit_code == 2 and "--bulk-via needs --bulk" in result.stderr
-
-
-def test_the_bulk_summary_says_rows_sstables_and_both_phases() -> None:
-    report = BulkLoadReport(
-        via="sstableloader",
-        write=WriteReport(
-            rows={"k/objects": 600, "k/folders": 400},
-            sstables=2,
-            sstable_bytes=3 * 2**20,
-            seconds=2.0,
-            peak_rss=700 * 2**20,
-        ),
-        load_seconds=1.5,
-    )
-    summary, line = bulk_summary(report)
-    assert line == (
-        "bulk load: 1,000 rows written as 2 sstables (3.0 MiB) in 2.0s (500 rows/s),"
-        " loaded by sstableloader in 1.5s"
-    )
-    assert summary["rows"] == 1000 and summary["writer_peak_rss_bytes"] == 700 * 2**20
 
 
 # -- loads on the suite's node --------------------------------------------------------------------

@@ -1,115 +1,32 @@
-"""The Cassandra store's URL, config file, parent mapping, error mapping and schema text, and
-connecting to no node: no node needed."""
+"""The Cassandra store's URL and config file, and the traits they give: no node needed (the
+session, the mapping and the schema text without a node are in ``test_cassandra_session.py``,
+``test_cassandra_mapping.py`` and ``test_cassandra_schema.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from typing import get_args, get_type_hints
 
 import pytest
-from cassandra import InvalidRequest, OperationTimedOut, WriteTimeout
-from cassandra.cluster import NoHostAvailable
-from cassandra.protocol import OverloadedErrorMessage
 
-import dircleaner.store.cassandra.session as cassandra_session
-from dircleaner.errors import (
-    SchemaError,
-    StoreUnavailable,
-    StoreUrlError,
-    TransientStoreError,
-    UsageError,
-)
+from dircleaner.errors import StoreUrlError, UsageError
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import (
     Auth,
     CassandraConfig,
     CassandraUrl,
-    Columns,
     PhaseConsistency,
-    Tables,
     load_cassandra_config,
     parse_cassandra_url,
 )
-from dircleaner.store.cassandra.mapping import (
-    model_parent,
-    partition_token,
-    partition_tokens,
-    stored_parent,
-)
-from dircleaner.store.cassandra.schema import schema_cql
-from dircleaner.store.cassandra.session import map_error
-from dircleaner.store.cassandra.store import CassandraStore, cassandra_traits
+from dircleaner.store.cassandra.store import cassandra_traits
 from tests.helpers import write_toml
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 # -- no node needed -------------------------------------------------------------------------------
-
-
-def test_unreachable_node_is_store_unavailable_quickly(tmp_path: Path) -> None:
-    text = "[cassandra]\nconnect_retries = 2\nconnect_timeout_s = 1\n"
-    cfg = write_toml(tmp_path / "c.toml", text)
-    started = time.monotonic()
-    with pytest.raises(StoreUnavailable) as info:
-        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
-    message = str(info.value)
-    assert message.startswith("cannot reach Cassandra at 127.0.0.1:1 after 2 attempts: ")
-    assert "\n" not in message
-    assert time.monotonic() - started < 10
-
-
-class RefusingCluster:
-    """A cluster whose every connect fails with ``error``; counts connects and shutdowns."""
-
-    connects = shutdowns = 0
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def connect(self) -> None:
-        RefusingCluster.connects += 1
-        raise self.error
-
-    def shutdown(self) -> None:
-        RefusingCluster.shutdowns += 1
-
-
-@pytest.mark.parametrize(
-    ("error", "attempts", "message"),
-    [
-        (OperationTimedOut(), 3, "after 3 attempts: "),  # its host errors are None
-        (NoHostAvailable("none", {"h": OSError("refused")}), 3, "after 3 attempts: refused"),
-        (
-            NoHostAvailable("none", {"h": Exception("Bad credentials")}),
-            1,
-            "refused our credentials",
-        ),
-    ],
-)
-def test_connect_retries_what_may_pass_and_shuts_every_cluster_down(
-    monkeypatch: pytest.MonkeyPatch, error: Exception, attempts: int, message: str
-) -> None:
-    monkeypatch.setattr(RefusingCluster, "connects", 0)
-    monkeypatch.setattr(RefusingCluster, "shutdowns", 0)
-    monkeypatch.setattr(cassandra_session, "_cluster", lambda cfg: RefusingCluster(error))
-    monkeypatch.setattr(cassandra_session, "CONNECT_BASE_S", 0.0)
-    cfg = CassandraConfig(keyspace="ks", connect_retries=3)
-    with pytest.raises(StoreUnavailable, match=message):
-        cassandra_session._connect(cfg)
-    assert RefusingCluster.connects == RefusingCluster.shutdowns == attempts
-
-
-def test_credentials_never_appear_in_errors(tmp_path: Path) -> None:
-    cfg = write_toml(
-        tmp_path / "c.toml",
-        '[cassandra]\nconnect_retries = 1\n[cassandra.auth]\nusername = "u"\npassword = "s3cr3t"\n',
-    )
-    with pytest.raises(StoreUnavailable) as info:
-        CassandraStore.open("cassandra://127.0.0.1:1/ks", config_path=cfg)
-    assert "s3cr3t" not in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -357,123 +274,3 @@ def test_repr_hides_the_password() -> None:
     cfg = CassandraConfig(auth=Auth("u", "hunter2"))
     assert "hunter2" not in repr(cfg)
     assert "hunter2" not in str(cfg)
-
-
-# -- the mapping of parents ------------------------------------------------------------------------
-
-PARENTS = ["", "/", "//", "a/", "/a/", "a//", "<root>/", "<root>", "ü/日/", "a/b/c/"]
-
-
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        CassandraConfig(),
-        CassandraConfig(root_parent="<root>"),
-        CassandraConfig(root_parent="/", parent_prefix="/"),
-        CassandraConfig(root_parent="ROOT", parent_prefix="P:"),
-    ],
-    ids=["default", "named-root", "absolute-paths", "prefixed"],
-)
-def test_parent_mapping_is_one_to_one(cfg: CassandraConfig) -> None:
-    stored = [stored_parent(cfg, p) for p in PARENTS]
-    assert all(stored)  # partition keys cannot be empty
-    assert len(set(stored)) == len(PARENTS)
-    assert [model_parent(cfg, s) for s in stored] == PARENTS
-    assert stored_parent(cfg, "") == cfg.root_parent
-
-
-def test_default_parent_mapping() -> None:
-    cfg = CassandraConfig()
-    assert [stored_parent(cfg, p) for p in ("", "a/", "/", "/a/")] == ["/", "a/", "//", "//a/"]
-
-
-def test_foreign_stored_parent_under_a_prefix_is_a_schema_error() -> None:
-    with pytest.raises(SchemaError, match="parent_prefix"):
-        model_parent(CassandraConfig(parent_prefix="/"), "a/")
-
-
-# -- errors and schema text ------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "exc",
-    [
-        WriteTimeout("timed out", write_type=0),
-        OperationTimedOut("client timeout"),
-        NoHostAvailable("none", {}),
-        OverloadedErrorMessage(0x1001, "overloaded", None),
-    ],
-)
-def test_transient_driver_errors_are_mapped(exc: Exception) -> None:
-    mapped = map_error(exc)
-    assert isinstance(mapped, TransientStoreError)
-    assert mapped.__cause__ is exc
-    assert type(exc).__name__ in str(mapped)
-
-
-def test_other_errors_are_returned_unchanged() -> None:
-    exc = InvalidRequest("bad")
-    assert map_error(exc) is exc
-
-
-def test_schema_cql_quotes_mapped_identifiers() -> None:
-    cfg = CassandraConfig(
-        keyspace="Ks", tables=Tables(folders="Dirs"), columns=Columns(bucket=None)
-    )
-    ddl = schema_cql(cfg)
-    assert ddl[0].startswith('CREATE KEYSPACE IF NOT EXISTS "Ks" WITH replication')
-    assert "'replication_factor': 1" in ddl[0]
-    folders = next(s for s in ddl if '"Dirs"' in s)
-    assert folders == (
-        'CREATE TABLE IF NOT EXISTS "Ks"."Dirs" ("parent" text, "name" text,'
-        ' PRIMARY KEY (("parent"), "name"))'
-    )
-    assert (
-        'CREATE TABLE IF NOT EXISTS "Ks"."dircleaner_kv" ("space" text, "key" text,'
-        ' "value" blob, PRIMARY KEY (("space"), "key"))'
-    ) in ddl
-
-
-@pytest.mark.parametrize(
-    "cfg",
-    [
-        CassandraConfig(),
-        CassandraConfig(root_parent="<root>"),
-        CassandraConfig(root_parent="/", parent_prefix="/"),
-        CassandraConfig(columns=Columns(bucket=None), bucket_name="only"),
-    ],
-    ids=["default", "named-root", "absolute-paths", "no-bucket-column"],
-)
-def test_partition_tokens_are_partition_token_of_the_bound_key(cfg: CassandraConfig) -> None:
-    bucket = "only" if cfg.columns.bucket is None else "b1"
-    keys = [(bucket, p) for p in PARENTS]
-    if cfg.columns.bucket is not None:
-        keys += [("ü", "a/"), ("b", "a/")]
-    got = partition_tokens(cfg, keys)
-    stored = [stored_parent(cfg, p) for _, p in keys]
-    pairs = zip(keys, stored, strict=True)
-    bound = [(s,) if cfg.columns.bucket is None else (b, s) for (b, _), s in pairs]
-    assert got == [
-        (b, partition_token(v), s, p) for (b, p), v, s in zip(keys, bound, stored, strict=True)
-    ]
-    if cfg.columns.bucket is None:
-        with pytest.raises(UsageError, match="no bucket column"):
-            partition_tokens(cfg, [("other", "a/")])
-    with pytest.raises(UsageError, match="65535 bytes"):
-        partition_tokens(cfg, [(bucket, "x" * 65536)])
-
-
-def test_the_journal_is_a_time_window_table_whose_rows_expire() -> None:
-    cfg = CassandraConfig(keyspace="ks", tables=Tables(journal="jrnl"))
-    (journal,) = [s for s in schema_cql(cfg) if '"jrnl"' in s]
-    assert journal.startswith(
-        'CREATE TABLE IF NOT EXISTS "ks"."jrnl" ("slot" bigint, "shard" int, "bucket" text,'
-        ' "parent" text, "deleted" int, PRIMARY KEY (("slot", "shard"), "bucket", "parent"))'
-        " WITH compaction = {'class': 'TimeWindowCompactionStrategy',"
-    )
-    # Longer than the full night's week; a short grace: rows only ever expire, never deleted.
-    ttl = int(journal.split("default_time_to_live = ")[1].split()[0])
-    assert ttl > 7 * 86_400
-    assert "gc_grace_seconds = 10800" in journal
-    with pytest.raises(UsageError, match="must be distinct"):
-        Tables(journal="dircleaner_kv")

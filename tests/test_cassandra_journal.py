@@ -14,7 +14,7 @@ from dircleaner.store.cassandra.schema import init_schema
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.store.records import JournalEntry
 from tests.helpers import invoke, said
-from tests.test_store_cassandra import keyspace_url
+from tests.test_cassandra_store import keyspace_url
 
 
 def test_a_keyspace_without_the_journal_opens_and_init_schema_adds_it(

@@ -21,7 +21,7 @@ def collected(*args: str, faults: bool = False) -> list[str]:
 
 
 def test_two_bucket_cases_are_not_collected_for_a_single_bucket_mapping() -> None:
-    ids = collected("tests/test_store_cassandra.py", "tests/test_store_sqlite.py")
+    ids = collected("tests/test_cassandra_store.py", "tests/test_sqlite_store.py")
     two_bucket_cases = {"test_bucket_filter_on_scans", "test_estimate_per_bucket"}
     for cls in ("TestSqlite", "TestCassandra"):
         assert two_bucket_cases <= {i.split("::")[-1] for i in ids if f"::{cls}::" in i}

@@ -1,17 +1,34 @@
-"""Every library module is tested: a test file imports it, or a test file is named after it.
+"""Every library module is tested: a test file imports it, or a test file is named after it;
+and most modules have a test file named after them, so a newcomer finds a module's tests by its
+name.
+
+The rule for names. Test files sit flat in ``tests/`` (a command's in ``tests/cli/``); a module
+of a subpackage is not mirrored in a directory but named with its package:
+``store/sqlite/scans.py`` ↔ ``tests/test_sqlite_scans.py`` (not
+``tests/store/sqlite/test_scans.py``). A test file called ``test_<name>.py`` or
+``test_<name>_<aspect>.py`` is named after a module when ``<name>`` is
+
+- the module's package's name and its own joined by ``_`` (``cli/options.py``:
+  ``test_cli_options.py``; ``store/cassandra/mapping.py``: ``test_cassandra_mapping.py``), or
+- the module's own name alone, when no other module or package has it (``audit.py``,
+  ``filter/bloom.py``: ``test_bloom.py``); a name several have (``store`` is the package's,
+  SQLite's and Cassandra's; ``sweep``, ``changed``, ``schema``) names none of them alone, so
+  ``store/sqlite/store.py`` is ``test_sqlite_store.py``, and ``test_store_base.py`` is
+  ``store/base.py``'s; or
+- for a module that defines CLI commands, ``cli_<command>``: a command's tests are
+  ``tests/cli/test_<command>.py`` (``restore`` in ``cli/data_commands.py``:
+  ``tests/cli/test_restore.py``; a file there names a command, not a module).
+
+A file is named after the module whose name fits it longest: ``test_progress_display.py`` is
+``cli/progress_display.py``'s, not ``progress.py``'s. Of the modules that count (every ``.py``
+under ``dircleaner/`` but packages' ``__init__.py`` and ``__main__.py``), at least
+``NAMED_SHARE`` have a test file named after them.
 
 A module counts as imported when any file under tests/ imports it by name (``import
 dircleaner.x.y``, ``from dircleaner.x.y import ...``, ``from dircleaner.x import y``, inside a
 function too), or imports a class or function it defines from the package that re-exports it
-(``from dircleaner.synth import SynthSpec`` imports ``dircleaner.synth.spec``).
-
-A module is reached by a test named after it when a test file is called ``test_<name>.py`` or
-``test_<name>_<aspect>.py``, with ``<name>`` the module's own name or its package's name and its
-own joined by ``_`` (``cli/options.py``: ``test_options.py``, ``test_cli_options.py``), or, for
-a module that defines CLI commands, ``test_cli_<command>`` (``restore`` in
-``cli/data_commands.py``: ``test_cli_restore.py``), which the tests of a command are called under
-``tests/cli/`` (``tests/cli/test_restore.py``). A package's ``__init__.py`` runs whenever one of
-its modules is imported, so it is reached with them.
+(``from dircleaner.synth import SynthSpec`` imports ``dircleaner.synth.spec``). A package's
+``__init__.py`` runs whenever one of its modules is imported, so it is reached with them.
 """
 
 from __future__ import annotations
@@ -19,6 +36,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +45,7 @@ import click
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "dircleaner"
 TESTS = ROOT / "tests"
+NAMED_SHARE = 0.8
 
 
 def library_modules() -> set[str]:
@@ -85,42 +104,78 @@ def command_modules() -> dict[str, set[str]]:
     return out
 
 
-def names_for(module: str, commands: dict[str, set[str]]) -> set[str]:
+def own_name(module: str) -> str:
+    return (module.split(".")[1:] or ["dircleaner"])[-1].strip("_")
+
+
+def shared_names(modules: set[str]) -> set[str]:
+    """The own names more than one module or package has (``store``, ``schema``, ``sweep``)."""
+    owners = Counter(own_name(m) for m in modules)
+    return {name for name, count in owners.items() if count > 1}
+
+
+def names_for(module: str, commands: dict[str, set[str]], shared: set[str]) -> set[str]:
     """The names a test file may be called after to reach ``module``."""
     parts = module.split(".")[1:] or ["dircleaner"]
-    own = parts[-1].strip("_")
-    names = {own, *commands.get(module, set())}
+    own = own_name(module)
+    names = set(commands.get(module, set()))
+    if own not in shared:
+        names.add(own)
     if len(parts) > 1:
         names.add(f"{parts[-2]}_{own}")
     return names
 
 
-def named_after(module: str, stems: set[str], commands: dict[str, set[str]]) -> bool:
+def fits(stem: str, name: str) -> bool:
+    return stem == name or stem.startswith(name + "_")
+
+
+def named_after(
+    module: str, stems: set[str], commands: dict[str, set[str]], shared: set[str]
+) -> bool:
+    """Whether a file of ``stems`` is named after ``module``: a name of the module fits it, and
+    no longer name of another module does (``progress_display`` names ``progress_display.py``,
+    not ``progress.py``)."""
+    others = {
+        name
+        for other in library_modules() - {module}
+        for name in names_for(other, commands, shared)
+    }
     return any(
-        stem == name or stem.startswith(name + "_")
-        for name in names_for(module, commands)
+        fits(stem, name) and not any(len(o) > len(name) and fits(stem, o) for o in others)
+        for name in names_for(module, commands, shared)
         for stem in stems
     )
 
 
 def named(paths: list[Path]) -> set[str]:
     """What test files are named after: ``test_<name>.py`` → ``<name>``, and a command's tests
-    under ``tests/cli/`` → ``cli_<name>`` too."""
+    under ``tests/cli/`` → ``cli_<name>``."""
     out = set()
     for path in paths:
         if path.stem.startswith("test_"):
             name = path.stem[len("test_") :]
-            out.add(name)
-            if path.parent == TESTS / "cli":
-                out.add(f"cli_{name}")
+            out.add(f"cli_{name}" if path.parent == TESTS / "cli" else name)
     return out
 
 
-def unreached(modules: set[str]) -> set[str]:
+def without_a_named_test(modules: set[str]) -> set[str]:
+    """The modules no test file is named after."""
     stems = named(sources_under_tests())
     commands = command_modules()
+    shared = shared_names(library_modules())
+    return {m for m in modules if not named_after(m, stems, commands, shared)}
+
+
+def modules_to_name() -> set[str]:
+    """The modules a test file should be named after: all but packages' faces and ``__main__``."""
+    packages = {m for m in library_modules() if (ROOT / m.replace(".", "/")).is_dir()}
+    return {m for m in library_modules() - packages if own_name(m) != "main"}
+
+
+def unreached(modules: set[str]) -> set[str]:
     reached = imported_by_tests(modules)
-    reached |= {m for m in modules - reached if named_after(m, stems, commands)}
+    reached |= modules - reached - without_a_named_test(modules - reached)
     # A package runs with any of its modules.
     reached |= {m for m in modules if any(r.startswith(m + ".") for r in reached)}
     return modules - reached
@@ -128,6 +183,16 @@ def unreached(modules: set[str]) -> set[str]:
 
 def test_every_library_module_is_reached_by_a_test() -> None:
     assert sorted(unreached(library_modules())) == []
+
+
+def test_most_modules_have_a_test_file_of_their_name() -> None:
+    modules = modules_to_name()
+    missing = sorted(without_a_named_test(modules))
+    named_count = len(modules) - len(missing)
+    assert named_count >= NAMED_SHARE * len(modules), (
+        f"{named_count} of {len(modules)} modules have a test file named after them, fewer than "
+        f"{NAMED_SHARE:.0%}; none is named after " + ", ".join(missing)
+    )
 
 
 def test_the_layout_check_sees_imports_names_and_packages() -> None:
@@ -141,12 +206,28 @@ def test_the_layout_check_sees_imports_names_and_packages() -> None:
         "dircleaner.synth.spec",
     ]
     commands = command_modules()
+    shared = shared_names(modules)
     assert "cli_restore" in commands["dircleaner.cli.data_commands"]
-    assert named_after("dircleaner.cli.options", {"cli_options"}, commands)
+    assert named_after("dircleaner.cli.options", {"cli_options"}, commands, shared)
     stems = named([TESTS / "cli" / "test_restore_night.py", TESTS / "test_restore.py"])
-    assert stems == {"restore_night", "cli_restore_night", "restore"}
-    assert named_after("dircleaner.cli.data_commands", stems, commands)
-    assert named_after("dircleaner.gcpause", {"gcpause"}, commands)
-    assert not named_after("dircleaner.gcpause", {"gcpauses", "paused"}, commands)
+    assert stems == {"cli_restore_night", "restore"}
+    assert named_after("dircleaner.cli.data_commands", stems, commands, shared)
+    assert named_after("dircleaner.gcpause", {"gcpause"}, commands, shared)
+    assert not named_after("dircleaner.gcpause", {"gcpauses", "paused"}, commands, shared)
+    # A file is named after the module whose name fits it longest.
+    display = "dircleaner.cli.progress_display"
+    assert named_after(display, {"progress_display_lines"}, commands, shared)
+    assert not named_after("dircleaner.progress", {"progress_display_lines"}, commands, shared)
+    assert named_after("dircleaner.progress", {"progress_counter"}, commands, shared)
+    # A name two modules share names neither alone; their package's name joined to it does.
+    assert {"store", "schema"} <= shared
+    sqlite_store = "dircleaner.store.sqlite.store"
+    assert not named_after(sqlite_store, {"store_base", "store_sqlite"}, commands, shared)
+    assert named_after(sqlite_store, {"sqlite_store"}, commands, shared)
+    assert not named_after("dircleaner.store.cassandra.store", {"sqlite_store"}, commands, shared)
     ghost = "dircleaner.pipeline.no_such_module"
     assert unreached({ghost, "dircleaner.pipeline.build"}) == {ghost}
+    assert without_a_named_test({ghost, "dircleaner.gcpause"}) == {ghost}
+    to_name = modules_to_name()
+    assert "dircleaner.store.sqlite.store" in to_name
+    assert not {"dircleaner", "dircleaner.store", "dircleaner.__main__"} & to_name

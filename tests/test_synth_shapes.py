@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from dircleaner.paths import parent_of_dir
 from dircleaner.store.sqlite import SqliteStore
 from dircleaner.synth import MAX_EMPTY_FRACTION, SHAPES, SynthSpec, generate
-from tests.test_synth import independent_truth, make, max_empty_subtree_depth
+from tests.test_synth_runner import independent_truth, make, max_empty_subtree_depth
 
 TS = 1_700_000_000_000_000
 

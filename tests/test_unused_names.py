@@ -33,6 +33,7 @@ USED_ELSEWHERE: dict[tuple[str, str], str] = {
     ("store/cassandra/kv.py", "consistency_level"): "the driver reads a bound statement's level",
     ("store/cassandra/walkreads.py", "consistency_level"): "the driver reads it, as above",
     ("store/cassandra/requests.py", "is_idempotent"): "the driver's retry policy reads it",
+    ("store/cassandra/requests.py", "_timer"): "the driver's response future holds its timer there",
     # read by name from a table of the module's own
     ("cli/night_metrics.py", "slots_read"): "_CHURN_GAUGES names it as a string",
     ("cli/night_metrics.py", "entries_read"): "_CHURN_GAUGES names it as a string",
@@ -42,7 +43,6 @@ USED_ELSEWHERE: dict[tuple[str, str], str] = {
     ("store/records.py", "exact"): "the store contract checks an exact count is marked so",
     ("entrysort.py", "spilled_files"): "tests check the restore's sort spilled, or did not",
     ("synth/spec.py", "generate_seconds"): "the load benchmarks report it",
-    ("paths.py", "filter_key"): "the filter key written once: tests and bench/e2e.py build keys",
     ("synth/groundtruth.py", "wrongly_deleted"): _GROUND_TRUTH,
     ("synth/groundtruth.py", "precision"): _GROUND_TRUTH,
     ("synth/groundtruth.py", "recall"): _GROUND_TRUTH,

@@ -8,7 +8,7 @@ Appleby's public-domain algorithm), written here from its description, and must 
 ``mmh3.hash_bytes(key, seed)`` bit for bit: the bit positions are ``(h1 + i*h2) mod 2**64 mod m``
 of its two little-endian 64-bit halves, exactly as ``dircleaner.filter.bloom`` computed them
 with the ``mmh3`` package, so filters stored before these kernels load and answer the same
-(``tests/test_bloomkernel.py`` checks both).
+(``tests/test_kernel.py`` checks both).
 
 Compiled by numba on first use and cached on disk (``cache=True``), so later processes load the
 machine code instead of compiling it again. ``warm_up()`` compiles (or loads) them eagerly.

@@ -159,7 +159,7 @@ def sweep_and_recheck(
         reads = ScanThrottle(replace(rate, adaptive=False))
         if verify:
             with rate.shared_by.joined():
-                rechecked = find_nonempty(store, held, reads, progress)
+                rechecked = find_nonempty(store, held, filt, reads, progress)
             nonempty, checked, parents = rechecked.nonempty, rechecked.checked, rechecked.parents
         # The sample's members holding an object: the re-check's finds (the same reads), else
         # the sample re-checked alone.

@@ -1,4 +1,5 @@
-"""Property tests of the whole job on random trees and random deletes (embedded store)."""
+"""Property tests of the nightly job (``job/run.py``: build, then clean) on random trees and random
+deletes (embedded store)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 Every test here needs a node (``scripts/cassandra start``); what runs anywhere (URL and config
 parsing, the parent mapping, error mapping, token splitting and routing, an unreachable node) is
-in ``test_cassandra_config.py`` and ``test_cassandra_ring.py``. The keyspaces are created once
+in ``test_cassandra_config.py``, ``test_cassandra_session.py``, ``test_cassandra_mapping.py`` and
+``test_cassandra_ring.py``. The keyspaces are created once
 per session; tests get a clean store by truncating its tables.
 """
 
@@ -48,7 +49,7 @@ from tests.store_contract import (
     partitions,
     spread_keys,
 )
-from tests.test_sweep import SetFilter, dir_key
+from tests.test_pipeline_sweep import SetFilter, dir_key
 
 CUSTOM_TOML = """
 [cassandra]

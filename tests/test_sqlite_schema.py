@@ -1,34 +1,17 @@
-"""The embedded SQLite store: the conformance suite on a real file, plus SQLite-only behaviour."""
+"""The SQLite metastore's file (``store/sqlite/schema.py``): its URL, opening it (missing, created,
+someone else's, not SQLite), and a file of the previous release's tables opened to write and to
+read."""
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from dircleaner.errors import StoreNotFound, StoreNotOurs, StoreUrlError
-from dircleaner.store import open_store
 from dircleaner.store.sqlite import SqliteStore, path_from_url
-from tests.store_contract import T0, StoreContract, folder_rows
-
-
-def url_of(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
-class TestSqlite(StoreContract):
-    @pytest.fixture
-    def store(self, tmp_path: Path) -> Iterator[SqliteStore]:
-        store = SqliteStore.open(url_of(tmp_path / "meta.db"), create=True)
-        try:
-            yield store
-        finally:
-            store.close()
-
-
-# -- URLs ------------------------------------------------------------------------------------------
+from tests.test_sqlite_store import url_of
 
 
 @pytest.mark.parametrize(
@@ -60,21 +43,6 @@ def test_malformed_sqlite_url(url: str) -> None:
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("url", ["sqlite:meta.db", "cassandra:h/ks", "nosuch:///x", ""])
-def test_malformed_url_through_the_registry(url: str) -> None:
-    with pytest.raises(StoreUrlError):
-        open_store(url)
-
-
-def test_open_store_dispatches_by_scheme(tmp_path: Path) -> None:
-    with open_store(url_of(tmp_path / "m.db"), create=True) as store:
-        assert isinstance(store, SqliteStore)
-        assert store.scope_id() == "sqlite:objects,folders"
-
-
-# -- opening ---------------------------------------------------------------------------------------
-
-
 def test_missing_file_is_not_created_without_create(tmp_path: Path) -> None:
     path = tmp_path / "absent.db"
     with pytest.raises(StoreNotFound, match="no metastore at"):
@@ -102,16 +70,6 @@ def test_non_sqlite_file_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreNotFound, match="not a usable SQLite database"):
         SqliteStore.open(url_of(path))
-
-
-def test_data_persists_across_reopen(tmp_path: Path) -> None:
-    url = url_of(tmp_path / "meta.db")
-    with SqliteStore.open(url, create=True) as store:
-        store.put_objects("b", ["a/b/c"], T0)
-        store.put_state("k", "v")
-    with SqliteStore.open(url) as store:
-        assert len(folder_rows(store)) == 2
-        assert store.get_state("k") == "v"
 
 
 #: the previous release's own tables, which the key-value table replaced

@@ -323,14 +323,6 @@ def test_default_timestamp_is_a_day_old_and_wal_is_restored(tmp_path: Path) -> N
     conn.close()
 
 
-@pytest.mark.parametrize(
-    "kwargs", [{"dirs": 0}, {"dirs": 10, "empty_fraction": 1.0}, {"dirs": 10, "bucket": ""}]
-)
-def test_spec_is_validated(kwargs: dict[str, Any]) -> None:
-    with pytest.raises(UsageError):
-        SynthSpec(**kwargs)
-
-
 def _delegating(inner: SqliteStore) -> Store:
     """A Store that is not a SqliteStore (so the generator takes its generic write path)."""
 
