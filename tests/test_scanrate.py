@@ -6,6 +6,7 @@ On a fake clock (sleeping advances it), so the figures are exact and nothing is 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -173,6 +174,8 @@ class _Result:
     def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         self.current_rows = rows
         self.paging_state = None
+        # the driver's ResponseFuture keeps its (cancelled) timer: a cycle through the future
+        self.response_future = SimpleNamespace(_timer=object())
 
 
 class _FlakySession:
@@ -252,11 +255,13 @@ def test_cassandra_scan_pages_let_go_of_the_rows_the_driver_holds() -> None:
     future sits in a reference cycle, so rows it still held would outlive the page until the
     cyclic GC (paused through the scans) ran."""
     held: list[list[tuple[Any, ...]]] = []
+    futures: list[Any] = []
 
     class _Holding(_FlakySession):
         def execute(self, *args: Any, **kwargs: Any) -> _Result:
             result = super().execute(*args, **kwargs)
             held.append(result.current_rows)
+            futures.append(result.response_future)
             return result
 
     clock = FakeClock()
@@ -264,6 +269,7 @@ def test_cassandra_scan_pages_let_go_of_the_rows_the_driver_holds() -> None:
     pages = list(cassandra_pages(_Holding(clock, [], 0.1), t))
     assert pages == [[(1,)] * 10]
     assert held == [[]]
+    assert [f._timer for f in futures] == [None]  # the future's timer let go too
     assert t.stats().rows == 10
 
 
