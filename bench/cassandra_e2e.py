@@ -1107,9 +1107,9 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             ),
             "candidates": report.clean.sweep.result.candidates,
             "verified": report.clean.verified,
-            "plan_actions": report.clean.plan.partition_deletes
-            + report.clean.plan.row_deletes
-            + report.clean.plan.range_deletes,
+            "plan_actions": report.clean.plan.deletes.partition
+            + report.clean.plan.deletes.row
+            + report.clean.plan.deletes.range,
             "sizing_method": report.build.sizing.method,
             "fill_ratio": round(report.build.fill_ratio, 4),
             "fpr_estimated": report.build.estimated_fpr,

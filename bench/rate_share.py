@@ -96,7 +96,7 @@ def deletes(db: Path, workers: int, rate: float, audit: Path) -> dict[str, Any]:
         )
     d = report.deleted
     assert d is not None
-    requests = d.partition_deletes + d.row_deletes + d.range_deletes + d.rewrites
+    requests = d.deletes.partition + d.deletes.row + d.deletes.range + d.deletes.rewrite
     seconds = report.phase_seconds["delete"]
     return {
         "workers": workers,

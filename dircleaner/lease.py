@@ -23,7 +23,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from dircleaner.errors import DircleanerError, LeaseHeld, LeaseLost
 from dircleaner.store.base import Store
@@ -263,3 +264,17 @@ class Lease:
                     return  # lost: the deleters find out through lease_still_held
             except Exception:  # the beat must outlive one failed renewal
                 continue  # retried at the next beat, still within the TTL
+
+
+@contextmanager
+def deleting_under_lease(
+    store: Store, *, dry_run: bool, ttl_s: float, held: str | None = None
+) -> Iterator[str | None]:
+    """The lease owner a run deletes under: ``held``, where its caller keeps that lease alive;
+    none for a dry run (it deletes nothing); else the store's lease, taken here (LeaseHeld
+    when another run has it) and let go as the block ends."""
+    if dry_run or held is not None:
+        yield held
+        return
+    with Lease.acquire(store, ttl_s=ttl_s) as lease:
+        yield lease.owner

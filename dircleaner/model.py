@@ -6,8 +6,8 @@ saw with them, the planner plans from them. Plain data, no IO.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -189,6 +189,38 @@ class ActionKind(Enum):
     #: a live partition rewritten: every row but these copied at T+1, then the partition
     #: deleted at T (a partition-level deletion: no tombstone cell)
     REWRITE = "rewrite"
+
+
+@dataclass(frozen=True, slots=True)
+class KindTally:
+    """A count per kind of action (of actions, or of the directory entries they remove): the
+    one shape the plan, the deletes and the slices' sums count in, added field by field."""
+
+    partition: int = 0
+    row: int = 0
+    range: int = 0
+    rewrite: int = 0
+
+    @classmethod
+    def of(cls, actions: Iterable[DeleteAction], *, entries: bool = False) -> KindTally:
+        """``actions`` counted by kind, or with ``entries`` the directory entries they remove."""
+        counts = dict.fromkeys(ActionKind, 0)
+        for action in actions:
+            counts[action.kind] += len(action.rows) if entries else 1
+        return cls(**{kind.value: n for kind, n in counts.items()})
+
+    def plus(self, kind: ActionKind, n: int = 1) -> KindTally:
+        return replace(self, **{kind.value: self[kind] + n})
+
+    def __getitem__(self, kind: ActionKind) -> int:
+        return int(getattr(self, kind.value))
+
+    def __add__(self, other: KindTally) -> KindTally:
+        return KindTally(**{kind.value: self[kind] + other[kind] for kind in ActionKind})
+
+    @property
+    def total(self) -> int:
+        return sum(self[kind] for kind in ActionKind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from dircleaner.errors import TooManyCandidates
-from dircleaner.model import FolderRow, PartitionFacts, PartitionKey
+from dircleaner.model import FolderRow, KindTally, PartitionFacts, PartitionKey
 from dircleaner.pipeline.backlog import (
     BACKLOG,
     BROKEN,
@@ -120,10 +120,7 @@ def test_the_suggested_fraction_is_the_next_step_with_room() -> None:
 
 PLAN = PlanSummary(
     directories=16_000_000,
-    partition_deletes=2_000_000,
-    row_deletes=6_000_000,
-    range_deletes=950_000,
-    rewrites=50_000,
+    deletes=KindTally(partition=2_000_000, row=6_000_000, range=950_000, rewrite=50_000),
     deferred=12,
 )
 

@@ -731,7 +731,7 @@ def test_a_descending_folders_table_sweeps_plans_and_range_deletes_the_same_rows
         (ActionKind.ROW, ["d03"]),
     ]
     stats = execute_plan(store, plan, t0, ThrottleConfig(rate=0))
-    assert (stats.range_deletes, stats.row_deletes, stats.directories) == (1, 1, 5)
+    assert (stats.deletes.range, stats.deletes.row, stats.directories) == (1, 1, 5)
     left = [r.name for r in folder_rows(store) if r.parent == "w/"]
     assert left == [f"d{i:02d}" for i in reversed(keep)]
     assert store.tombstones_in_partition("b", "w/") == 3

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.cli.report import deleted_summary, plan_and_delete_lines
+from dircleaner.model import KindTally
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from tests.helpers import invoke, samples_of
@@ -125,9 +126,9 @@ def test_the_plan_lines_add_up_and_say_what_n_is(tmp_path: Path) -> None:
 def test_a_store_that_cannot_tell_says_requested_never_deleted() -> None:
     """Cassandra's deletes are blind tombstones: its counts are requests, and what was
     removed is unknown (null in --json), not 0."""
-    blind = DeleteStats(row_deletes=2, directories=2, seconds=0.5)
+    blind = DeleteStats(deletes=KindTally(row=2), directories=2, seconds=0.5)
     lines = plan_and_delete_lines(
-        PlanSummary(directories=2, row_deletes=2),
+        PlanSummary(directories=2, deletes=KindTally(row=2), dirs=KindTally(row=2)),
         None,
         False,
         blind,
@@ -142,7 +143,9 @@ def test_a_store_that_cannot_tell_says_requested_never_deleted() -> None:
         "        requested, not counted as removed: this store's deletes are blind tombstones"
         " (an entry written after T survives its delete)",
     ]
-    summary = deleted_summary(blind, PlanSummary(directories=2, row_deletes=2), False)
+    summary = deleted_summary(
+        blind, PlanSummary(directories=2, deletes=KindTally(row=2), dirs=KindTally(row=2)), False
+    )
     assert (summary["delete_requested_dirs"], summary["removed_dirs"]) == (2, None)
     assert summary["kept_written_after_t"] is None
     assert deleted_summary(None, PlanSummary(), False)["removed_dirs"] is None

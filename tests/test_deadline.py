@@ -135,7 +135,7 @@ def test_the_deletes_stop_at_the_deadline_with_the_audit_log_and_ledger_exact(
         deadline=Deadline(1, clock=Countdown(3)),
     )
     assert stats.stopped_at_deadline
-    assert (stats.partition_deletes, stats.row_deletes) == (2, 1)
+    assert (stats.deletes.partition, stats.deletes.row) == (2, 1)
     # Exactly the three groups sent were charged and audited, nothing of the rest.
     assert charged == [1, 1, 1]
     sent = plan_rows(plan.actions)[: stats.directories]

@@ -613,10 +613,34 @@ def test_a_paced_group_waits_for_its_rate_before_its_lease_check() -> None:
         sleep=sleep,
         keep_going=lambda: store.event("check", None),
     )
-    assert stats.row_deletes == 24
+    assert stats.deletes.row == 24
     kinds = [kind for kind, _ in store.events if kind in ("sleep", "check", "audit", "send")]
     checks = [i for i, kind in enumerate(kinds) if kind == "check"]
     assert len(checks) == 6 and "sleep" in kinds
     for at in checks:
         # the check, the group's audit, then its four sends: no wait among them
         assert kinds[at : at + 6] == ["check", "audit", "send", "send", "send", "send"], kinds
+
+
+@pytest.mark.parametrize("name", ["_Window", "_Rounds"])
+def test_the_window_states_only_what_cannot_be_derived(name: str) -> None:
+    """The window keeps the driver's size: at most ten attributes each for the requests in
+    flight and for the rounds the caller's thread counts (every ``self.x =`` in the class)."""
+    import ast
+    import inspect
+
+    from dircleaner.pipeline import delete
+
+    tree = ast.parse(inspect.getsource(delete))
+    (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
+    attributes = {
+        target.attr
+        for node in ast.walk(cls)
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for assigned in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for target in ast.walk(assigned)
+        if isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id == "self"
+    }
+    assert 0 < len(attributes) <= 10, sorted(attributes)

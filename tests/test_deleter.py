@@ -279,7 +279,7 @@ def sweep_facts() -> list[PartitionFacts]:
 def make_plan(budget: int = 100) -> DeletionPlan:
     plan = plan_deletions(sweep_facts(), budget)
     # The plan the tests rely on: 2 partition deletes then 6 round-robin row deletes.
-    assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (2, 6, 9)
+    assert (plan.deletes.partition, plan.deletes.row, plan.directories) == (2, 6, 9)
     return plan
 
 
@@ -338,7 +338,7 @@ def test_execute_deletes_the_plan_and_audits_every_entry_once(store: FaultyStore
         store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=sleep
     )
     assert remaining(store) == SURVIVORS
-    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (2, 6, 9)
+    assert (stats.deletes.partition, stats.deletes.row, stats.directories) == (2, 6, 9)
     assert stats.retries == 0
     assert stats.failures == []
     assert sleep.calls == []
@@ -387,7 +387,7 @@ def test_execute_deletes_a_run_with_one_range_and_audits_each_entry(store: Fault
         store, plan, DELETE_TS, fast(), AuditLog(buffer, GENERATION, DELETE_TS), sleep=SleepLog()
     )
     assert remaining(store) == SURVIVORS
-    assert (stats.partition_deletes, stats.row_deletes, stats.range_deletes) == (2, 1, 1)
+    assert (stats.deletes.partition, stats.deletes.row, stats.deletes.range) == (2, 1, 1)
     assert stats.directories == 9
     assert ("ranges", FolderRange(pkey("m/").token, BUCKET, "m/", "c0", "c4")) in store.calls
     entries = {(e["parent"], e["name"]): e for e in audit_entries(buffer)}
@@ -424,7 +424,7 @@ def test_a_range_that_fails_transiently_is_retried(store: FaultyStore) -> None:
     assert remaining(store) == SURVIVORS
     assert stats.retries == 2
     assert store.calls.count(("ranges", span)) == 3
-    assert stats.range_deletes == 1
+    assert stats.deletes.range == 1
 
 
 def test_a_mixed_batch_goes_in_three_calls_results_in_order(store: FaultyStore) -> None:
@@ -500,7 +500,7 @@ def test_transient_failures_are_retried_with_capped_jittered_backoff(store: Faul
     assert all(0 <= s <= throttle.max_backoff_s for s in sleep.calls)
     # Each successfully deleted entry is audited exactly once, whatever the retries.
     assert sorted(audited_rows(buffer)) == sorted(ALL_PLANNED)
-    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (2, 6, 9)
+    assert (stats.deletes.partition, stats.deletes.row, stats.directories) == (2, 6, 9)
     # Only the failed actions were re-sent.
     assert store.calls.count(("rows", frow("m/", "c1"))) == 4
     assert store.calls.count(("rows", frow("", "x"))) == 2
@@ -644,7 +644,7 @@ def test_an_empty_plan_issues_nothing(store: FaultyStore) -> None:
     populate(store)
     stats = execute_plan(store, DeletionPlan((), ()), DELETE_TS, fast(), sleep=SleepLog())
     assert store.calls == []
-    assert (stats.partition_deletes, stats.row_deletes, stats.directories) == (0, 0, 0)
+    assert (stats.deletes.partition, stats.deletes.row, stats.directories) == (0, 0, 0)
     assert len(remaining(store)) == sum(len(v) for v in INDEX.values())
 
 

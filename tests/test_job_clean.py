@@ -11,19 +11,20 @@ import pytest
 from dircleaner.deadline import Deadline
 from dircleaner.errors import FilterSuspiciouslyEmpty, TooManyCandidates
 from dircleaner.filter.format import FilterHeader
-from dircleaner.job.clean import CleanCheckpoint, deletes_of, slices_to_do
+from dircleaner.job.clean import CleanCheckpoint, CleanConfig, decide, deletes_of, slices_to_do
 from dircleaner.job.decision import (
-    CleanDecision,
+    Checkpoints,
+    Decision,
     Go,
     add_totals,
-    decide_sweep,
+    decide_clean,
     worth_checkpointing,
 )
 from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import PlanSummary
-from dircleaner.pipeline.slice import ShardCleaned, ShardSwept
+from dircleaner.pipeline.slice import SliceCleaned, SliceSwept
 from dircleaner.pipeline.sweep import SweepTotals
 
 HEADER = FilterHeader(
@@ -47,15 +48,15 @@ FRESH = CleanProgress(4, frozenset(), frozenset())
 
 def swept(
     rows: int, candidates: int, *nonempty: tuple[str, str], seconds: float = 1.0
-) -> ShardSwept:
-    return ShardSwept(
+) -> SliceSwept:
+    return SliceSwept(
         SweepTotals(rows, rows // 10, candidates, seconds), 0, 0.0, frozenset(nonempty)
     )
 
 
-def cleaned(rate: float | None, directories: int = 10) -> ShardCleaned:
+def cleaned(rate: float | None, directories: int = 10) -> SliceCleaned:
     deleted = None if rate is None else DeleteStats(directories=directories, final_rate=rate)
-    return ShardCleaned(PlanSummary(), deleted, delete_s=1.0)
+    return SliceCleaned(PlanSummary(), deleted, delete_s=1.0)
 
 
 # -- the final rate --------------------------------------------------------------------------
@@ -77,16 +78,17 @@ def test_the_deletes_of_every_slice_sum_up_with_the_phase_time_and_the_final_rat
 def test_a_sweep_within_the_guards_pools_every_slice_s_finds_with_the_earlier_attempt_s() -> None:
     previous = replace(FRESH, done=frozenset({3}), nonempty=frozenset({("b", "old/")}))
     tallies = [swept(1000, 10, ("b", "x/")), swept(1000, 20), swept(500, 5, ("b", "y/"))]
-    decision = decide_sweep(tallies, HEADER, GuardConfig(), previous, dry_run=False)
-    assert decision.nonempty == {("b", "old/"), ("b", "x/"), ("b", "y/")}
-    assert decision.progress == replace(previous, nonempty=decision.nonempty)
+    decision = decide_clean(tallies, HEADER, GuardConfig(), previous, dry_run=False)
+    nonempty = {("b", "old/"), ("b", "x/"), ("b", "y/")}
+    assert decision.progress == replace(previous, nonempty=nonempty)
+    assert decision.go == Go(frozenset(nonempty))
     assert decision.verdict is None
 
 
 def test_a_sweep_over_the_guard_refuses_the_whole_clean_on_the_totals() -> None:
     # No single slice is over 10%, their sum is.
     tallies = [swept(1000, 90), swept(1000, 90), swept(100, 50)]
-    decided = decide_sweep(
+    decided = decide_clean(
         tallies, HEADER, GuardConfig(max_delete_fraction=0.1), FRESH, dry_run=False
     )
     # Raised once the slices have planned (the refusal then says what the plan would take).
@@ -97,19 +99,19 @@ def test_a_sweep_over_the_guard_refuses_the_whole_clean_on_the_totals() -> None:
 
 def test_a_dry_run_over_the_guard_plans_on_and_says_why_a_real_run_would_refuse() -> None:
     tallies = [swept(1000, 300, ("b", "x/"))]
-    decision = decide_sweep(tallies, HEADER, GuardConfig(), FRESH, dry_run=True)
+    decision = decide_clean(tallies, HEADER, GuardConfig(), FRESH, dry_run=True)
     assert decision.verdict is not None and "--max-delete-fraction" in decision.verdict
-    assert decision.nonempty == {("b", "x/")}
+    assert decision.progress.nonempty == {("b", "x/")}
 
 
 def test_an_empty_filter_is_refused_and_force_lets_everything_through() -> None:
     empty = replace(HEADER, items=0)
     with pytest.raises(FilterSuspiciouslyEmpty):
-        decide_sweep([swept(100, 100)], empty, GuardConfig(), FRESH, dry_run=False)
-    forced = decide_sweep([swept(100, 100)], empty, GuardConfig(force=True), FRESH, dry_run=False)
+        decide_clean([swept(100, 100)], empty, GuardConfig(), FRESH, dry_run=False)
+    forced = decide_clean([swept(100, 100)], empty, GuardConfig(force=True), FRESH, dry_run=False)
     assert forced.verdict is None
     # No slice (all done by an interrupted attempt): nothing swept, nothing refused.
-    assert decide_sweep([], HEADER, GuardConfig(), FRESH, dry_run=False).nonempty == frozenset()
+    assert decide_clean([], HEADER, GuardConfig(), FRESH, dry_run=False).go == Go(frozenset())
 
 
 # -- which slices, and what is recorded --------------------------------------------------------
@@ -131,23 +133,42 @@ def test_a_resumed_clean_skips_the_finished_slices_unless_the_ring_was_cut_other
 
 
 def test_progress_is_checkpointed_unless_a_dry_run_or_too_many_finds_to_store() -> None:
-    assert worth_checkpointing(FRESH, dry_run=False)
-    assert not worth_checkpointing(FRESH, dry_run=True)
+    assert worth_checkpointing(FRESH)
     many = frozenset(("b", f"{i}/") for i in range(MAX_CHECKPOINTED_NONEMPTY + 1))
-    assert not worth_checkpointing(replace(FRESH, nonempty=many), dry_run=False)
-    assert worth_checkpointing(replace(FRESH, nonempty=many - {("b", "0/")}), dry_run=False)
+    assert not worth_checkpointing(replace(FRESH, nonempty=many))
+    assert worth_checkpointing(replace(FRESH, nonempty=many - {("b", "0/")}))
+
+
+class Parent:
+    """The parent between the phases: ``decide`` on a clean's config, recorded."""
+
+    def __init__(
+        self,
+        saved: list[CleanProgress],
+        *,
+        dry_run: bool = False,
+        deadline: Deadline | None = None,
+    ) -> None:
+        self.config = CleanConfig(dry_run=dry_run, deadline=deadline)
+        checkpoint = CleanCheckpoint(None, saved.append)
+        self.records = Checkpoints(checkpoint, [2, 0, 3, 1], dry_run=dry_run)
+
+    def decide(self, tallies: list[SliceSwept]) -> Go:
+        return decide(self.config, HEADER, FRESH, self.records, tallies)
+
+    @property
+    def decision(self) -> Decision:
+        assert self.records.decision is not None
+        return self.records.decision
 
 
 def parent(
     saved: list[CleanProgress], *, dry_run: bool = False, deadline: Deadline | None = None
-) -> CleanDecision:
-    checkpoint = CleanCheckpoint(None, saved.append)
-    return CleanDecision(
-        HEADER, GuardConfig(), FRESH, [2, 0, 3, 1], checkpoint, dry_run=dry_run, deadline=deadline
-    )
+) -> Parent:
+    return Parent(saved, dry_run=dry_run, deadline=deadline)
 
 
-DONE = ShardCleaned(PlanSummary(), None, 1.0)
+DONE = SliceCleaned(PlanSummary(), None, 1.0)
 
 
 def test_the_parent_records_the_decision_before_any_delete_then_each_finished_slice() -> None:
@@ -155,13 +176,13 @@ def test_the_parent_records_the_decision_before_any_delete_then_each_finished_sl
     decision = parent(saved)
     assert decision.decide([swept(100, 1, ("b", "x/"))]) == Go(frozenset({("b", "x/")}))
     assert saved == [replace(FRESH, nonempty=frozenset({("b", "x/")}))]
-    decision.slice_done(0, DONE)  # the first slice to do: slice 2
-    decision.slice_done(2, DONE)  # slice 3
+    decision.records.slice_done(0, DONE)  # the first slice to do: slice 2
+    decision.records.slice_done(2, DONE)  # slice 3
     assert saved[-1].done == {2, 3}
     assert len(saved) == 3
     dry = parent(saved, dry_run=True)
     dry.decide([swept(100, 1)])
-    dry.slice_done(0, DONE)
+    dry.records.slice_done(0, DONE)
     assert len(saved) == 3  # a dry run leaves nothing to resume
 
 
@@ -170,7 +191,7 @@ def test_a_refused_night_plans_without_deleting_and_records_nothing() -> None:
     decision = parent(saved)
     go = decision.decide([swept(1000, 650, ("b", "x/"))])
     assert go == Go(frozenset({("b", "x/")}), deletes=False, plans=True)
-    assert isinstance(decision.refusal, TooManyCandidates)
+    assert isinstance(decision.decision.refusal, TooManyCandidates)
     assert saved == []
 
 
@@ -178,10 +199,10 @@ def test_a_deadline_past_at_the_decision_lets_every_slice_go_unplanned() -> None
     saved: list[CleanProgress] = []
     decision = parent(saved, deadline=Deadline(100, clock=lambda: 101))
     assert decision.decide([swept(100, 1)]) == Go(frozenset(), deletes=False, plans=False)
-    assert decision.stopped_before_deletes
+    assert decision.decision.stopped_before_deletes
     assert len(saved) == 1  # the decision is recorded: the next run resumes from it
     # A slice the deadline stopped is not done: the next run does it again.
-    decision.slice_done(0, ShardCleaned.not_planned(5))
+    decision.records.slice_done(0, SliceCleaned.not_planned(5))
     assert len(saved) == 1 and saved[-1].done == frozenset()
     # Before it, the night deletes.
     early = parent([], deadline=Deadline(100, clock=lambda: 99))

@@ -24,6 +24,7 @@ import pytest
 from dircleaner.errors import LeaseHeld, LeaseLost
 from dircleaner.lease import (
     Lease,
+    deleting_under_lease,
     describe_owner,
     lease_check,
     lease_name,
@@ -74,6 +75,20 @@ def test_a_second_acquire_is_refused_naming_the_holder(store: Store) -> None:
         assert not lease_still_held(store, first.owner)
         with pytest.raises(LeaseLost):
             first.check()
+
+
+def test_a_run_deletes_under_its_own_lease_its_caller_s_or_none_when_dry(store: Store) -> None:
+    name = lease_name(store)
+    with deleting_under_lease(store, dry_run=False, ttl_s=30) as owner:
+        assert owner is not None and store.lease_holder(name) == owner
+        with pytest.raises(LeaseHeld):  # the helper takes the store's one lease
+            Lease.acquire(store, ttl_s=30)
+        # The caller's lease, held: nothing more taken.
+        with deleting_under_lease(store, dry_run=False, ttl_s=30, held=owner) as inner:
+            assert inner == owner
+    assert store.lease_holder(name) is None  # let go as the block ends
+    with deleting_under_lease(store, dry_run=True, ttl_s=30) as owner:
+        assert owner is None and store.lease_holder(name) is None
 
 
 def test_the_heartbeat_keeps_a_lease_alive_past_its_ttl(store: Store) -> None:

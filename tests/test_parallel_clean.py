@@ -173,7 +173,7 @@ def test_sqlite_deletes_run_in_key_order_partition_by_partition(tmp_path: Path) 
     db, generation = make_db(tmp_path)
     report, _, audit = clean_copy(tmp_path, db, generation, 1)
     rows = [e for e in audit if e["via"] == "row"]
-    assert report.plan.row_deletes == len(rows) > 100
+    assert report.plan.deletes.row == len(rows) > 100
     keys = [(murmur_token(BUCKET, str(e["parent"])), e["parent"], e["name"]) for e in rows]
     assert keys == sorted(keys)
     # More than one row in some partition: a round-robin order would have interleaved them.
@@ -216,4 +216,4 @@ def test_runs_of_one_grace_period_share_one_budget_whatever_their_audit_logs(
             assert time.monotonic() < deadline, "the charges never expired"
             time.sleep(0.5)
         third = run_clean(store, replace(second_config, audit_log=logs[2]))
-    assert third.plan.row_deletes + third.plan.range_deletes > 0
+    assert third.plan.deletes.row + third.plan.deletes.range > 0

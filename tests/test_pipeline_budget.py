@@ -114,7 +114,7 @@ def test_a_night_of_spread_deletes_leaves_one_ledger_row_per_live_partition() ->
         ordinals = tuple(range(0, 2 * len(rows), 2))
         facts.append(PartitionFacts(key, 2 * len(rows) + 1, rows, ordinals=ordinals))
     plan = plan_deletions(facts, 500, spread=True)
-    assert plan.row_deletes == sum(5 + p % 20 for p in range(2000)) == 29_000
+    assert plan.deletes.row == sum(5 + p % 20 for p in range(2000)) == 29_000
     ledger = UpsertLedger()
     charge = ledger_charger(ledger, "gen", "attempt", 3600.0)
     sent: dict[tuple[str, str], int] = {}

@@ -50,7 +50,7 @@ def test_live_partition_facts_are_rows_without_ordinals_never_dead() -> None:
     ]
     # Planned as row deletes in a live partition, however the budget and ranges are set.
     plan = plan_deletions(facts, 10, ranges=True, max_rewrite_rows=0)
-    assert (plan.row_deletes, plan.partition_deletes, plan.range_deletes) == (3, 0, 0)
+    assert (plan.deletes.row, plan.deletes.partition, plan.deletes.range) == (3, 0, 0)
 
 
 @pytest.fixture()

@@ -17,6 +17,7 @@ from dircleaner.model import (
     DeleteAction,
     FolderRange,
     FolderRow,
+    KindTally,
     PartitionFacts,
     PartitionKey,
 )
@@ -167,7 +168,7 @@ def test_no_facts_give_an_empty_plan() -> None:
     assert plan.actions == ()
     assert plan.deferred == ()
     assert dict(plan.row_tombstones) == {}
-    assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (0, 0, 0)
+    assert (plan.deletes.partition, plan.deletes.row, plan.directories) == (0, 0, 0)
 
 
 def test_a_lone_candidates_row_delete_holds_its_facts_tuple_not_a_copy() -> None:
@@ -190,8 +191,8 @@ def test_plan_counters() -> None:
         (part("x/", ["y", "z"]), part("x/y/", ["q"]), rowdel("", "x"), rowdel("a/", "k")),
         (row("a/", "m"),),
     )
-    assert plan.partition_deletes == 2
-    assert plan.row_deletes == 2
+    assert plan.deletes.partition == 2
+    assert plan.deletes.row == 2
     assert plan.directories == 5
 
 
@@ -222,7 +223,7 @@ def test_maximal_empty_subtree_collapses_to_one_row_delete_and_partition_deletes
     )
     assert plan.deferred == ()
     assert dict(plan.row_tombstones) == {(B, ""): 1}
-    assert (plan.partition_deletes, plan.row_deletes, plan.directories) == (2, 1, 4)
+    assert (plan.deletes.partition, plan.deletes.row, plan.directories) == (2, 1, 4)
 
 
 def test_collapse_does_not_depend_on_the_order_of_facts() -> None:
@@ -251,7 +252,7 @@ def test_partition_not_all_candidates_is_not_partition_deleted() -> None:
     # x/ is empty, but the sweep only holds 2 of its 3 rows: a partition tombstone would remove a
     # row the audit log cannot put back, so the two candidates get row deletes instead.
     plan = plan_deletions([facts("", 2, ["x"]), facts("x/", 3, ["y", "z"], absent=True)], 10)
-    assert plan.partition_deletes == 0
+    assert plan.deletes.partition == 0
     assert plan.actions == (rowdel("x/", "y"), rowdel("", "x"), rowdel("x/", "z"))
     assert dict(plan.row_tombstones) == {(B, "x/"): 2, (B, ""): 1}
 
@@ -266,7 +267,7 @@ def test_partition_whose_own_dir_is_not_empty_gets_row_deletes() -> None:
 def test_root_partition_is_never_partition_deleted() -> None:
     # Even if the facts claim the root absent and all its rows are candidates.
     plan = plan_deletions([facts("", 2, ["x", "a"], absent=True)], 10)
-    assert plan.partition_deletes == 0
+    assert plan.deletes.partition == 0
     assert plan.actions == (rowdel("", "x"), rowdel("", "a"))
 
 
@@ -361,12 +362,12 @@ def test_budget_exactly_n_and_n_minus_one_with_collapse() -> None:
     exact = plan_deletions(base, 3)
     assert exact.deferred == ()
     assert dict(exact.row_tombstones) == {(B, ""): 3}
-    assert exact.row_deletes == 3 and exact.partition_deletes == 2
+    assert exact.deletes.row == 3 and exact.deletes.partition == 2
 
     short = plan_deletions(base, 2)
     assert short.deferred == (row("", "n"),)
     assert dict(short.row_tombstones) == {(B, ""): 2}
-    assert short.row_deletes == 2 and short.partition_deletes == 2
+    assert short.deletes.row == 2 and short.deletes.partition == 2
 
 
 # -- round robin -----------------------------------------------------------------------------------
@@ -472,7 +473,7 @@ def test_adjacent_candidates_become_one_range_costing_two() -> None:
     assert plan.actions == (rangedel("a/", names(5)),)
     assert plan.deferred == ()
     assert dict(plan.row_tombstones) == {(B, "a/"): RANGE_TOMBSTONES}
-    assert (plan.range_deletes, plan.row_deletes, plan.directories) == (1, 0, 5)
+    assert (plan.deletes.range, plan.deletes.row, plan.directories) == (1, 0, 5)
     (action,) = plan.actions
     assert action.tombstones == 2
     assert action.folder_range() == FolderRange(tok("a/"), B, "a/", "n00", "n04")
@@ -519,8 +520,8 @@ def test_without_ranges_a_run_goes_row_by_row() -> None:
     plan = plan_deletions([fact], 10, ranges=False)
     assert [a.kind for a in plan.actions] == [ActionKind.ROW] * 5
     assert [a.rows for a in plan.actions] == [(r,) for r in fact.candidates]
-    assert plan.row_tombstones == {(B, "a/"): 5} and plan.range_deletes == 0
-    assert plan_deletions([fact], 10).range_deletes == 1
+    assert plan.row_tombstones == {(B, "a/"): 5} and plan.deletes.range == 0
+    assert plan_deletions([fact], 10).deletes.range == 1
 
 
 def test_without_ordinals_no_candidates_count_as_adjacent() -> None:
@@ -657,7 +658,7 @@ def test_ranges_and_rows_round_robin_across_partitions_and_in_key_order_without_
             (B, "r/"): 2,
         }
     )
-    assert (spread.partition_deletes, spread.row_deletes, spread.range_deletes) == (1, 2, 2)
+    assert (spread.deletes.partition, spread.deletes.row, spread.deletes.range) == (1, 2, 2)
 
 
 def test_a_dead_partition_is_one_partition_delete_whatever_its_ordinals() -> None:
@@ -671,13 +672,12 @@ def test_plan_summary_counts_range_deletes() -> None:
     summary = PlanSummary.of(plan_deletions(fs, 10))
     assert summary == PlanSummary(
         directories=4,
-        row_deletes=1,
-        range_deletes=1,
+        deletes=KindTally(row=1, range=1),
+        dirs=KindTally(row=1, range=3),
         max_row_tombstones_in_a_partition=3,
-        range_dirs=3,
     )
-    assert (summary + summary).range_deletes == 2
-    assert summary.row_dirs + summary.range_dirs == summary.directories
+    assert (summary + summary).deletes.range == 2
+    assert summary.dirs.row + summary.dirs.range == summary.directories
 
 
 def test_partition_facts_check_their_ordinals() -> None:

@@ -152,10 +152,10 @@ def test_a_wide_partition_is_rewritten_in_one_run_and_costs_no_tombstone() -> No
     assert dict(plan.row_tombstones) == {}
     # Too many rows to copy: deletes within the budget, the rest deferred.
     capped = plan_deletions([fact], 25, max_rewrite_rows=119)
-    assert capped.rewrites == 0 and capped.row_tombstones[("b", "usr/share/doc/")] == 25
+    assert capped.deletes.rewrite == 0 and capped.row_tombstones[("b", "usr/share/doc/")] == 25
     assert len(capped.deferred) == 35
     # A sweep that may not see every row: no rewrite (as no range).
-    assert plan_deletions([fact], 25, ranges=False, max_rewrite_rows=1000).rewrites == 0
+    assert plan_deletions([fact], 25, ranges=False, max_rewrite_rows=1000).deletes.rewrite == 0
 
 
 def test_runs_count_ranges_as_two_in_the_cost() -> None:
@@ -202,4 +202,4 @@ def test_runs_within_one_grace_period_never_exceed_the_budget_together(
 def test_with_rewrites_one_run_clears_every_partition_it_may_copy(budget: int) -> None:
     facts = [wide(f"w{i}/", 40, list(range(0, 40, 2))) for i in range(3)]
     plan = plan_deletions(facts, budget, max_rewrite_rows=20)
-    assert plan.deferred == () and plan.rewrites == 3
+    assert plan.deferred == () and plan.deletes.rewrite == 3

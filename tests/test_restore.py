@@ -322,7 +322,7 @@ def test_clean_with_a_range_then_restore_round_trips(store: Store) -> None:
     key = PartitionKey(murmur_token(BUCKET, "m/"), BUCKET, "m/")
     cands = tuple(FolderRow(key.token, BUCKET, "m/", n) for n in names[1:5])
     plan = plan_deletions([PartitionFacts(key, 6, cands, ordinals=(1, 2, 3, 4))], 10)
-    assert plan.range_deletes == 1
+    assert plan.deletes.range == 1
     log = io.BytesIO()
     audit = AuditLog(log, "g", 2_000)
     execute_plan(store, plan, 2_000, ThrottleConfig(rate=0.0), audit, sleep=lambda _s: None)

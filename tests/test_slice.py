@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.filter.engines import Filter
-from dircleaner.model import Shard
+from dircleaner.model import KindTally, Shard
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
@@ -105,13 +105,17 @@ def test_the_candidates_go_once_planned_whoever_holds_their_list(
 
 
 def test_merged_delete_stats_add_up_and_shared_rates_average() -> None:
-    a = DeleteStats(row_deletes=2, directories=3, final_rate=10.0, seconds=4.0, rows_removed=3)
-    b = DeleteStats(range_deletes=1, directories=2, final_rate=5.0, seconds=6.0, rows_removed=1)
-    merged = merge_delete_stats([a, None, b])
+    a = DeleteStats(
+        deletes=KindTally(row=2), directories=3, final_rate=10.0, seconds=4.0, rows_removed=3
+    )
+    b = DeleteStats(
+        deletes=KindTally(range=1), directories=2, final_rate=5.0, seconds=6.0, rows_removed=1
+    )
+    merged = merge_delete_stats([a, None, b], 6.0)
     assert merged is not None
-    assert (merged.row_deletes, merged.range_deletes, merged.directories) == (2, 1, 5)
+    assert (merged.deletes.row, merged.deletes.range, merged.directories) == (2, 1, 5)
     # each slice reports the rate all slices made together under the shared --rate
     assert (merged.final_rate, merged.seconds, merged.rows_removed) == (7.5, 6.0, 4)
-    blind = merge_delete_stats([a, DeleteStats(directories=1, failures=["x"])])
+    blind = merge_delete_stats([a, DeleteStats(directories=1, failures=["x"])], 1.0)
     assert blind is not None and blind.rows_removed is None and blind.failures == ["x"]
-    assert merge_delete_stats([None, None]) is None
+    assert merge_delete_stats([None, None], 1.0) is None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from dircleaner.cli.night_metrics import CHURN, FULL, ChurnFigures, night_gauges
 from dircleaner.job.prefix import PrefixCleanReport
+from dircleaner.model import KindTally
 from dircleaner.pipeline.backlog import BACKLOG, BROKEN, UNCLEAR, SampleFigures, judge
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
@@ -162,10 +163,12 @@ def _plan_of(plan: Mapping[str, object]) -> PlanSummary:
 
     return PlanSummary(
         directories=count("directories"),
-        partition_deletes=count("partition_deletes"),
-        row_deletes=count("row_deletes"),
-        range_deletes=count("range_deletes"),
-        rewrites=count("rewrites"),
+        deletes=KindTally(
+            partition=count("partition_deletes"),
+            row=count("row_deletes"),
+            range=count("range_deletes"),
+            rewrite=count("rewrites"),
+        ),
         deferred=count("deferred"),
     )
 
@@ -250,13 +253,13 @@ _GAUGES: tuple[tuple[str, str, Reading], ...] = (
     (
         "partition_tombstones",
         "Partition deletes issued.",
-        _of_deletes(lambda d: d.partition_deletes),
+        _of_deletes(lambda d: d.deletes.partition),
     ),
-    ("row_tombstones", "Row deletes issued.", _of_deletes(lambda d: d.row_deletes)),
+    ("row_tombstones", "Row deletes issued.", _of_deletes(lambda d: d.deletes.row)),
     (
         "range_tombstones",
         "Range deletes issued (each counts as two tombstones against the budget).",
-        _of_deletes(lambda d: d.range_deletes),
+        _of_deletes(lambda d: d.deletes.range),
     ),
     (
         "deferred_by_budget",

@@ -15,6 +15,7 @@ from dircleaner.deadline import Deadline, night_end
 from dircleaner.errors import UsageError
 from dircleaner.filter import ENGINE_NAMES
 from dircleaner.filter.sizing import DEFAULT_FPR
+from dircleaner.job.orders import DEFAULT_MAX_REWRITE_ROWS
 from dircleaner.job.prefix import DEFAULT_MAX_DELETES
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.spillfile import DEFAULT_MEMORY_CANDIDATES
@@ -188,7 +189,7 @@ clean_options = _apply(
         click.option(
             "--max-rewrite-rows",
             type=click.IntRange(min=0),
-            default=100_000,
+            default=DEFAULT_MAX_REWRITE_ROWS,
             show_default=True,
             help=(
                 "Rewrite a live partition whose deletes exceed its budget when it has at most"

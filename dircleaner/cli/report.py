@@ -63,17 +63,17 @@ def plan_summary(plan: PlanSummary) -> Summary:
         "directories": plan.directories,
         # The directories above, by the action that removes them (they add up).
         "directories_by_action": {
-            "partition": plan.partition_dirs,
-            "row": plan.row_dirs,
-            "range": plan.range_dirs,
-            "rewrite": plan.rewrite_dirs,
+            "partition": plan.dirs.partition,
+            "row": plan.dirs.row,
+            "range": plan.dirs.range,
+            "rewrite": plan.dirs.rewrite,
         },
         # The tombstones, by kind (they add up to "tombstones").
         "tombstones": plan.tombstones,
-        "partition_deletes": plan.partition_deletes,
-        "row_deletes": plan.row_deletes,
-        "range_deletes": plan.range_deletes,
-        "rewrites": plan.rewrites,
+        "partition_deletes": plan.deletes.partition,
+        "row_deletes": plan.deletes.row,
+        "range_deletes": plan.deletes.range,
+        "rewrites": plan.deletes.rewrite,
         "rewrite_rows": plan.rewrite_rows,
         "deferred": plan.deferred,
         "max_row_tombstones_in_a_partition": plan.max_row_tombstones_in_a_partition,
@@ -93,10 +93,10 @@ def deleted_summary(deleted: DeleteStats | None, plan: PlanSummary, removal_know
             deleted.kept_written_after_t if deleted else 0 if removal_known else None
         ),
         "deferred_by_budget": plan.deferred,
-        "partition_tombstones": deleted.partition_deletes if deleted else 0,
-        "row_tombstones": deleted.row_deletes if deleted else 0,
-        "range_tombstones": deleted.range_deletes if deleted else 0,
-        "partitions_rewritten": deleted.rewrites if deleted else 0,
+        "partition_tombstones": deleted.deletes.partition if deleted else 0,
+        "row_tombstones": deleted.deletes.row if deleted else 0,
+        "range_tombstones": deleted.deletes.range if deleted else 0,
+        "partitions_rewritten": deleted.deletes.rewrite if deleted else 0,
         "rows_rewritten": deleted.rows_rewritten if deleted else 0,
         "retries": deleted.retries if deleted else 0,
         "final_rate": round(deleted.final_rate, 1) if deleted else 0.0,
@@ -366,8 +366,8 @@ def plan_and_delete_lines(
         lines.append(
             f"clean   delete requests issued for {_n(d.directories)} directories in"
             f" {d.seconds:.1f}s at T = {format_utc_us(delete_timestamp_us)}"
-            f" ({timestamp_origin}): {_n(d.partition_deletes)} partition, {_n(d.row_deletes)}"
-            f" row and {_n(d.range_deletes)} range deletes, {_n(d.rewrites)} rewrites of"
+            f" ({timestamp_origin}): {_n(d.deletes.partition)} partition, {_n(d.deletes.row)}"
+            f" row and {_n(d.deletes.range)} range deletes, {_n(d.deletes.rewrite)} rewrites of"
             f" {_n(d.rows_rewritten)} rows; {_n(d.retries)} retries"
         )
         kept = d.kept_written_after_t
@@ -391,15 +391,15 @@ def plan_lines(plan: PlanSummary) -> list[str]:
     action that removes them, and the tombstones by kind."""
     return [
         f"plan    {_n(plan.directories)} directories to delete ="
-        f" {_n(plan.partition_dirs)} in {_n(plan.partition_deletes)} dead partitions"
-        f" + {_n(plan.row_dirs)} by row deletes"
-        f" + {_n(plan.range_dirs)} in {_n(plan.range_deletes)} ranges"
-        f" + {_n(plan.rewrite_dirs)} in {_n(plan.rewrites)} rewritten partitions"
+        f" {_n(plan.dirs.partition)} in {_n(plan.deletes.partition)} dead partitions"
+        f" + {_n(plan.dirs.row)} by row deletes"
+        f" + {_n(plan.dirs.range)} in {_n(plan.deletes.range)} ranges"
+        f" + {_n(plan.dirs.rewrite)} in {_n(plan.deletes.rewrite)} rewritten partitions"
         f" ({_n(plan.rewrite_rows)} rows copied);"
         f" {_n(plan.deferred)} more deferred by the budget N",
-        f"        {_n(plan.tombstones)} tombstones = {_n(plan.partition_deletes)} partition"
-        f" + {_n(plan.row_deletes)} row + {_n(plan.range_deletes)} range (each counts 2"
-        f" against N) + {_n(plan.rewrites)} of rewritten partitions",
+        f"        {_n(plan.tombstones)} tombstones = {_n(plan.deletes.partition)} partition"
+        f" + {_n(plan.deletes.row)} row + {_n(plan.deletes.range)} range (each counts 2"
+        f" against N) + {_n(plan.deletes.rewrite)} of rewritten partitions",
     ]
 
 

@@ -35,8 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from dircleaner.errors import TooManyCandidates
 from dircleaner.filter.generation import fresh_generation_id
@@ -47,8 +46,8 @@ from dircleaner.job.journalstate import (
     mark_done,
     slots_to_read,
 )
-from dircleaner.job.orders import delete_orders
-from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.job.orders import CleanSettings, delete_orders
+from dircleaner.lease import deleting_under_lease
 from dircleaner.model import BucketDir
 from dircleaner.paths import dir_of_row
 from dircleaner.pipeline.budget import TombstoneBudget
@@ -58,7 +57,7 @@ from dircleaner.pipeline.changed import (
     check_changed,
     read_tombstone_limit,
 )
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import delete_slice, merge_delete_stats, plan_slice
@@ -72,32 +71,20 @@ DEFAULT_SETTLE_S = 900.0
 MAX_BATCH_DIRS = 500_000
 
 
-@dataclass(frozen=True)
-class ChangedCleanConfig:
+@dataclass(frozen=True, kw_only=True)
+class ChangedCleanConfig(CleanSettings):
     """Which journal slots to take, and how to delete what they lead to."""
 
     bucket: str | None = None
     settle_s: float = DEFAULT_SETTLE_S
-    min_age_s: float = 600.0
-    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
-    max_tombstones_per_partition: int | None = None
-    #: the folders table's grace period, if not the store's own (--grace-period)
-    grace_period_s: float | None = None
     #: --max-delete-fraction and --force (the filter's guards have no filter to check here)
     guards: GuardConfig = field(default_factory=GuardConfig)
-    dry_run: bool = False
-    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
-    audit_log: Path | None = None
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
     max_batch_dirs: int = MAX_BATCH_DIRS
     #: when the night began (µs; tests fix it), else when it is called
     started_us: int | None = None
-
-    @property
-    def max_rewrite_rows(self) -> int:
-        """Never a rewrite: the night does not read a live partition whole, so it cannot
-        bound what a rewrite would copy."""
-        return 0
+    #: never a rewrite: the night does not read a live partition whole, so it cannot bound
+    #: what a rewrite would copy
+    max_rewrite_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -177,10 +164,8 @@ def run_changed_clean(
     takes none and writes nothing. ``TooManyCandidates`` when a batch would take the night
     past ``--max-delete-fraction`` (the batches before it are deleted and their slots done).
     """
-    if config.dry_run:
-        return _night(store, config, progress, None)
-    with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-        return _night(store, config, progress, lease.owner)
+    with deleting_under_lease(store, dry_run=config.dry_run, ttl_s=config.lease_ttl_s) as owner:
+        return _night(store, config, progress, owner)
 
 
 def _night(
@@ -189,7 +174,7 @@ def _night(
     started_us = config.started_us if config.started_us is not None else now_us()
     generation = "changed-" + fresh_generation_id(started_us)
     # T: the night's start minus --min-age (the module's docstring says why).
-    planned = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=started_us,
@@ -198,7 +183,6 @@ def _night(
         lease_owner=lease_owner,
         run_started_us=started_us,
     )
-    budget, orders = planned.budget, planned.delete
     limit = read_tombstone_limit(store)
     slots = slots_to_read(done_slots(store, config.bucket), started_us, config.settle_s)
     guard = _NightGuard(store, config)
@@ -235,7 +219,7 @@ def _night(
         slots_done=done,
         totals=totals,
         plan=sum(plans, PlanSummary()),
-        deleted=_merged(deletes, phases["delete"]),
+        deleted=merge_delete_stats(deletes, phases["delete"]),  # one batch after another
         budget=budget,
         dry_run=config.dry_run,
         directory_count=guard.count,
@@ -352,9 +336,3 @@ def _add(totals: ChangedTotals, batch: JournalBatch, check: ChangedCheck, over_b
     totals.reads = totals.reads + check.reads
     if totals.oldest_slot_with_rows is None:
         totals.oldest_slot_with_rows = batch.oldest_with_rows
-
-
-def _merged(parts: list[DeleteStats | None], seconds: float) -> DeleteStats | None:
-    """The batches' deletes as one: they ran one after the other."""
-    merged = merge_delete_stats(parts)
-    return None if merged is None else replace(merged, seconds=seconds)

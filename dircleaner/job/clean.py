@@ -8,8 +8,9 @@
    workers' ``sharers``) and resolve the delete orders (the tombstone budget, the ledger purge,
    T: ``job.orders``);
 3. hand the workers one ``TwoPhaseWork``: per slice, **sweep and re-check** (``SliceWork.sweep``);
-   here, once, the **decision** on every slice's tally (``decide_sweep``: the guards, the pooled
-   non-empty finds; ``CleanDecision`` checkpoints it); per slice again, **plan and delete**
+   here, once, the **decision** on every slice's tally (``decide``: the deadline read, then
+   ``decide_clean``, pure: the guards, the pooled non-empty finds, what the slices do; then
+   ``Checkpoints`` records it); per slice again, **plan and delete**
    (``SliceWork.clean``: ``pipeline.slice.plan_slice``, the pure planner on what the ledger
    leaves, then ``delete_slice``, the deleter);
 4. sum the slices up (``sum_slices``: ``add_totals``, ``deletes_of``),
@@ -24,13 +25,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from functools import partial
 
 from dircleaner.deadline import Deadline
+from dircleaner.filter.format import FilterHeader
 from dircleaner.filter.sizing import record_clean
 from dircleaner.gcpause import cyclic_gc_paused
-from dircleaner.job.decision import CleanDecision, Go, add_totals
-from dircleaner.job.orders import Orders, delete_orders
+from dircleaner.job.decision import Checkpoints, Decision, Go, add_totals, decide_clean
+from dircleaner.job.orders import CleanSettings, delete_orders
 from dircleaner.job.resume import CleanProgress
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.job.sliceorder import (
@@ -40,18 +42,18 @@ from dircleaner.job.sliceorder import (
     slice_seconds_key,
 )
 from dircleaner.job.sweep import LoadedFilter, SweepConfig, expected_sweep, load_filter
-from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.lease import deleting_under_lease
 from dircleaner.model import BucketDir, Shard
 from dircleaner.pipeline.backlog import SAMPLE_SIZE, SampleFigures, explain, sample_sizes
 from dircleaner.pipeline.budget import TombstoneBudget
 from dircleaner.pipeline.build import scope_of, swept_count_key
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import check_filter, check_scan_consistency
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.slice import (
     DeleteOrders,
-    ShardCleaned,
-    ShardSwept,
+    SliceCleaned,
+    SliceSwept,
     let_go,
     merge_delete_stats,
     plan_and_delete,
@@ -67,31 +69,16 @@ from dircleaner.store.base import Store
 from dircleaner.timeutil import now_us
 from dircleaner.workers.base import CLEAN, LocalWorkers, TwoPhaseWork, Workers
 
-#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
-DEFAULT_MAX_REWRITE_ROWS = 100_000
-
 #: what a slice's first phase keeps for its second: its candidates and its own non-empty finds
-Kept = tuple[Candidates, frozenset[BucketDir]]
+HeldBetweenPhases = tuple[Candidates, frozenset[BucketDir]]
 
 
-@dataclass(frozen=True)
-class CleanConfig:
+@dataclass(frozen=True, kw_only=True)
+class CleanConfig(CleanSettings):
     """How to turn candidates into deletes."""
 
     sweep: SweepConfig = field(default_factory=SweepConfig)
-    min_age_s: float = 600.0
-    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
-    max_tombstones_per_partition: int | None = None
     verify: bool = True
-    dry_run: bool = False
-    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
-    audit_log: Path | None = None
-    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    #: rewrite a live partition over its budget when it has at most this many rows to copy
-    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
-    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds)
-    grace_period_s: float | None = None
     #: when the run began (wall clock, µs; the audit log records it); None: when the clean began
     started_us: int | None = None
     #: where the slices spill their candidates beyond a process's memory budget
@@ -197,15 +184,13 @@ def run_clean(
     """
     check_scan_consistency(store, config.verify)
     pool = workers or LocalWorkers(config.sweep.workers)
-    with cyclic_gc_paused():
-        if config.dry_run or lease_owner is not None:
-            return clean(
-                store, config, pool, lease_owner, progress, checkpoint, loaded, expected_rows
-            )
-        with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-            return clean(
-                store, config, pool, lease.owner, progress, checkpoint, loaded, expected_rows
-            )
+    with (
+        cyclic_gc_paused(),
+        deleting_under_lease(
+            store, dry_run=config.dry_run, ttl_s=config.lease_ttl_s, held=lease_owner
+        ) as owner,
+    ):
+        return clean(store, config, pool, owner, progress, checkpoint, loaded, expected_rows)
 
 
 def clean(
@@ -229,7 +214,7 @@ def clean(
     running = min(len(schedule.todo), pool.parallelism)
     # The orders: the tombstone budget, the rate the slices deleting at the time share, and T
     # (after the filter's build started, an entry (re)written survives whatever happens here).
-    orders = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=loaded.header.snapshot_us,
@@ -240,15 +225,7 @@ def clean(
         deadline=config.deadline,
     )
     # Per slice, sweep and re-check; here, once, decide; per slice again, plan and delete.
-    decision = CleanDecision(
-        loaded.header,
-        config.sweep.guards,
-        schedule.previous,
-        schedule.todo,
-        checkpoint,
-        dry_run=config.dry_run,
-        deadline=config.deadline,
-    )
+    records = Checkpoints(checkpoint, schedule.todo, dry_run=config.dry_run)
     # The progress's total (a count where the last run left none) is read before the clock
     # starts: it is no part of the sweep.
     first_expected = None
@@ -256,8 +233,8 @@ def clean(
         first_expected = (
             expected_rows if expected_rows is not None else expected_sweep(store, config.sweep)
         )
-    clock = PhaseClock(decision.decide)
-    work = clean_work(store, config, loaded, orders, pool, clock, decision, len(schedule.todo))
+    clock = PhaseClock(partial(decide, config, loaded.header, schedule.previous, records))
+    work = clean_work(store, config, loaded, orders, pool, clock, records, len(schedule.todo))
     tallies, cleaned = pool.run_two_phases(
         store,
         [slices[i] for i in schedule.todo],
@@ -266,6 +243,8 @@ def clean(
     )
     # The slices summed up; what the next run reads; the report.
     outcome = sum_slices(tallies, cleaned, clock.phases(tallies, cleaned, config.verify), running)
+    decision = records.decision
+    assert decision is not None  # the workers decide once, even with no slice to do
     verdict = decision.verdict
     if decision.refusal is not None:
         # Over --max-delete-fraction: refused (a dry run says a real run would be), with what
@@ -277,11 +256,33 @@ def clean(
         verdict = str(refusal)
     if not config.dry_run:  # a dry run writes nothing
         record_for_next_run(store, config.sweep, schedule, loaded.generation, outcome)
-    report = summary(loaded, orders, schedule, verdict, outcome, config.dry_run)
+    report = summary(loaded, budget, orders, schedule, verdict, outcome, config.dry_run)
     return replace(report, sample=decision.sample, night_end=night_end(config, decision, cleaned))
 
 
 # -- the steps ---------------------------------------------------------------------------------
+
+
+def decide(
+    config: CleanConfig,
+    header: FilterHeader,
+    previous: CleanProgress,
+    records: Checkpoints,
+    tallies: list[SliceSwept],
+) -> Go:
+    """Between the phases, once: read the clock against the night's deadline, decide on
+    every slice's tally (``decide_clean``, pure), record the decision, give the slices its word."""
+    past_deadline = config.deadline is not None and config.deadline.reached()
+    decision = decide_clean(
+        tallies,
+        header,
+        config.sweep.guards,
+        previous,
+        dry_run=config.dry_run,
+        past_deadline=past_deadline,
+    )
+    records.decided(decision)
+    return decision.go
 
 
 @dataclass(frozen=True)
@@ -312,12 +313,12 @@ def clean_work(
     store: Store,
     config: CleanConfig,
     loaded: LoadedFilter,
-    orders: Orders,
+    orders: DeleteOrders,
     pool: Workers,
     clock: PhaseClock,
-    decision: CleanDecision,
+    records: Checkpoints,
     slices: int,
-) -> TwoPhaseWork[ShardSwept, Kept, Go, ShardCleaned]:
+) -> TwoPhaseWork[SliceSwept, HeldBetweenPhases, Go, SliceCleaned]:
     """The work handed to the workers: each slice's two phases around the timed decision
     (``slices``: how many slices run, to share the candidates' sample between them)."""
     sweep = config.sweep
@@ -325,7 +326,7 @@ def clean_work(
         SharedFilter(loaded.generation, sweep.bucket, loaded.filt),
         sweep.bucket,
         config.verify,
-        orders.delete,
+        orders,
         # The scan cap is a total too, shared like the delete rate.
         sweep.scan.over(store.traits.scan_defaults).shared(pool.sharers()),
         config.spill,
@@ -336,7 +337,7 @@ def clean_work(
         clock.decide,
         slice_work.clean,
         ("sweep", "clean"),
-        decision.slice_done,
+        records.slice_done,
     )
 
 
@@ -372,7 +373,8 @@ def record_for_next_run(
 
 def summary(
     loaded: LoadedFilter,
-    orders: Orders,
+    budget: TombstoneBudget,
+    orders: DeleteOrders,
     schedule: SliceSchedule,
     verdict: str | None,
     outcome: SlicesOutcome,
@@ -382,7 +384,7 @@ def summary(
     tallies, cleaned = outcome.tallies, outcome.cleaned
     return CleanReport(
         sweep=CleanSweep(loaded, outcome.totals, outcome.scan),
-        delete_timestamp_us=orders.delete.delete_timestamp_us,
+        delete_timestamp_us=orders.delete_timestamp_us,
         verified=sum(t.checked for t in tallies),
         dropped_nonempty=sum(len(t.nonempty) for t in tallies),
         plan=sum((c.plan for c in cleaned), PlanSummary()),
@@ -390,7 +392,7 @@ def summary(
         deleted=outcome.deleted,
         phase_seconds=outcome.phases,
         slices_already_clean=tuple(sorted(schedule.previous.done)),
-        budget=orders.budget,
+        budget=budget,
         would_be_refused=verdict,
         verified_parents=sum(t.checked_parents for t in tallies),
         spilled=sum(t.spilled for t in tallies),
@@ -414,7 +416,7 @@ def slices_to_do(
 
 
 def night_end(
-    config: CleanConfig, decision: CleanDecision, cleaned: Sequence[ShardCleaned]
+    config: CleanConfig, decision: Decision, cleaned: Sequence[SliceCleaned]
 ) -> NightEnd | None:
     """Where the night's deadline left the clean (None: it had none, or deleted nothing
     anyway: a dry run)."""
@@ -429,19 +431,18 @@ def night_end(
     )
 
 
-def deletes_of(cleaned: Sequence[ShardCleaned], delete_s: float) -> DeleteStats | None:
+def deletes_of(cleaned: Sequence[SliceCleaned], delete_s: float) -> DeleteStats | None:
     """Every slice's deletes as one (None when none deleted), with the phase's time; their
     final rate is the mean of the totals each slice's made with the slices sharing --rate."""
-    merged = merge_delete_stats([c.deleted for c in cleaned])
-    return None if merged is None else replace(merged, seconds=delete_s)
+    return merge_delete_stats([c.deleted for c in cleaned], delete_s)
 
 
 @dataclass(frozen=True)
 class SlicesOutcome:
     """Every slice's two phases, summed up."""
 
-    tallies: list[ShardSwept]
-    cleaned: list[ShardCleaned]
+    tallies: list[SliceSwept]
+    cleaned: list[SliceCleaned]
     #: seconds per phase, timed here (``PhaseClock``)
     phases: dict[str, float]
     #: the sweep's totals; its time the phase's
@@ -453,7 +454,7 @@ class SlicesOutcome:
 
 
 def sum_slices(
-    tallies: list[ShardSwept], cleaned: list[ShardCleaned], phases: dict[str, float], running: int
+    tallies: list[SliceSwept], cleaned: list[SliceCleaned], phases: dict[str, float], running: int
 ) -> SlicesOutcome:
     """The slices' tallies and deletes as one, with the phases' times (``running``: the slices
     that ran at once)."""
@@ -484,7 +485,9 @@ class SliceWork:
     #: candidates each slice samples at random and re-checks (``pipeline.backlog``)
     sample: int = 0
 
-    def sweep(self, store: Store, shard: Shard, report: Progress) -> tuple[ShardSwept, Kept]:
+    def sweep(
+        self, store: Store, shard: Shard, report: Progress
+    ) -> tuple[SliceSwept, HeldBetweenPhases]:
         """Phase 1: sweep and re-check the slice; the tally goes back, the candidates stay."""
         swept, held = sweep_and_recheck(
             store,
@@ -504,10 +507,10 @@ class SliceWork:
         self,
         store: Store,
         shard: Shard,
-        kept: Kept,
+        kept: HeldBetweenPhases,
         go: Go,
         report: Progress,
-    ) -> ShardCleaned:
+    ) -> SliceCleaned:
         """Phase 2: plan the slice's deletes (the pure planner, within the budgets the ledger
         leaves), keeping every non-empty find, and delete (as ``go`` says: a refused night
         only plans, a night past its deadline lets its candidates go)."""
@@ -528,12 +531,12 @@ class PhaseClock:
     proportion of the slices' own times for them.
     """
 
-    def __init__(self, decide: Callable[[list[ShardSwept]], Go]) -> None:
+    def __init__(self, decide: Callable[[list[SliceSwept]], Go]) -> None:
         self._decide = decide
         self._started = time.monotonic()
         self._decided = (self._started, self._started)
 
-    def decide(self, tallies: list[ShardSwept]) -> Go:
+    def decide(self, tallies: list[SliceSwept]) -> Go:
         """The decision, timed: every first phase ends before it, every second starts after."""
         reached = time.monotonic()
         try:
@@ -542,7 +545,7 @@ class PhaseClock:
             self._decided = (reached, time.monotonic())
 
     def phases(
-        self, tallies: Sequence[ShardSwept], cleaned: Sequence[ShardCleaned], verify: bool
+        self, tallies: Sequence[SliceSwept], cleaned: Sequence[SliceCleaned], verify: bool
     ) -> dict[str, float]:
         """Seconds per phase: ``sweep``, ``verify`` (if re-checked), ``plan`` and ``delete`` (if
         deleted)."""

@@ -1,31 +1,31 @@
 """The parent's part of a clean between its two phases: the decision on every slice's sweep.
 
-``decide_sweep`` (pure) applies the guards to the slices' totals and pools their non-empty
-finds; ``CleanDecision`` takes it once every first phase is in, records the clean's progress
-(before any delete, then as each slice finishes its deletes) and tells the second phases what
-to do (``Go``):
+``decide_clean`` (pure) is the whole decision: it applies the guards to the slices' totals,
+pools their non-empty finds and tells the second phases what to do (``Decision.go``):
 
 - delete, the normal night;
 - plan only, as a dry run would: a real run over ``--max-delete-fraction`` is refused, but only
   once its slices have planned, so that the refusal says what clearing the backlog would take
   (``pipeline.backlog.explain``), with the sample of its candidates the slices re-checked;
-- nothing at all: the night's deadline passed before the deletes (``deadline``), and the
-  slices let their candidates go unplanned.
+- nothing at all: the night's deadline passed before the deletes, and the slices let their
+  candidates go unplanned.
+
+``Checkpoints`` records the clean's progress: the decision before any delete, then each slice
+as it finishes its deletes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from dircleaner.deadline import Deadline
 from dircleaner.errors import GuardRefused, TooManyCandidates
 from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
 from dircleaner.model import BucketDir
 from dircleaner.pipeline.backlog import SampleFigures, add_samples
 from dircleaner.pipeline.guards import GuardConfig, check_sweep
-from dircleaner.pipeline.slice import ShardCleaned, ShardSwept
+from dircleaner.pipeline.slice import SliceCleaned, SliceSwept
 from dircleaner.pipeline.sweep import SweepTotals
 
 if TYPE_CHECKING:
@@ -47,17 +47,37 @@ class Go:
 
 @dataclass(frozen=True)
 class Decision:
-    """What the parent decided on every slice's sweep."""
+    """What the parent decided on every slice's sweep (``decide_clean``), each thing once."""
 
-    #: the directories every slice keeps (with their ancestors): every non-empty find
-    nonempty: frozenset[BucketDir]
-    #: the clean's progress once decided (what a resumed run starts from)
+    #: the clean's progress once decided (what a resumed run starts from), with every non-empty
+    #: find pooled: the directories every slice keeps (with their ancestors)
     progress: CleanProgress
     #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
-    verdict: str | None
+    verdict: str | None = None
     #: the fraction guard's refusal (a real run's is raised once the slices have planned; a
     #: dry run's verdict is explained with the plan too)
     refusal: TooManyCandidates | None = None
+    #: every slice's sample of its candidates, re-checked
+    sample: SampleFigures = field(default_factory=SampleFigures)
+    #: the slices delete (else only plan, as a dry run does)
+    deletes: bool = True
+    #: the slices plan (else they let their candidates go: the deadline passed first)
+    plans: bool = True
+
+    @property
+    def go(self) -> Go:
+        """The word to every slice's second phase."""
+        return Go(self.progress.nonempty, deletes=self.deletes, plans=self.plans)
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the decision is checkpointed: all but a refused night's."""
+        return self.refusal is None or self.deletes
+
+    @property
+    def stopped_before_deletes(self) -> bool:
+        """The deadline had passed when the sweep ended: nothing was planned or deleted."""
+        return not self.plans
 
 
 def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:
@@ -70,17 +90,20 @@ def add_totals(parts: Sequence[SweepTotals]) -> SweepTotals:
     )
 
 
-def decide_sweep(
-    tallies: Sequence[ShardSwept],
+def decide_clean(
+    tallies: Sequence[SliceSwept],
     header: FilterHeader,
     guards: GuardConfig,
     previous: CleanProgress,
     *,
     dry_run: bool,
+    past_deadline: bool = False,
 ) -> Decision:
-    """Refuse the whole clean if the sweep fails a guard (GuardRefused at once; the fraction
-    guard's in ``refusal``, for the caller to raise once the slices planned; a dry run records
-    why and plans on); else pool every slice's non-empty finds with the interrupted attempt's."""
+    """The whole decision between the phases, on every slice's tally: refuse the whole clean
+    if the sweep fails a guard (GuardRefused at once; the fraction guard's in ``refusal``, the
+    slices only planning, for the caller to raise once they have; a dry run records why and
+    plans on); else pool every slice's non-empty finds with the interrupted attempt's, and
+    delete, unless the night's deadline has passed (then nothing is planned)."""
     totals = add_totals([t.totals for t in tallies])
     verdict = None
     refusal = None
@@ -102,75 +125,58 @@ def decide_sweep(
     # drops every slice's finds (and their ancestors) from its candidates, and so do the slices
     # an interrupted attempt left for this one.
     nonempty = previous.nonempty.union(*(t.nonempty for t in tallies))
-    return Decision(nonempty, replace(previous, nonempty=nonempty), verdict, refusal)
+    decided = Decision(
+        replace(previous, nonempty=nonempty),
+        verdict,
+        refusal,
+        add_samples([t.sample for t in tallies]),
+    )
+    if refusal is not None and not dry_run:
+        # Refused: nothing recorded, and the slices only plan, for the refusal to say what
+        # clearing the backlog on purpose would take.
+        return replace(decided, deletes=False)
+    if past_deadline and not dry_run:
+        return replace(decided, deletes=False, plans=False)
+    return decided
 
 
-def worth_checkpointing(progress: CleanProgress, dry_run: bool) -> bool:
-    """Whether to record ``progress``: never for a dry run; not when there are too many
-    non-empty finds to store (a resumed run then cleans every slice again)."""
-    return not dry_run and len(progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
+def worth_checkpointing(progress: CleanProgress) -> bool:
+    """Whether to record ``progress``: not when there are too many non-empty finds to store (a
+    resumed run then cleans every slice again)."""
+    return len(progress.nonempty) <= MAX_CHECKPOINTED_NONEMPTY
 
 
-class CleanDecision:
-    """The parent's part between the phases: ``decide_sweep``, the night's deadline, and the
-    checkpoint the decision and each finished slice write (before any delete, then as slices
-    finish; a slice the deadline stopped is not finished)."""
+class Checkpoints:
+    """What the parent records of the clean: the decision before any delete (unless refused),
+    then each slice as it finishes its deletes (a slice the deadline stopped did not finish);
+    a dry run records nothing."""
 
     def __init__(
-        self,
-        header: FilterHeader,
-        guards: GuardConfig,
-        previous: CleanProgress,
-        todo: list[int],
-        checkpoint: CleanCheckpoint | None,
-        *,
-        dry_run: bool,
-        deadline: Deadline | None = None,
+        self, checkpoint: CleanCheckpoint | None, todo: list[int], *, dry_run: bool
     ) -> None:
-        self._header = header
-        self._guards = guards
-        self._dry_run = dry_run
-        self._deadline = deadline
-        self._previous = previous
+        self._checkpoint = None if dry_run else checkpoint
         self._todo = todo
-        self._checkpoint = checkpoint
+        #: the decision, once taken
+        self.decision: Decision | None = None
         #: the clean's progress as it goes (what a resumed run starts from)
-        self.progress = previous
-        #: a dry run's verdict: why a real run would be refused (None: it would go ahead)
-        self.verdict: str | None = None
-        #: the fraction guard's refusal, to raise (or, in a dry run, explain) with the plan
-        self.refusal: TooManyCandidates | None = None
-        #: every slice's sample of its candidates, re-checked
-        self.sample = SampleFigures()
-        #: the deadline had passed when the sweep ended: nothing was planned or deleted
-        self.stopped_before_deletes = False
+        self._progress: CleanProgress | None = None
 
-    def decide(self, tallies: list[ShardSwept]) -> Go:
-        """The decision on every slice's tally, recorded before any delete."""
-        decided = decide_sweep(
-            tallies, self._header, self._guards, self._previous, dry_run=self._dry_run
-        )
-        self.verdict, self.progress = decided.verdict, decided.progress
-        self.refusal = decided.refusal
-        self.sample = add_samples([t.sample for t in tallies])
-        if self.refusal is not None and not self._dry_run:
-            # Refused: nothing recorded, and the slices only plan, for the refusal to say
-            # what clearing the backlog on purpose would take.
-            return Go(decided.nonempty, deletes=False)
-        self._save()
-        if self._deadline is not None and not self._dry_run and self._deadline.reached():
-            self.stopped_before_deletes = True
-            return Go(decided.nonempty, deletes=False, plans=False)
-        return Go(decided.nonempty)
+    def decided(self, decision: Decision) -> None:
+        self.decision = decision
+        self._progress = decision.progress
+        if decision.recorded:
+            self._save()
 
-    def slice_done(self, position: int, cleaned: ShardCleaned) -> None:
+    def slice_done(self, position: int, cleaned: SliceCleaned) -> None:
         """Record that the ``position``-th slice still to do finished its deletes (one the
         deadline stopped did not: the next run does it again)."""
-        if cleaned.stopped:
+        if cleaned.stopped or self._progress is None:
             return
-        self.progress = replace(self.progress, done=self.progress.done | {self._todo[position]})
+        done = self._progress.done | {self._todo[position]}
+        self._progress = replace(self._progress, done=done)
         self._save()
 
     def _save(self) -> None:
-        if self._checkpoint and worth_checkpointing(self.progress, self._dry_run):
-            self._checkpoint.save(self.progress)
+        progress = self._progress
+        if self._checkpoint and progress is not None and worth_checkpointing(progress):
+            self._checkpoint.save(progress)

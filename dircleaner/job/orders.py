@@ -8,41 +8,39 @@ timestamp T from the snapshot the deletes are safe against.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from dircleaner.audit import audit_scope
 from dircleaner.deadline import Deadline
+from dircleaner.lease import DEFAULT_LEASE_TTL_S
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.slice import DeleteOrders
 from dircleaner.store.base import Store
 
-
-class CleanSettings(Protocol):
-    """What a clean's config says about its deletes (``CleanConfig``, ``PrefixCleanConfig``)."""
-
-    @property
-    def max_tombstones_per_partition(self) -> int | None: ...
-    @property
-    def grace_period_s(self) -> float | None: ...
-    @property
-    def max_rewrite_rows(self) -> int: ...
-    @property
-    def min_age_s(self) -> float: ...
-    @property
-    def audit_log(self) -> Path | None: ...
-    @property
-    def dry_run(self) -> bool: ...
+#: --max-rewrite-rows: a partition of up to this many live rows is copied in well under a minute
+DEFAULT_MAX_REWRITE_ROWS = 100_000
 
 
-@dataclass(frozen=True)
-class Orders:
-    """The budget a clean spends and the orders its deleter follows."""
+@dataclass(frozen=True, kw_only=True)
+class CleanSettings:
+    """What every clean says about its deletes, each field and its default once: the base of
+    ``CleanConfig``, ``PrefixCleanConfig`` and ``ChangedCleanConfig``."""
 
-    budget: TombstoneBudget
-    delete: DeleteOrders
+    min_age_s: float = 600.0
+    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
+    max_tombstones_per_partition: int | None = None
+    #: how long a tombstone counts against its partition; None: the store's (gc_grace_seconds,
+    #: or --grace-period)
+    grace_period_s: float | None = None
+    #: rewrite a live partition over its budget when it has at most this many rows to copy
+    max_rewrite_rows: int = DEFAULT_MAX_REWRITE_ROWS
+    dry_run: bool = False
+    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
+    audit_log: Path | None = None
+    #: how long the run lease lives without a heartbeat (a killed run's lease expires after it)
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
 
 
 def delete_orders(
@@ -55,8 +53,9 @@ def delete_orders(
     lease_owner: str | None,
     run_started_us: int,
     deadline: Deadline | None = None,
-) -> Orders:
-    """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders.
+) -> tuple[TombstoneBudget, DeleteOrders]:
+    """Resolve the budget, purge the expired ledger (unless a dry run) and build the orders:
+    the budget the clean spends, and the orders its deleter follows.
 
     Deletes at T: a tombstone shadows only writes at or before T, so an entry (re)written after
     ``snapshot_us`` (minus the ``min_age_s`` clock-skew margin) survives whatever the clean does.
@@ -78,4 +77,4 @@ def delete_orders(
         run_started_us=run_started_us,
         deadline=deadline,
     )
-    return Orders(budget, orders)
+    return budget, orders

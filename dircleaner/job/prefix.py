@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dircleaner.filter.generation import fresh_generation_id
-from dircleaner.job.orders import delete_orders
-from dircleaner.lease import DEFAULT_LEASE_TTL_S, Lease
+from dircleaner.job.orders import CleanSettings, delete_orders
+from dircleaner.lease import deleting_under_lease
 from dircleaner.paths import DEFAULT_BUCKET
 from dircleaner.pipeline.budget import TombstoneBudget
-from dircleaner.pipeline.delete import DeleteStats, ThrottleConfig
+from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.plan import PlanSummary
 from dircleaner.pipeline.prefix import MAX_DEPTH, PrefixWalk, walk_prefix
 from dircleaner.pipeline.slice import plan_and_delete
@@ -42,26 +41,15 @@ from dircleaner.store.base import Store
 DEFAULT_MAX_DELETES = 1_000_000
 
 
-@dataclass(frozen=True)
-class PrefixCleanConfig:
+@dataclass(frozen=True, kw_only=True)
+class PrefixCleanConfig(CleanSettings):
     """What to clean under which prefix, and how."""
 
     #: a normalised directory (``pipeline.prefix.normalise_prefix``)
     prefix: str
     bucket: str = DEFAULT_BUCKET
-    min_age_s: float = 600.0
-    #: None: half the cluster's tombstone_warn_threshold (see budget.resolve_budget)
-    max_tombstones_per_partition: int | None = None
-    #: rewrite a live partition over its budget when it has at most this many rows to copy
-    max_rewrite_rows: int = 100_000
-    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    #: the folders table's grace period, if not the store's own (--grace-period)
-    grace_period_s: float | None = None
     max_deletes: int = DEFAULT_MAX_DELETES
     max_depth: int = MAX_DEPTH
-    dry_run: bool = False
-    throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
-    audit_log: Path | None = None
     #: how fast the walk may read
     scan: ScanRate = field(default_factory=ScanRate)
 
@@ -91,10 +79,8 @@ def run_prefix_clean(
     ``max_depth`` levels. A real clean holds the store's lease (``LeaseHeld`` when another run
     does); a dry run needs none.
     """
-    if config.dry_run:
-        return _walk_and_clean(store, config, progress, None)
-    with Lease.acquire(store, ttl_s=config.lease_ttl_s) as lease:
-        return _walk_and_clean(store, config, progress, lease.owner)
+    with deleting_under_lease(store, dry_run=config.dry_run, ttl_s=config.lease_ttl_s) as owner:
+        return _walk_and_clean(store, config, progress, owner)
 
 
 def _walk_and_clean(
@@ -114,7 +100,7 @@ def _walk_and_clean(
     )
     generation = "prefix-" + fresh_generation_id(walk.started_us)
     # T: after the walk began, an entry (re)written survives whatever happens here.
-    planned = delete_orders(
+    budget, orders = delete_orders(
         store,
         config,
         snapshot_us=walk.started_us,
@@ -123,7 +109,6 @@ def _walk_and_clean(
         lease_owner=lease_owner,
         run_started_us=walk.started_us,
     )
-    budget, orders = planned.budget, planned.delete
     # The walk probed every directory it calls empty: nothing is left to re-check.
     started = time.monotonic()
     cleaned = plan_and_delete(store, walk.facts, frozenset(), orders, progress)

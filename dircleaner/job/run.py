@@ -43,7 +43,7 @@ from dircleaner.job.resume import (
 from dircleaner.job.sweep import (
     LoadedFilter,
 )
-from dircleaner.lease import Lease
+from dircleaner.lease import deleting_under_lease
 from dircleaner.pipeline.build import (
     BuildConfig,
     BuildResult,
@@ -108,10 +108,10 @@ def run_job(
                 "a dry run keeps its filter in memory, where a cluster's workers cannot load"
                 " it: run it without --scheduler"
             )
-        return _run_job(store, replace(build, persist=False), clean, progress, None, workers)
+        build = replace(build, persist=False)
     # One run at a time, from before the build: a second run refuses before it scans anything.
-    with Lease.acquire(store, ttl_s=clean.lease_ttl_s) as lease:
-        return _run_job(store, build, clean, progress, lease.owner, workers)
+    with deleting_under_lease(store, dry_run=clean.dry_run, ttl_s=clean.lease_ttl_s) as owner:
+        return _run_job(store, build, clean, progress, owner, workers)
 
 
 def _run_job(

@@ -192,9 +192,9 @@ def explain(
     taking = f"about {format_duration(eta)} at --rate {rate:g}" if eta else "unthrottled"
     planned = (
         f"The plan: {plan.directories:,} directories in {plan.tombstones:,} deletes"
-        f" ({plan.partition_deletes:,} partition, {plan.row_deletes:,} row,"
-        f" {plan.range_deletes:,} range, {plan.rewrites:,}"
-        f" rewrite{'' if plan.rewrites == 1 else 's'}), {taking}"
+        f" ({plan.deletes.partition:,} partition, {plan.deletes.row:,} row,"
+        f" {plan.deletes.range:,} range, {plan.deletes.rewrite:,}"
+        f" rewrite{'' if plan.deletes.rewrite == 1 else 's'}), {taking}"
     )
     suggested = None if verdict == BROKEN else suggested_fraction(fraction)
     if verdict == BROKEN:
@@ -224,10 +224,10 @@ def explain(
             "plan": {
                 "directories": plan.directories,
                 "deletes": plan.tombstones,
-                "partition_deletes": plan.partition_deletes,
-                "row_deletes": plan.row_deletes,
-                "range_deletes": plan.range_deletes,
-                "rewrites": plan.rewrites,
+                "partition_deletes": plan.deletes.partition,
+                "row_deletes": plan.deletes.row,
+                "range_deletes": plan.deletes.range,
+                "rewrites": plan.deletes.rewrite,
                 "deferred": plan.deferred,
             },
             "estimated_delete_seconds": None if eta is None else round(eta, 1),

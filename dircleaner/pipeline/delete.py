@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
-from typing import NoReturn, Protocol
+from typing import NamedTuple, NoReturn, Protocol
 
 from dircleaner.audit import AuditLog
 from dircleaner.deadline import Deadline
@@ -34,7 +34,7 @@ from dircleaner.errors import (
     TransientStoreError,
     UsageError,
 )
-from dircleaner.model import ActionKind, DeleteAction
+from dircleaner.model import ActionKind, DeleteAction, KindTally
 from dircleaner.progress import Progress, no_progress
 from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
 from dircleaner.retry import RetryPolicy
@@ -182,11 +182,9 @@ class PlannedActions:
 class DeleteStats:
     """What the deleter did."""
 
-    partition_deletes: int = 0
-    row_deletes: int = 0
-    range_deletes: int = 0
-    #: live partitions rewritten (rows copied at T+1, then the partition deleted at T)
-    rewrites: int = 0
+    #: the actions whose delete was acknowledged, by kind (a rewrite: a live partition's rows
+    #: copied at T+1, then the partition deleted at T)
+    deletes: KindTally = field(default_factory=KindTally)
     rows_rewritten: int = 0
     #: directory entries the acknowledged delete requests covered (requested, not necessarily
     #: removed: an entry written after the delete timestamp survives its delete)
@@ -271,24 +269,31 @@ def _execute(
     started = time.monotonic()
     stats = DeleteStats()
     removed_before = store.rows_removed
-    window = _Window(store, timestamp_us, throttle, stats, progress, sleep, rng or random.Random())
-    window.total_dirs = plan.directories
+    rounds = _Rounds(
+        store,
+        timestamp_us,
+        throttle,
+        stats,
+        _CleanProgress(progress, plan.directories),
+        sleep,
+        rng or random.Random(),
+    )
     size = max(1, throttle.concurrency * max(1, store.traits.deletes_per_request))
     last: _Group | None = None
     try:
         for chunk in _chunks(plan.actions, size):
             group = _Group(chunk)
-            window.prepare(group)
+            rounds.prepare(group)
             # The group before all sent (the caller's thread sleeps meanwhile: the callbacks
             # send), what has come back so far counted (and the retries it asks for sent): a
             # hard failure stops the run before the next group is charged, audited or sent, and
             # a killed run has charged at most one group it did not send.
-            window.wait_sent(last)
-            window.settle()
+            rounds.wait_sent(last)
+            rounds.settle()
             # The group's share of --rate is waited for before its lease check, so the check is
             # the last thing before its requests go: a run that lost its lease (its client
             # gone) sends nothing it checked before that.
-            window.rate.acquire(len(chunk))
+            rounds.rate.acquire(len(chunk))
             if deadline is not None and deadline.reached():
                 stats.stopped_at_deadline = True
                 break
@@ -300,18 +305,18 @@ def _execute(
                 # mid-group leaves at worst a few records of deletes that never ran (restoring
                 # them is a no-op).
                 audit.write_ahead(chunk)
-            window.send(group)
+            rounds.send(group)
             last = group
-        window.finish()
+        rounds.finish()
     except BaseException:
         # A signal, the lease lost, the ledger or the audit log failing: what was made ready
         # (charged and audited) goes and ends first, nothing else is sent.
-        window.abandon()
+        rounds.abandon()
         raise
     if removed_before is not None and store.rows_removed is not None:
         stats.rows_removed = store.rows_removed - removed_before
-    stats.final_rate = window.rate.total_rate
-    throttle.shared_by.ended_at(window.rate.fraction)
+    stats.final_rate = rounds.rate.total_rate
+    throttle.shared_by.ended_at(rounds.rate.fraction)
     stats.seconds = time.monotonic() - started
     return stats
 
@@ -323,9 +328,10 @@ class _Group:
     actions: Sequence[DeleteAction]
     #: rounds sent (the first try and the retries so far)
     rounds: int = 0
-    #: the retry policy's wait before the group's next round
-    wait_s: float = 0.0
-    #: requests of the current round in flight
+    #: the retry policy's wait before the group's next round, once a round ended with
+    #: transient failures (None: no retry due)
+    wait_s: float | None = None
+    #: requests of the current round made ready whose outcome is not counted yet
     outstanding: int = 0
     #: the current round is still being sent (it cannot have ended yet)
     sending: bool = False
@@ -334,28 +340,169 @@ class _Group:
     error: BaseException | None = None
     #: rows each rewrite (by index) copied
     copied: dict[int, int] = field(default_factory=dict)
-    #: the first round's requests, built ahead (``_Window.prepare``)
+    #: the first round's requests, built ahead (``_Rounds.prepare``)
     requests: list[DeleteRequest] | None = None
-    #: its requests made ready and not sent yet (under the window's lock)
+    #: its requests made ready and not sent yet (under the window's condition)
     unsent: int = 0
 
 
+class _Ready(NamedTuple):
+    """A request made ready: its group, the group's actions it deletes (by index), and whether
+    it deletes a whole partition (the barrier's concern)."""
+
+    group: _Group
+    members: tuple[int, ...]
+    request: DeleteRequest
+    partition: bool
+
+
+class _Outcome(NamedTuple):
+    """A sent request's outcome, queued by its callback for the caller's thread to count."""
+
+    ready: _Ready
+    outcome: DeleteOutcome
+
+
 class _Window:
-    """At most ``concurrency`` delete requests in flight; the next starts as one completes.
+    """At most ``limit`` delete requests in flight; the next starts as one completes.
 
     As in the driver's ``execute_concurrent``, a request's callback itself sends the next
-    ready request (on the driver's thread), so the window never waits for the caller's thread.
+    ready request (on the driver's thread), so the window never waits for the caller's thread;
+    the callback queues the outcome for the caller's thread to count (``_Rounds``). Requests go
+    in the order they were made ready, and a row or range request waits until no partition
+    deletion made ready before it is in flight (the barrier, ``launch``).
+
+    One way to stop: ``halt`` sets ``stop`` (the first error wins) and wakes the waiting
+    caller; once it is set, nothing more is sent. Everything here but ``local`` and the
+    outcomes queue is read and written under ``condition``.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.condition = threading.Condition()
+        #: requests ready to go, in order
+        self.ready: deque[_Ready] = deque()
+        self.in_flight = 0
+        #: partition deletions in flight: a row or range request waits for them (the barrier)
+        self.partitions_in_flight = 0
+        #: a thread sending ready requests sends those its own callbacks free (no recursion)
+        self.local = threading.local()
+        self.outcomes: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
+        #: the error that stops the run (nothing more is sent once it is set)
+        self.stop: BaseException | None = None
+
+    def make_ready(self, ready: _Ready) -> None:
+        with self.condition:
+            self.ready.append(ready)
+            ready.group.unsent += 1
+
+    def halt(self, error: BaseException) -> None:
+        """Stop sending, ``error`` the reason unless one came first; wake the caller."""
+        with self.condition:
+            self._halt(error)
+
+    def _halt(self, error: BaseException) -> None:  # under the condition
+        if self.stop is None:
+            self.stop = error
+        self.condition.notify_all()
+
+    def wait_sent(self, group: _Group, timeout: float) -> bool:
+        """Whether every request of ``group`` has been sent (or the run stops), after waiting
+        up to ``timeout`` for it."""
+        with self.condition:
+            if group.unsent and self.stop is None:
+                self.condition.wait(timeout)
+            return not group.unsent or self.stop is not None
+
+    def drop_ready(self) -> None:
+        """Nothing made ready is sent any more: each dropped request's outcome is no longer
+        awaited."""
+        with self.condition:
+            for ready in self.ready:
+                ready.group.unsent -= 1
+                ready.group.outstanding -= 1
+            self.ready.clear()
+            self.condition.notify_all()
+
+    def launch(self) -> None:
+        """Send ready requests, in order, while the window has room (any thread).
+
+        The barrier: a row or range request is not sent while a partition deletion made ready
+        before it is in flight (it waits at the head of the queue). A directory's partition
+        is deleted only after its children's partitions (the plan's order); the row naming
+        it in its parent's partition goes after them too, so a run killed at any point never
+        leaves a child partition that the walk from its parent's rows can no longer reach.
+        """
+        local = self.local
+        if getattr(local, "launching", False):
+            return  # a synchronous send's callback: the loop below goes on
+        local.launching = True
+        try:
+            while True:
+                with self.condition:
+                    if self.stop is not None or not self.ready or self.in_flight >= self.limit:
+                        return
+                    ready = self.ready[0]
+                    if not ready.partition and self.partitions_in_flight:
+                        return  # the last partition deletion's callback launches it
+                    self.ready.popleft()
+                    self.in_flight += 1
+                    self.partitions_in_flight += ready.partition
+                    ready.group.unsent -= 1
+                    if not ready.group.unsent:
+                        self.condition.notify_all()
+                done = partial(self._done, ready)
+                try:
+                    ready.request.send(done)
+                except BaseException as exc:  # not sent (an interrupt, a client error)
+                    done([exc] * len(ready.members))
+        finally:
+            local.launching = False
+
+    def _done(self, ready: _Ready, outcome: DeleteOutcome) -> None:
+        """A request's callback (any thread): the next request goes, the outcome is queued."""
+        hard = next(
+            (e for e in outcome if e is not None and not isinstance(e, TransientStoreError)),
+            None,
+        )
+        if hard is not None:  # queued before the halt shows, so the caller that sees it counts it
+            self.outcomes.put(_Outcome(ready, outcome))
+        with self.condition:
+            self.in_flight -= 1
+            self.partitions_in_flight -= ready.partition
+            if hard is not None:
+                self._halt(hard)
+        self.launch()
+        if hard is None:
+            self.outcomes.put(_Outcome(ready, outcome))
+
+
+class _CleanProgress:
+    """The ``clean`` phase's progress: the directories of the groups done so far."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def group_done(self, group: _Group) -> None:
+        # Directories, as the summary counts them (a partition or range delete takes several).
+        self.done += sum(len(action.rows) for action in group.actions)
+        self.progress("clean", self.done, self.total)
+
+
+class _Rounds:
+    """The caller's side of the window: each group's rounds made ready, their outcomes counted.
+
     The caller's thread makes requests ready (``send``: in order, each after its share of the
     rate) and counts the outcomes the callbacks queue (``_take``) in bulk, between groups: it
     sleeps while the callbacks send, woken when a group's last request goes (``wait_sent``),
-    not once per request. Requests go in the order they were made ready, and a row or range
-    request waits until no partition deletion made ready before it is in flight (the barrier,
-    ``_launch``); a request that fails for good halts the sending. A group's round ends when
-    its last request's outcome is counted; a round with transient failures sends those actions
-    again, as one round, after the retry policy's wait (the rate halved once per such round,
-    raised once per round without), until the policy's attempts are spent. With a synchronous
-    store every outcome is there before ``send`` returns, and a group's rounds run one after
-    the other, as batches would.
+    not once per request. A group's round ends when its last request's outcome is counted; a
+    round with transient failures sends those actions again, as one round, after the retry
+    policy's wait (the rate halved once per such round, raised once per round without), until
+    the policy's attempts are spent. A request that fails for good halts the window. With a
+    synchronous store every outcome is there before ``send`` returns, and a group's rounds run
+    one after the other, as batches would.
     """
 
     def __init__(
@@ -364,38 +511,23 @@ class _Window:
         timestamp_us: int,
         throttle: ThrottleConfig,
         stats: DeleteStats,
-        progress: Progress,
+        progress: _CleanProgress,
         sleep: Callable[[float], None],
         rng: random.Random,
     ) -> None:
         self.store, self.timestamp_us, self.stats = store, timestamp_us, stats
-        self.limit = throttle.concurrency
+        self.window = _Window(throttle.concurrency)
         self.rate = AdaptiveRate(throttle, sleep=sleep)
         self.retry = throttle.retry_policy
         self.progress, self.sleep, self.rng = progress, sleep, rng
-        #: requests ready to go, in order, and how many are in flight (both under ``lock``)
-        self.lock = threading.Lock()
-        self.ready: deque[tuple[_Group, tuple[int, ...], DeleteRequest, bool]] = deque()
-        self.in_flight = 0
-        #: partition deletions in flight: a row or range request waits for them (the barrier)
-        self.partitions_in_flight = 0
-        #: a thread sending ready requests sends those its own callbacks free (no recursion)
-        self.local = threading.local()
-        #: requests made ready whose outcome is not counted yet (the caller's thread only)
-        self.pending = 0
-        self.outcomes: queue.SimpleQueue[tuple[_Group, tuple[int, ...], DeleteOutcome]] = (
-            queue.SimpleQueue()
-        )
-        #: groups whose round ended with transient failures, in the order they ended
-        self.retry_due: list[_Group] = []
-        #: the error that stops the run (nothing more is sent once it is set)
-        self.stop: BaseException | None = None
-        #: a request failed for good: nothing more is sent (the caller raises once it counts it)
-        self.halted = False
-        #: set when a group's last ready request is sent, or the window halts
-        self.sent_event = threading.Event()
-        self.done_dirs = 0
-        self.total_dirs = 0
+        #: the groups sent and not done: a round in flight, or a retry due (a group is moved
+        #: to the end as its retry falls due, so retries go in the order their rounds ended)
+        self.groups: list[_Group] = []
+
+    @property
+    def pending(self) -> int:
+        """Requests made ready whose outcome is not counted yet."""
+        return sum(group.outstanding for group in self.groups)
 
     def prepare(self, group: _Group) -> None:
         """Build the group's requests ahead (no side effect: nothing is sent), unless a
@@ -406,7 +538,8 @@ class _Window:
     def send(self, group: _Group) -> None:
         """Make the group's first round ready and start what the window has room for; its
         share of the rate was waited for before its lease check."""
-        self._send_round(group, range(len(group.actions)), paid=True)
+        self.groups.append(group)
+        self._send_round(group, range(len(group.actions)), rate_waited=True)
 
     def wait_sent(self, group: _Group | None) -> None:
         """Until every request of ``group``, and so of each group before it, has been sent
@@ -415,23 +548,21 @@ class _Window:
             # What came back is counted at least every WAKE_S: the progress hook, where a
             # signal stops the run, runs as groups end, not only once this one is all sent.
             self._drain()
-            with self.lock:
-                if not group.unsent or self.stop is not None or self.halted:
-                    return
-                self.sent_event.clear()
-            self.sent_event.wait(WAKE_S)
+            if self.window.wait_sent(group, WAKE_S):
+                return
 
     def settle(self) -> None:
         """Count every outcome that came back and send the retries due; raise what stops."""
         while True:
             self._drain()
-            if self.stop is not None:
+            if self.window.stop is not None:
                 self._wind_down(send_ready=False)
                 self._raise_stop()
-            if not self.retry_due:
+            group = next((group for group in self.groups if group.wait_s is not None), None)
+            if group is None or group.wait_s is None:
                 return
-            group = self.retry_due.pop(0)
             self.sleep(group.wait_s)
+            group.wait_s = None
             self._send_round(group, sorted(group.failed))
 
     def finish(self) -> None:
@@ -447,30 +578,57 @@ class _Window:
         ready go (their groups were lease-checked, charged and audited), no retry; wait for
         them all, whatever their outcome. Interrupted again meanwhile, nothing more is sent
         (what is in flight may still land: it was charged and audited)."""
-        self.progress = no_progress  # it raises again once a signal has been asked for
-        self.retry_due.clear()
+        self.progress.progress = no_progress  # it raises again once a signal has been asked for
         try:
-            if self.stop is None:
-                self._launch()
+            if self.window.stop is None:
+                self.window.launch()
             self._wind_down(send_ready=True)
         except BaseException as exc:
-            with self.lock:
-                self.stop = self.stop or exc
-                self.ready.clear()
+            self.window.halt(exc)
+            self.window.drop_ready()
             raise
 
     # -- sending ----------------------------------------------------------------------------------
-    def _send_round(self, group: _Group, indexes: Iterable[int], *, paid: bool = False) -> None:
-        """Send one round of ``group``: its first (``paid``: the rate waited for already) or a
-        retry round, each retried request after its share of the rate."""
+    def _send_round(
+        self, group: _Group, indexes: Iterable[int], *, rate_waited: bool = False
+    ) -> None:
+        """Send one round of ``group``: its first (``rate_waited``: its share of the rate
+        waited for already) or a retry round, each retried request after its share."""
         group.rounds += 1
         group.failed, group.error, group.sending = [], None, True
+        sendable = self._copy_rewrites(group, indexes)
+        if sendable and self.window.stop is None:
+            every_action = len(sendable) == len(group.actions)  # request members: group indexes
+            requests = group.requests if every_action and group.requests is not None else None
+            if requests is None:
+                actions = [group.actions[i] for i in sendable]
+                requests = self.store.delete_requests(actions, self.timestamp_us)
+            group.requests = None
+            launch_each = bool(self.rate.max_rate) and not rate_waited
+            for request in requests:
+                members = (
+                    request.members if every_action else tuple(sendable[m] for m in request.members)
+                )
+                if not rate_waited:
+                    self.rate.acquire(len(members))
+                if self.window.stop is not None:
+                    break
+                partition = group.actions[members[0]].kind in _WHOLE_PARTITION
+                group.outstanding += 1
+                self.window.make_ready(_Ready(group, members, request, partition))
+                if launch_each:
+                    self.window.launch()
+            self.window.launch()
+        group.sending = False
+        self._round_may_end(group)
+
+    def _copy_rewrites(self, group: _Group, indexes: Iterable[int]) -> list[int]:
+        """The round's rewrites copy their rows at T+1 first; only a partition whose copy was
+        acknowledged is then deleted at T. The round's actions that may be deleted, by index."""
         sendable: list[int] = []
         for index in indexes:
             action = group.actions[index]
             if action.kind is ActionKind.REWRITE:
-                # Its rows are copied at T+1 first; only a partition whose copy was
-                # acknowledged is then deleted at T.
                 names = {row.name for row in action.rows}
                 try:
                     group.copied[index] = self.store.rewrite_folder_partition(
@@ -480,88 +638,7 @@ class _Window:
                     self._failed(group, index, exc)
                     continue
             sendable.append(index)
-        whole = len(sendable) == len(group.actions)  # then request members are group indexes
-        if sendable and self.stop is None:
-            requests = group.requests if whole and group.requests is not None else None
-            if requests is None:
-                actions = [group.actions[i] for i in sendable]
-                requests = self.store.delete_requests(actions, self.timestamp_us)
-            group.requests = None
-            paced = bool(self.rate.max_rate) and not paid
-            for request in requests:
-                members = request.members if whole else tuple(sendable[m] for m in request.members)
-                if not paid:
-                    self.rate.acquire(len(members))
-                if self.stop is not None:
-                    break
-                partition = group.actions[members[0]].kind in _WHOLE_PARTITION
-                self.pending += 1
-                group.outstanding += 1
-                with self.lock:
-                    self.ready.append((group, members, request, partition))
-                    group.unsent += 1
-                if paced:
-                    self._launch()
-            self._launch()
-        group.sending = False
-        self._round_may_end(group)
-
-    def _launch(self) -> None:
-        """Send ready requests, in order, while the window has room (any thread).
-
-        The barrier: a row or range request is not sent while a partition deletion made ready
-        before it is in flight (it waits at the head of the queue). A directory's partition
-        is deleted only after its children's partitions (the plan's order); the row naming
-        it in its parent's partition goes after them too, so a run killed at any point never
-        leaves a child partition that the walk from its parent's rows can no longer reach.
-        """
-        local = self.local
-        if getattr(local, "launching", False):
-            return  # a synchronous send's callback: the loop below goes on
-        local.launching = True
-        try:
-            while True:
-                with self.lock:
-                    if (
-                        self.stop is not None
-                        or self.halted
-                        or not self.ready
-                        or self.in_flight >= self.limit
-                    ):
-                        return
-                    group, members, request, partition = self.ready[0]
-                    if not partition and self.partitions_in_flight:
-                        return  # the last partition deletion's callback launches it
-                    self.ready.popleft()
-                    self.in_flight += 1
-                    self.partitions_in_flight += partition
-                    group.unsent -= 1
-                    if not group.unsent:
-                        self.sent_event.set()
-                done = partial(self._done, group, members, partition)
-                try:
-                    request.send(done)
-                except BaseException as exc:  # not sent (an interrupt, a client error)
-                    done([exc] * len(members))
-        finally:
-            local.launching = False
-
-    def _done(
-        self, group: _Group, members: tuple[int, ...], partition: bool, outcome: DeleteOutcome
-    ) -> None:
-        """A request's callback (any thread): the next request goes, the outcome is queued."""
-        hard = any(e is not None and not isinstance(e, TransientStoreError) for e in outcome)
-        if hard:  # queued before the halt shows, so the caller that sees it counts it
-            self.outcomes.put((group, members, outcome))
-        with self.lock:
-            self.in_flight -= 1
-            self.partitions_in_flight -= partition
-            if hard:
-                self.halted = True
-                self.sent_event.set()
-        self._launch()
-        if not hard:
-            self.outcomes.put((group, members, outcome))
+        return sendable
 
     # -- counting ---------------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -571,10 +648,9 @@ class _Window:
     def _take(self, block: bool) -> bool:
         """Count one request's outcome (waiting for one if ``block``); False if none came."""
         try:
-            group, members, outcome = self.outcomes.get(block=block)
+            (group, members, _, _), outcome = self.window.outcomes.get(block=block)
         except queue.Empty:
             return False
-        self.pending -= 1
         group.outstanding -= 1
         for index, error in zip(members, outcome, strict=True):
             if error is None:
@@ -590,48 +666,47 @@ class _Window:
         if isinstance(error, TransientStoreError):
             group.failed.append(index)
             group.error = group.error or error
-        elif self.stop is None:
+            return
+        # The stop's error, counted once (its callback halted the window already).
+        self.window.halt(error)
+        if error is self.window.stop and not self.stats.failures:
             self.stats.failures.append(str(error))
-            self.stop = error
 
     def _round_may_end(self, group: _Group) -> None:
-        if group.sending or group.outstanding or self.stop is not None:
+        if group.sending or group.outstanding or self.window.stop is not None:
             return
+        self.groups.remove(group)
         if not group.failed:
             self.rate.on_success()
-            # Directories, as the summary counts them (a partition or range delete takes several).
-            self.done_dirs += sum(len(action.rows) for action in group.actions)
-            self.progress("clean", self.done_dirs, self.total_dirs)
+            self.progress.group_done(group)
             return
         self.rate.on_overload()
         wait = self.retry.next_wait(group.rounds, self.rng)
         if wait is None:
-            self.stop = StoreUnavailable(
-                f"{len(group.failed)} deletes still failing after {self.retry.attempts - 1}"
-                f" retries: {group.error}"
+            self.window.halt(
+                StoreUnavailable(
+                    f"{len(group.failed)} deletes still failing after {self.retry.attempts - 1}"
+                    f" retries: {group.error}"
+                )
             )
             return
         self.stats.retries += len(group.failed)
         group.wait_s = wait
-        self.retry_due.append(group)
+        self.groups.append(group)
 
     # -- stopping ---------------------------------------------------------------------------------
     def _wind_down(self, send_ready: bool) -> None:
         """Wait for what is in flight (its deletes count); what is not sent yet is dropped, or
         with ``send_ready`` sent first, unless an error stops the run."""
         while True:
-            if self.stop is not None or not send_ready:
-                with self.lock:
-                    dropped = len(self.ready)
-                    self.ready.clear()
-                    self.sent_event.set()
-                self.pending -= dropped
+            if self.window.stop is not None or not send_ready:
+                self.window.drop_ready()
             if not self.pending:
                 return
             self._take(block=True)
 
     def _raise_stop(self) -> NoReturn:
-        error = self.stop
+        error = self.window.stop
         assert error is not None
         if isinstance(error, RewriteUnsupported | StoreUnavailable) or not isinstance(
             error, Exception
@@ -641,14 +716,7 @@ class _Window:
 
 
 def _count(stats: DeleteStats, action: DeleteAction) -> None:
-    if action.kind is ActionKind.PARTITION:
-        stats.partition_deletes += 1
-    elif action.kind is ActionKind.REWRITE:
-        stats.rewrites += 1
-    elif action.kind is ActionKind.RANGE:
-        stats.range_deletes += 1
-    else:
-        stats.row_deletes += 1
+    stats.deletes = stats.deletes.plus(action.kind)
     stats.directories += len(action.rows)
 
 

@@ -49,6 +49,7 @@ from dircleaner.model import (
     BucketDir,
     DeleteAction,
     FolderRow,
+    KindTally,
     PartitionFacts,
 )
 from dircleaner.paths import dir_of_row, iter_ancestors_upward
@@ -72,29 +73,14 @@ class DeletionPlan:
     rewrite_rows: int = 0
 
     @property
-    def partition_deletes(self) -> int:
-        return sum(1 for a in self.actions if a.kind is ActionKind.PARTITION)
-
-    @property
-    def row_deletes(self) -> int:
-        return sum(1 for a in self.actions if a.kind is ActionKind.ROW)
-
-    @property
-    def range_deletes(self) -> int:
-        return sum(1 for a in self.actions if a.kind is ActionKind.RANGE)
-
-    @property
-    def rewrites(self) -> int:
-        return sum(1 for a in self.actions if a.kind is ActionKind.REWRITE)
+    def deletes(self) -> KindTally:
+        """The plan's actions, by kind."""
+        return KindTally.of(self.actions)
 
     @property
     def directories(self) -> int:
         """How many directory entries the plan removes."""
         return sum(len(a.rows) for a in self.actions)
-
-    def directories_by(self, kind: ActionKind) -> int:
-        """How many directory entries the plan's ``kind`` actions remove."""
-        return sum(len(a.rows) for a in self.actions if a.kind is kind)
 
 
 @dataclass(frozen=True)
@@ -102,62 +88,43 @@ class PlanSummary:
     """The counts of a plan (or of several shards' plans added up)."""
 
     directories: int = 0
-    partition_deletes: int = 0
-    row_deletes: int = 0
+    #: the actions, by kind: one tombstone each (a range counts two against the budget)
+    deletes: KindTally = field(default_factory=KindTally)
+    #: directory entries removed by each kind of action (they add up to ``directories``)
+    dirs: KindTally = field(default_factory=KindTally)
     deferred: int = 0
     #: the most tombstones planned into one live partition (rows 1, ranges 2 each)
     max_row_tombstones_in_a_partition: int = 0
-    range_deletes: int = 0
-    #: live partitions rewritten, and the rows they copy
-    rewrites: int = 0
+    #: rows the plan's rewrites copy
     rewrite_rows: int = 0
-    #: directory entries removed by each kind of action (they add up to ``directories``)
-    partition_dirs: int = 0
-    range_dirs: int = 0
-    rewrite_dirs: int = 0
-
-    @property
-    def row_dirs(self) -> int:
-        """Directory entries removed by row deletes: one each."""
-        return self.row_deletes
 
     @property
     def tombstones(self) -> int:
         """Tombstones the plan writes: one per partition, row, range delete and rewrite (a
         rewrite deletes its partition); a range costs two against the budget (its bounds)."""
-        return self.partition_deletes + self.row_deletes + self.range_deletes + self.rewrites
+        return self.deletes.total
 
     @classmethod
     def of(cls, plan: DeletionPlan) -> PlanSummary:
         return cls(
             directories=plan.directories,
-            partition_deletes=plan.partition_deletes,
-            row_deletes=plan.row_deletes,
+            deletes=plan.deletes,
+            dirs=KindTally.of(plan.actions, entries=True),
             deferred=len(plan.deferred),
             max_row_tombstones_in_a_partition=max(plan.row_tombstones.values(), default=0),
-            range_deletes=plan.range_deletes,
-            rewrites=plan.rewrites,
             rewrite_rows=plan.rewrite_rows,
-            partition_dirs=plan.directories_by(ActionKind.PARTITION),
-            range_dirs=plan.directories_by(ActionKind.RANGE),
-            rewrite_dirs=plan.directories_by(ActionKind.REWRITE),
         )
 
     def __add__(self, other: PlanSummary) -> PlanSummary:
         return PlanSummary(
             directories=self.directories + other.directories,
-            partition_deletes=self.partition_deletes + other.partition_deletes,
-            row_deletes=self.row_deletes + other.row_deletes,
+            deletes=self.deletes + other.deletes,
+            dirs=self.dirs + other.dirs,
             deferred=self.deferred + other.deferred,
             max_row_tombstones_in_a_partition=max(
                 self.max_row_tombstones_in_a_partition, other.max_row_tombstones_in_a_partition
             ),
-            range_deletes=self.range_deletes + other.range_deletes,
-            rewrites=self.rewrites + other.rewrites,
             rewrite_rows=self.rewrite_rows + other.rewrite_rows,
-            partition_dirs=self.partition_dirs + other.partition_dirs,
-            range_dirs=self.range_dirs + other.range_dirs,
-            rewrite_dirs=self.rewrite_dirs + other.rewrite_dirs,
         )
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from dircleaner.audit import AuditLog, open_audit_log
 from dircleaner.deadline import Deadline
 from dircleaner.lease import lease_check
-from dircleaner.model import BucketDir, DeleteAction, PartitionFacts, Shard
+from dircleaner.model import BucketDir, DeleteAction, KindTally, PartitionFacts, Shard
 from dircleaner.pipeline.backlog import CandidateSample, SampleFigures
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
 from dircleaner.pipeline.delete import DeleteStats, PlannedActions, ThrottleConfig, execute_plan
@@ -44,7 +44,7 @@ from dircleaner.timeutil import now_us
 
 
 @dataclass(frozen=True)
-class ShardSwept:
+class SliceSwept:
     """What the parent needs of one slice's first phase."""
 
     totals: SweepTotals
@@ -92,7 +92,7 @@ class DeleteOrders:
 
 
 @dataclass(frozen=True)
-class ShardCleaned:
+class SliceCleaned:
     """One slice's second phase."""
 
     plan: PlanSummary
@@ -110,7 +110,7 @@ class ShardCleaned:
     unplanned: int = 0
 
     @classmethod
-    def not_planned(cls, candidates: int) -> ShardCleaned:
+    def not_planned(cls, candidates: int) -> SliceCleaned:
         """A slice the deadline reached before its plan: nothing planned, nothing deleted."""
         return cls(PlanSummary(), None, 0.0, stopped=True, unplanned=candidates)
 
@@ -127,7 +127,7 @@ def sweep_and_recheck(
     spill: SpillConfig | None = None,
     deletes: bool = True,
     sample: int = 0,
-) -> tuple[ShardSwept, Candidates]:
+) -> tuple[SliceSwept, Candidates]:
     """Phase 1: the slice's candidates (kept) and what the parent must know of them.
 
     ``spill``: where candidates beyond the process's memory budget go; ``deletes``: whether a
@@ -171,7 +171,7 @@ def sweep_and_recheck(
     except BaseException:
         held.release()  # now, not whenever the traceback that refers to it goes
         raise
-    swept = ShardSwept(
+    swept = SliceSwept(
         SweepTotals(result.swept_rows, result.partitions, held.candidates, result.seconds),
         checked,
         time.monotonic() - started,
@@ -192,7 +192,7 @@ def plan_and_delete(
     nonempty: frozenset[BucketDir],
     orders: DeleteOrders,
     progress: Progress,
-) -> ShardCleaned:
+) -> SliceCleaned:
     """Phase 2: plan (``plan_slice``, or ``plan_in_chunks`` for a spilled slice), then (unless
     a dry run) delete (``delete_slice``).
 
@@ -221,7 +221,7 @@ def plan_and_delete(
         deleted = delete_slice(store, planned, orders, progress)
         summary = planned.summary if isinstance(planned, ChunkedPlan) else PlanSummary.of(planned)
         stopped = deleted is not None and deleted.stopped_at_deadline
-        return ShardCleaned(
+        return SliceCleaned(
             summary,
             deleted,
             time.monotonic() - started,
@@ -235,7 +235,7 @@ def plan_and_delete(
             planned.close()
 
 
-def let_go(facts: list[PartitionFacts] | Candidates) -> ShardCleaned:
+def let_go(facts: list[PartitionFacts] | Candidates) -> SliceCleaned:
     """A slice the night's deadline reached before its plan: its candidates let go (a spill
     file removed), nothing planned or deleted."""
     held = facts.candidates if isinstance(facts, Candidates) else _candidates_of(facts)
@@ -243,7 +243,7 @@ def let_go(facts: list[PartitionFacts] | Candidates) -> ShardCleaned:
         facts.release()
     else:
         facts.clear()
-    return ShardCleaned.not_planned(held)
+    return SliceCleaned.not_planned(held)
 
 
 def plan_slice(
@@ -362,22 +362,20 @@ def delete_slice(
             stream.close()
 
 
-def merge_delete_stats(parts: Sequence[DeleteStats | None]) -> DeleteStats | None:
-    """Several slices' delete statistics as one (None when no slice deleted anything)."""
+def merge_delete_stats(parts: Sequence[DeleteStats | None], seconds: float) -> DeleteStats | None:
+    """Several slices' (or batches') delete statistics as one, taking ``seconds`` in all (None
+    when none deleted anything). Each slice's final rate is the one all the slices sharing
+    ``--rate`` made together: the merged rate is their mean, not their sum."""
     present = [p for p in parts if p is not None]
     if not present:
         return None
     return DeleteStats(
-        partition_deletes=sum(p.partition_deletes for p in present),
-        row_deletes=sum(p.row_deletes for p in present),
-        range_deletes=sum(p.range_deletes for p in present),
-        rewrites=sum(p.rewrites for p in present),
+        deletes=sum((p.deletes for p in present), KindTally()),
         rows_rewritten=sum(p.rows_rewritten for p in present),
         directories=sum(p.directories for p in present),
         retries=sum(p.retries for p in present),
-        # Each slice's final rate is the total it made with the slices sharing --rate.
         final_rate=sum(p.final_rate for p in present) / len(present),
-        seconds=max(p.seconds for p in present),
+        seconds=seconds,
         failures=[f for p in present for f in p.failures],
         rows_removed=(
             None
