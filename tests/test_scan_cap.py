@@ -169,7 +169,8 @@ def test_the_prefix_walk_reads_at_the_cap(tmp_path: Path) -> None:
 def test_the_recheck_reads_at_the_cap_and_reports_its_rate(
     data: Data, worker_count: int, tmp_path: Path
 ) -> None:
-    """The re-check's reads (one per candidate, at a quorum) go through the same cap."""
+    """The re-check's reads (one per candidate, at a quorum, and one of the folders partition
+    of each candidate the filter holds) go through the same cap."""
     with open_store(data.url) as store:
         store.delete_objects(data.bucket, KEYS[::2], OLD)  # 1,000 leaf directories emptied
     metrics = tmp_path / "m.prom"
@@ -181,10 +182,12 @@ def test_the_recheck_reads_at_the_cap_and_reports_its_rate(
     assert result.exit_code == 0, result.output
     clean = json.loads(result.stdout)["clean"]
     reads = clean["verify_reads"]
-    assert reads["rows"] == clean["verified"] >= 1000
+    assert clean["verified"] >= 1000
+    # the folders reads are the filter's false positives under an absent directory: a few
+    assert clean["verified"] <= reads["rows"] <= clean["verified"] * 1.05
     assert reads["cap_rows_per_s"] == pytest.approx(CAP)
     assert CAP * UNDER <= reads["rows_per_s"] <= CAP * OVER, reads
     exposed = samples_of(metrics.read_text())
-    assert exposed['dircleaner_scan_rows{pass="verify"}'] == clean["verified"]
+    assert exposed['dircleaner_scan_rows{pass="verify"}'] == reads["rows"]
     assert exposed['dircleaner_scan_rows_per_second{pass="verify"}'] == reads["rows_per_s"]
     assert exposed['dircleaner_scan_rate_cap{pass="verify"}'] == CAP
