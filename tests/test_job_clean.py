@@ -11,7 +11,7 @@ import pytest
 from dircleaner.deadline import Deadline
 from dircleaner.errors import FilterSuspiciouslyEmpty, TooManyCandidates
 from dircleaner.filter.format import FilterHeader
-from dircleaner.job.clean import CleanCheckpoint, CleanConfig, decide, deletes_of, slices_to_do
+from dircleaner.job.clean import CleanConfig, decide, deletes_of, slices_to_do
 from dircleaner.job.decision import (
     Checkpoints,
     Decision,
@@ -20,7 +20,7 @@ from dircleaner.job.decision import (
     decide_clean,
     worth_checkpointing,
 )
-from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
+from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanCheckpoint, CleanProgress
 from dircleaner.pipeline.delete import DeleteStats
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.plan import PlanSummary

@@ -33,7 +33,7 @@ from dircleaner.filter.sizing import record_clean
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.decision import Checkpoints, Decision, Go, add_totals, decide_clean
 from dircleaner.job.orders import CleanSettings, delete_orders
-from dircleaner.job.resume import CleanProgress
+from dircleaner.job.resume import CleanCheckpoint, CleanProgress
 from dircleaner.job.sharedfilter import SharedFilter
 from dircleaner.job.sliceorder import (
     longest_first,
@@ -149,14 +149,6 @@ class NightEnd:
     def left_total(self) -> int:
         """Everything the night left: its plans' rest and its unplanned slices' candidates."""
         return self.left + self.unplanned
-
-
-@dataclass(frozen=True)
-class CleanCheckpoint:
-    """Where an interrupted clean of this generation got to, and how to record progress."""
-
-    previous: CleanProgress | None
-    save: Callable[[CleanProgress], None]
 
 
 # -- the clean, top to bottom ------------------------------------------------------------------

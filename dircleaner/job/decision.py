@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from dircleaner.errors import GuardRefused, TooManyCandidates
-from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanProgress
+from dircleaner.job.resume import MAX_CHECKPOINTED_NONEMPTY, CleanCheckpoint, CleanProgress
 from dircleaner.model import BucketDir
 from dircleaner.pipeline.backlog import SampleFigures, add_samples
 from dircleaner.pipeline.guards import GuardConfig, check_sweep
@@ -30,7 +30,6 @@ from dircleaner.pipeline.sweep import SweepTotals
 
 if TYPE_CHECKING:
     from dircleaner.filter.format import FilterHeader
-    from dircleaner.job.clean import CleanCheckpoint
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ idempotent, so repeating any of them is harmless.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from dircleaner.store.base import Store
@@ -84,3 +85,11 @@ def save_run_state(store: Store, scope: str, state: RunState) -> None:
             "nonempty": sorted(state.clean.nonempty),
         }
     store.put_state(_key(scope), json.dumps(data))
+
+
+@dataclass(frozen=True)
+class CleanCheckpoint:
+    """Where an interrupted clean of this generation got to, and how to record progress."""
+
+    previous: CleanProgress | None
+    save: Callable[[CleanProgress], None]

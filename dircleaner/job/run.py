@@ -25,7 +25,6 @@ from dircleaner.errors import (
 from dircleaner.filter.generation import parse_generation_id
 from dircleaner.filter.stored import collect_garbage, find_generation
 from dircleaner.job.clean import (
-    CleanCheckpoint,
     CleanConfig,
     CleanReport,
     run_clean,
@@ -35,6 +34,7 @@ from dircleaner.job.resume import (
     PHASE_CLEAN,
     PHASE_DONE,
     PHASE_REFUSED,
+    CleanCheckpoint,
     CleanProgress,
     RunState,
     load_run_state,
