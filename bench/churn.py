@@ -377,8 +377,9 @@ def sqlite_fraction(
 def profile_path(args: argparse.Namespace, backend: str, fraction: float) -> Path | None:
     if args.profile is None:
         return None
-    args.profile.mkdir(parents=True, exist_ok=True)
-    return args.profile / f"churn-{backend}-{args.dirs}-{fraction:g}.prof"
+    directory: Path = args.profile
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"churn-{backend}-{args.dirs}-{fraction:g}.prof"
 
 
 #: the phases no night's summary times: the interpreter, imports, connecting, the lease

@@ -99,9 +99,12 @@ class TreeSampler(threading.Thread):
         self.max_sum_rss_kb = 0
         self.max_sum_pss_kb = 0
         self.max_processes = 0
+        #: (seconds since the start, RSS of the largest process in KiB), one per sample
+        self.timeline: list[tuple[float, int]] = []
         self._halt = threading.Event()
 
     def run(self) -> None:
+        started = time.perf_counter()
         while not self._halt.is_set():
             # The wrapper itself is excluded: it is not part of the job.
             pids = [p for p in _tree(self.pid) if p != self.pid]
@@ -109,6 +112,7 @@ class TreeSampler(threading.Thread):
             rss = [m[0] for m in mems]
             if rss:
                 self.max_single_rss_kb = max(self.max_single_rss_kb, max(rss))
+                self.timeline.append((time.perf_counter() - started, max(rss)))
             self.max_sum_rss_kb = max(self.max_sum_rss_kb, sum(rss))
             self.max_sum_pss_kb = max(self.max_sum_pss_kb, sum(m[1] for m in mems))
             self.max_processes = max(self.max_processes, sum(1 for r in rss if r))
@@ -148,8 +152,28 @@ def measured_cli(url: str, args: list[str], work: Path, name: str) -> dict[str, 
         "peak_rss_sum_mb": sampler.max_sum_rss_kb / 1024,
         "peak_pss_sum_mb": sampler.max_sum_pss_kb / 1024,
         "max_processes": sampler.max_processes,
+        "rss_timeline": sampler.timeline,
         "loadavg_after": os.getloadavg(),
     }
+
+
+def peak_rss_by_phase(
+    timeline: list[tuple[float, int]], phases: dict[str, float], run_s: float
+) -> dict[str, float]:
+    """The largest process's peak RSS (MB) within each phase, the phases (in the night's order)
+    laid end to end after the start-up (the seconds no phase covers, put first: the
+    interpreter, imports, the lease), so each window is approximate by the start-up's tail.
+    ``start-up`` is the window before the first phase."""
+    out: dict[str, float] = {}
+    start = max(0.0, run_s - sum(phases.values()))
+    windows = [("start-up", 0.0, start)]
+    for name, seconds in phases.items():
+        windows.append((name, start, start + seconds))
+        start += seconds
+    for name, begin, end in windows:
+        inside = [kb for t, kb in timeline if begin <= t < end]
+        out[name] = round(max(inside) / 1024, 1) if inside else 0.0
+    return out
 
 
 def cassandra_node_pid() -> int | None:
@@ -205,6 +229,8 @@ def night_figures(summary: dict[str, Any], audit: Path) -> dict[str, Any]:
         "spill": clean.get("spill"),
         "audit_log_bytes": audit_bytes,
         "audit_bytes_per_entry": audit_bytes / removed if removed else None,
+        # --max-run-time / --deadline: whether the night stopped at it, and what it left
+        "deadline": clean.get("deadline"),
     }
 
 
