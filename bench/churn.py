@@ -470,6 +470,9 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for index, fraction in enumerate(args.churn):
         forget(url, "journal")
+        # The full night of the fraction before charged the ledger: each churn night starts
+        # with none, as its full night does (else it defers what the full night deletes).
+        forget(url, "ledger")
         with open_store(url) as store:
             chosen, partitions = pick(store, fraction, args.seed + index)
             log(
