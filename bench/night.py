@@ -28,6 +28,8 @@ from dircleaner.audit import read_audit_log
 from dircleaner.synth.groundtruth import percentile
 
 SAMPLE_EVERY_S = 0.2
+#: the phases of a night, in the order they run
+NIGHT_ORDER = {name: i for i, name in enumerate(("build", "sweep", "verify", "plan", "delete"))}
 #: paths hashed per numpy chunk
 CHUNK = 1 << 18
 
@@ -167,7 +169,9 @@ def peak_rss_by_phase(
     out: dict[str, float] = {}
     start = max(0.0, run_s - sum(phases.values()))
     windows = [("start-up", 0.0, start)]
-    for name, seconds in phases.items():
+    # the summary's phases come in key order, not the night's
+    ordered = sorted(phases.items(), key=lambda p: NIGHT_ORDER.get(p[0], len(NIGHT_ORDER)))
+    for name, seconds in ordered:
         windows.append((name, start, start + seconds))
         start += seconds
     for name, begin, end in windows:
