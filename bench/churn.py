@@ -33,9 +33,9 @@ says). Recall: the newly emptied that the night deleted.
 With ``--cassandra-url`` (a keyspace of its own; ``bench/cassandra_e2e.py`` with the same
 ``--dirs``, shape and keyspace shares it), the dataset is loaded by the bulk loader once and
 kept as a snapshot (restored in seconds when a night has used it); a full night makes it
-steady; then, for each fraction: the journal and the ledger emptied, the deletes, the churn night, its deletes
-put back (``restore`` of its audit log, the ledger's charges dropped), and the full night on the
-same deletes.
+steady; then, for each fraction: the journal and the ledger emptied, the deletes, the churn
+night, its deletes put back (``restore`` of its audit log, the ledger's charges dropped), and
+the full night on the same deletes.
 
 Speed is a ratio taken in one run (churn ÷ full); absolute seconds on a shared machine are
 noise. Beside the whole nights, the ratio without the deletes, which both nights pay alike, and
