@@ -68,18 +68,20 @@ from night import (
     hashed,
     measured_cli,
     night_figures,
+    peak_rss_by_phase,
     process_cpu_s,
     score_audit,
     truth_lines,
 )
 
+from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.clean import CleanConfig
 from dircleaner.job.run import RunReport, run_job
 from dircleaner.job.sweep import SweepConfig
 from dircleaner.model import FolderRow, Shard
 from dircleaner.paths import DEFAULT_BUCKET, dir_of_row
-from dircleaner.pipeline.build import DEFAULT_FPR, BuildConfig, size_filter
+from dircleaner.pipeline.build import BuildConfig, size_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.progress import Progress
 from dircleaner.store import open_store
@@ -477,6 +479,7 @@ def timed_job(
 
 
 def job_phases(report: RunReport, total: float) -> dict[str, float]:
+    assert report.build is not None  # a fresh dry run builds
     phases = {"build": report.build.seconds, **report.clean.phase_seconds}
     phases["plan+gc+other"] = total - sum(phases.values())
     return {k: round(v, 3) for k, v in phases.items()}
@@ -744,6 +747,8 @@ def night_args(args: argparse.Namespace, workers: int, audit: Path) -> list[str]
     out += ["--spill-dir", str(audit.parent / "spill")]
     if args.max_delete_fraction is not None:
         out += ["--max-delete-fraction", f"{args.max_delete_fraction:g}"]
+    if args.max_run_time is not None:
+        out += ["--max-run-time", args.max_run_time]
     if args.config is not None:
         out += ["--config", str(args.config)]
     return out
@@ -796,6 +801,7 @@ def real_night(
         if node_cpu is None or node_cpu_after is None
         else round(node_cpu_after - node_cpu, 1),
         "peak_rss_mb": round(max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]), 1),
+        "peak_rss_by_phase_mb": peak_rss_by_phase(ran["rss_timeline"], phases, ran["run_s"]),
         "peak_rss_sum_mb": round(ran["peak_rss_sum_mb"], 1),
         "peak_pss_sum_mb": round(ran["peak_pss_sum_mb"], 1),
         **scores,
@@ -918,6 +924,8 @@ def over_nights(nights: list[dict[str, Any]]) -> dict[str, Any]:
     out["candidates"] = nights[-1]["candidates"]
     out["removed_dirs"] = nights[-1]["removed_dirs"]
     out["audited_but_still_listed"] = max(n["audited_but_still_listed"] for n in nights)
+    out["peak_rss_by_phase_mb"] = nights[-1]["peak_rss_by_phase_mb"]
+    out["deadline"] = nights[-1]["deadline"]
     out["loads"] = [[n["loadavg_before"], n["loadavg_after"]] for n in nights]
     return out
 
@@ -941,6 +949,19 @@ def nights_markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | "
             + " | ".join(f"{v:,}" if isinstance(v, int) else f"{v:.6f}" for v in values)
+            + " |"
+        )
+    phases = [result["by_workers"][w]["peak_rss_by_phase_mb"] for w in counts]
+    by_phase = [", ".join(f"{k} {v:,.0f}" for k, v in p.items()) for p in phases]
+    lines.append("| peak RSS by phase, MB (last night) | " + " | ".join(by_phase) + " |")
+    ends = [result["by_workers"][w]["deadline"] for w in counts]
+    if any(end is not None for end in ends):
+        lines.append(
+            "| deadline (last night) | "
+            + " | ".join(
+                "none" if e is None else f"reached {e['reached']}, {e['left_dirs']:,} left"
+                for e in ends
+            )
             + " |"
         )
     loads = [
@@ -991,6 +1012,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=180.0,
         help="seconds to wait for the node's compactions after a load or a restore",
+    )
+    ap.add_argument(
+        "--max-run-time",
+        help="the real nights' --max-run-time (e.g. 20m): a backlog night stopped at it, what it"
+        " left reported",
     )
     ap.add_argument("--fpr", type=float, default=DEFAULT_FPR, help="default: the job's own")
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
@@ -1083,6 +1109,7 @@ def _main(args: argparse.Namespace, store: CassandraStore, aux: AuxSession) -> i
             sweep_s = job.clean.phase_seconds["sweep"]
             per_pass["sweep_over_scan"].append(sweep_s / pass_floor.folders_s)
             per_pass["run_over_scan"].append(job_s / pass_floor.seconds)
+        assert report.build is not None
         scanned = report.build.partitions_scanned + report.clean.sweep.result.partitions
         by_workers[str(workers)] = {
             "workers": workers,

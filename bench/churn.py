@@ -33,9 +33,9 @@ says). Recall: the newly emptied that the night deleted.
 With ``--cassandra-url`` (a keyspace of its own; ``bench/cassandra_e2e.py`` with the same
 ``--dirs``, shape and keyspace shares it), the dataset is loaded by the bulk loader once and
 kept as a snapshot (restored in seconds when a night has used it); a full night makes it
-steady; then, for each fraction: the journal emptied, the deletes, the churn night, its deletes
-put back (``restore`` of its audit log, the ledger's charges dropped), and the full night on the
-same deletes.
+steady; then, for each fraction: the journal and the ledger emptied, the deletes, the churn
+night, its deletes put back (``restore`` of its audit log, the ledger's charges dropped), and
+the full night on the same deletes.
 
 Speed is a ratio taken in one run (churn ÷ full); absolute seconds on a shared machine are
 noise. Beside the whole nights, the ratio without the deletes, which both nights pay alike, and
@@ -377,8 +377,9 @@ def sqlite_fraction(
 def profile_path(args: argparse.Namespace, backend: str, fraction: float) -> Path | None:
     if args.profile is None:
         return None
-    args.profile.mkdir(parents=True, exist_ok=True)
-    return args.profile / f"churn-{backend}-{args.dirs}-{fraction:g}.prof"
+    directory: Path = args.profile
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory / f"churn-{backend}-{args.dirs}-{fraction:g}.prof"
 
 
 #: the phases no night's summary times: the interpreter, imports, connecting, the lease
@@ -469,6 +470,9 @@ def cassandra_results(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for index, fraction in enumerate(args.churn):
         forget(url, "journal")
+        # The full night of the fraction before charged the ledger: each churn night starts
+        # with none, as its full night does (else it defers what the full night deletes).
+        forget(url, "ledger")
         with open_store(url) as store:
             chosen, partitions = pick(store, fraction, args.seed + index)
             log(

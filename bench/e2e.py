@@ -52,14 +52,22 @@ from typing import Any
 
 import numpy as np
 from night import CLI as _CLI
-from night import hashed, measured_cli, night_figures, score_audit, truth_lines
+from night import (
+    hashed,
+    measured_cli,
+    night_figures,
+    peak_rss_by_phase,
+    score_audit,
+    truth_lines,
+)
 
 from dircleaner.filter.engines import new_filter
+from dircleaner.filter.sizing import DEFAULT_FPR
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.job.sweep import SweepConfig, load_filter
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET, filter_key
-from dircleaner.pipeline.build import DEFAULT_FPR, packed_ancestors
+from dircleaner.pipeline.build import packed_ancestors
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
 from dircleaner.synth import GENERATOR_VERSION, SHAPES, SynthSpec, generate
@@ -287,6 +295,8 @@ def job_args(args: argparse.Namespace, audit: Path, spill_after: int | None) -> 
         out += ["--max-delete-fraction", str(args.max_delete_fraction)]
     if spill_after is not None:
         out += ["--spill-after", str(spill_after)]
+    if args.max_run_time is not None:
+        out += ["--max-run-time", args.max_run_time]
     out += ["--max-rewrite-rows", str(args.max_rewrite_rows), "--audit-log", str(audit)]
     return [*out, "--spill-dir", str(audit.parent / "spill")]
 
@@ -603,6 +613,7 @@ def measure_round(
         "job_over_floor": ran["run_s"] / floor_par["scan_only_s"],
         "job_over_floor_cpu": ran["run_cpu_s"] / floor_par["scan_only_cpu_s"],
         "peak_rss_mb": max(ran["peak_rss_single_mb"], ran["peak_rss_single_sampled_mb"]),
+        "peak_rss_by_phase_mb": peak_rss_by_phase(ran.pop("rss_timeline"), phase_s, ran["run_s"]),
         **night_figures(summary, ran["audit_log"]),
     }
     scores = score_audit(ran["audit_log"], truth, DEFAULT_BUCKET, deferred)
@@ -662,6 +673,8 @@ def over_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     out["removed_dirs"] = last["ratios"]["removed_dirs"]
     out["deleted_by"] = last["scores"]["deleted_by"]
     out["spill"] = last["ratios"]["spill"]
+    out["peak_rss_by_phase_mb"] = last["ratios"]["peak_rss_by_phase_mb"]
+    out["deadline"] = last["ratios"]["deadline"]
     out["loadavg_runs"] = [
         [round(x, 2) for x in r["loadavg_before_floor"][:1] + r["loadavg_after_run"][:1]]
         for r in rounds
@@ -681,6 +694,13 @@ def ratios_markdown(r: dict[str, Any]) -> str:
     lines.append(f"| precision (worst round) | {r['precision']:.6f} | | = 1.0 | |")
     lines.append(f"| recall in one night (worst round) | {r['recall']:.5f} | | | |")
     lines.append(f"| candidates / removed | {r['candidates']:,} / {r['removed_dirs']:,} | | | |")
+    by_phase = ", ".join(f"{k} {v:,.0f}" for k, v in r["peak_rss_by_phase_mb"].items())
+    lines.append(f"| peak RSS by phase, MB (last round) | | {by_phase} | | |")
+    if r["deadline"] is not None:
+        end = r["deadline"]
+        lines.append(
+            f"| deadline (last round) | | reached {end['reached']}, {end['left_dirs']:,} left | | |"
+        )
     loads = " / ".join("–".join(f"{x:.1f}" for x in pair) for pair in r["loadavg_runs"])
     lines.append(f"| load (before floor – after run) | | {loads} | | |")
     return "\n".join(lines)
@@ -736,6 +756,11 @@ def main() -> None:
         help="candidates a process keeps in memory (the job's hidden option; default: its own"
         " budget). Several, comma-separated ('100000000,default'): the rounds alternate between"
         " them and each one's figures are reported apart",
+    )
+    ap.add_argument(
+        "--max-run-time",
+        help="the night's --max-run-time (e.g. 20m): a backlog night stopped at it, what it left"
+        " reported",
     )
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
     ap.add_argument("--work-dir", type=Path, help="where the scratch copy goes (default: cache)")

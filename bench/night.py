@@ -28,6 +28,8 @@ from dircleaner.audit import read_audit_log
 from dircleaner.synth.groundtruth import percentile
 
 SAMPLE_EVERY_S = 0.2
+#: the phases of a night, in the order they run
+NIGHT_ORDER = {name: i for i, name in enumerate(("build", "sweep", "verify", "plan", "delete"))}
 #: paths hashed per numpy chunk
 CHUNK = 1 << 18
 
@@ -99,9 +101,12 @@ class TreeSampler(threading.Thread):
         self.max_sum_rss_kb = 0
         self.max_sum_pss_kb = 0
         self.max_processes = 0
+        #: (seconds since the start, RSS of the largest process in KiB), one per sample
+        self.timeline: list[tuple[float, int]] = []
         self._halt = threading.Event()
 
     def run(self) -> None:
+        started = time.perf_counter()
         while not self._halt.is_set():
             # The wrapper itself is excluded: it is not part of the job.
             pids = [p for p in _tree(self.pid) if p != self.pid]
@@ -109,6 +114,7 @@ class TreeSampler(threading.Thread):
             rss = [m[0] for m in mems]
             if rss:
                 self.max_single_rss_kb = max(self.max_single_rss_kb, max(rss))
+                self.timeline.append((time.perf_counter() - started, max(rss)))
             self.max_sum_rss_kb = max(self.max_sum_rss_kb, sum(rss))
             self.max_sum_pss_kb = max(self.max_sum_pss_kb, sum(m[1] for m in mems))
             self.max_processes = max(self.max_processes, sum(1 for r in rss if r))
@@ -148,8 +154,30 @@ def measured_cli(url: str, args: list[str], work: Path, name: str) -> dict[str, 
         "peak_rss_sum_mb": sampler.max_sum_rss_kb / 1024,
         "peak_pss_sum_mb": sampler.max_sum_pss_kb / 1024,
         "max_processes": sampler.max_processes,
+        "rss_timeline": sampler.timeline,
         "loadavg_after": os.getloadavg(),
     }
+
+
+def peak_rss_by_phase(
+    timeline: list[tuple[float, int]], phases: dict[str, float], run_s: float
+) -> dict[str, float]:
+    """The largest process's peak RSS (MB) within each phase, the phases (in the night's order)
+    laid end to end after the start-up (the seconds no phase covers, put first: the
+    interpreter, imports, the lease), so each window is approximate by the start-up's tail.
+    ``start-up`` is the window before the first phase."""
+    out: dict[str, float] = {}
+    start = max(0.0, run_s - sum(phases.values()))
+    windows = [("start-up", 0.0, start)]
+    # the summary's phases come in key order, not the night's
+    ordered = sorted(phases.items(), key=lambda p: NIGHT_ORDER.get(p[0], len(NIGHT_ORDER)))
+    for name, seconds in ordered:
+        windows.append((name, start, start + seconds))
+        start += seconds
+    for name, begin, end in windows:
+        inside = [kb for t, kb in timeline if begin <= t < end]
+        out[name] = round(max(inside) / 1024, 1) if inside else 0.0
+    return out
 
 
 def cassandra_node_pid() -> int | None:
@@ -205,6 +233,8 @@ def night_figures(summary: dict[str, Any], audit: Path) -> dict[str, Any]:
         "spill": clean.get("spill"),
         "audit_log_bytes": audit_bytes,
         "audit_bytes_per_entry": audit_bytes / removed if removed else None,
+        # --max-run-time / --deadline: whether the night stopped at it, and what it left
+        "deadline": clean.get("deadline"),
     }
 
 

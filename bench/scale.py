@@ -99,7 +99,7 @@ def mechanism(mode: str, n: int, logs: Path) -> Iterator[Workers]:
         return
     from distributed import LocalCluster
 
-    with LocalCluster(
+    with LocalCluster(  # type: ignore[no-untyped-call]
         n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
     ) as local:
         pool = DaskWorkers(local.scheduler_address)
