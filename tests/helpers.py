@@ -112,3 +112,22 @@ def run_labels(text: str) -> set[str]:
         for line in text.splitlines()
         if line and not line.startswith("#")
     }
+
+
+def small_store(tmp_path: Path) -> str:
+    """An SQLite store of 60 objects in 60 leaf directories, 9 of them emptied."""
+    keys = [f"data/{i % 7}/{i}/obj" for i in range(60)]
+    url = f"sqlite:///{tmp_path}/meta.db"
+    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", keys))).exit_code == 0
+    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", keys[:9]))).exit_code == 0
+    return url
+
+
+def one_line_error(output: str) -> str:
+    """The one error line (after the line naming the store, of a command that writes)."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines and lines[0].startswith("store: "):
+        lines = lines[1:]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("Error: ")
+    return lines[0]

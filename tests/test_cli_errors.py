@@ -10,32 +10,12 @@ import click
 import pytest
 
 from dircleaner.cli import cli
-from tests.helpers import invoke, write_lines
-
-KEYS = [f"data/{i % 7}/{i}/obj" for i in range(60)]
-DEAD = KEYS[:9]  # 9 of the 60 leaf directories go empty
+from tests.helpers import invoke, one_line_error, small_store
 
 
 @pytest.fixture()
 def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", KEYS))).exit_code == 0
-    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", DEAD))).exit_code == 0
-    return url
-
-
-def dirs(url: str) -> list[str]:
-    return sorted(invoke(url, "list-dirs", "--bucket", "default").output.splitlines())
-
-
-def one_line_error(output: str) -> str:
-    """The one error line (after the line naming the store, of a command that writes)."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    if lines and lines[0].startswith("store: "):
-        lines = lines[1:]
-    assert len(lines) == 1, output
-    assert lines[0].startswith("Error: ")
-    return lines[0]
+    return small_store(tmp_path)
 
 
 @pytest.mark.parametrize(

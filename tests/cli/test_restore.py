@@ -14,7 +14,15 @@ from dircleaner.paths import dir_of_row
 from dircleaner.store import open_store
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
-from tests.helpers import EAGER, audit_entries, invoke, said, samples_of, write_lines
+from tests.helpers import (
+    EAGER,
+    audit_entries,
+    invoke,
+    one_line_error,
+    said,
+    samples_of,
+    small_store,
+)
 
 
 def store_with_deletes(
@@ -390,26 +398,9 @@ def test_a_bucket_in_no_entry_is_refused_naming_the_buckets(tmp_path: Path) -> N
     assert ok.exit_code == 0 and "default\td1/" in dirs(url)
 
 
-KEYS = [f"data/{i % 7}/{i}/obj" for i in range(60)]
-DEAD = KEYS[:9]  # 9 of the 60 leaf directories go empty
-
-
 @pytest.fixture()
 def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", KEYS))).exit_code == 0
-    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", DEAD))).exit_code == 0
-    return url
-
-
-def one_line_error(output: str) -> str:
-    """The one error line (after the line naming the store, of a command that writes)."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    if lines and lines[0].startswith("store: "):
-        lines = lines[1:]
-    assert len(lines) == 1, output
-    assert lines[0].startswith("Error: ")
-    return lines[0]
+    return small_store(tmp_path)
 
 
 def test_restore_refuses_a_bad_audit_log_and_writes_nothing(store: str, tmp_path: Path) -> None:

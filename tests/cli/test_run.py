@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.test_clean_prefix import Backend, backend  # noqa: F401 (a fixture)
-from tests.helpers import EAGER, invoke, said, write_lines
+from tests.helpers import EAGER, invoke, one_line_error, said, small_store
 from tests.test_cli_read_only import read_only
 
 
@@ -112,30 +112,13 @@ def test_a_dry_run_that_would_pass_says_nothing_more(url: str) -> None:
     assert (result.exit_code, result.stderr) == (0, "")
 
 
-KEYS = [f"data/{i % 7}/{i}/obj" for i in range(60)]
-DEAD = KEYS[:9]  # 9 of the 60 leaf directories go empty
-
-
 @pytest.fixture()
 def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/meta.db"
-    assert invoke(url, "import-keys", str(write_lines(tmp_path / "k.txt", KEYS))).exit_code == 0
-    assert invoke(url, "delete-keys", str(write_lines(tmp_path / "d.txt", DEAD))).exit_code == 0
-    return url
+    return small_store(tmp_path)
 
 
 def dirs(url: str) -> list[str]:
     return sorted(invoke(url, "list-dirs", "--bucket", "default").output.splitlines())
-
-
-def one_line_error(output: str) -> str:
-    """The one error line (after the line naming the store, of a command that writes)."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    if lines and lines[0].startswith("store: "):
-        lines = lines[1:]
-    assert len(lines) == 1, output
-    assert lines[0].startswith("Error: ")
-    return lines[0]
 
 
 def test_too_many_candidates_is_refused_with_exit_3_and_nothing_deleted(store: str) -> None:
