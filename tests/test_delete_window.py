@@ -38,7 +38,8 @@ from dircleaner.pipeline import delete
 from dircleaner.pipeline.delete import DeleteFailed, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, TombstoneCounter
+from dircleaner.store.base import Store
+from dircleaner.store.capabilities import TombstoneCounter
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.store.records import DeleteOutcome, DeleteRequest, StoreTraits, murmur_token
 from dircleaner.timeutil import now_us
