@@ -61,8 +61,8 @@ from cassandra.concurrent import execute_concurrent
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import SimpleStatement, tuple_factory
 from cassandra_snapshot import keep, read_manifest, restore
-from e2e import BACKLOG_MAX_DELETE_FRACTION, empty_fraction_of
 from night import (
+    add_night_arguments,
     audited_hashes,
     cassandra_node_pid,
     hashed,
@@ -70,6 +70,7 @@ from night import (
     night_figures,
     peak_rss_by_phase,
     process_cpu_s,
+    resolve_night_arguments,
     score_audit,
     truth_lines,
 )
@@ -89,7 +90,7 @@ from dircleaner.store.base import Store
 from dircleaner.store.cassandra.bulkload import CassandraBulkLoad
 from dircleaner.store.cassandra.mapping import stored_parent
 from dircleaner.store.cassandra.store import CassandraStore
-from dircleaner.synth import GENERATOR_VERSION, SHAPES, SynthSpec, generate
+from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 from dircleaner.workers.base import BUILD, CLEAN, LocalWorkers
 from dircleaner.workers.local import map_shards
 
@@ -981,20 +982,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--store", default=DEFAULT_STORE, help="cassandra:// URL (own keyspace)")
     ap.add_argument("--config", type=Path, default=None, help="dircleaner TOML config")
     ap.add_argument("--seed", type=int, default=0)
-    shape = ap.add_mutually_exclusive_group()
-    shape.add_argument("--empty-fraction", type=float, help="[default: 0.05]")
-    shape.add_argument(
-        "--shape",
-        choices=sorted(SHAPES),
-        help="a cluster of the talk, as gen --shape makes it (steady: 352 empty of 31.5M;"
-        " backlog: 16M of 25M)",
-    )
-    ap.add_argument(
-        "--max-delete-fraction",
-        type=float,
-        help="the real nights' guard (default: the job's own, 0.1; 0.7 with --shape backlog,"
-        " which the guard refuses otherwise, as it should)",
-    )
+    add_night_arguments(ap, "the real nights'")
     ap.add_argument(
         "--ratios-only",
         action="store_true",
@@ -1012,11 +1000,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=180.0,
         help="seconds to wait for the node's compactions after a load or a restore",
-    )
-    ap.add_argument(
-        "--max-run-time",
-        help="the real nights' --max-run-time (e.g. 20m): a backlog night stopped at it, what it"
-        " left reported",
     )
     ap.add_argument("--fpr", type=float, default=DEFAULT_FPR, help="default: the job's own")
     ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
@@ -1036,9 +1019,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE)
     args = ap.parse_args(argv)
     args.worker_counts = [int(w) for w in str(args.workers).split(",") if w.strip()]
-    args.empty_fraction = empty_fraction_of(args.shape, args.empty_fraction)
-    if args.max_delete_fraction is None and args.shape == "backlog":
-        args.max_delete_fraction = BACKLOG_MAX_DELETE_FRACTION
+    resolve_night_arguments(args)
     return args
 
 

@@ -56,8 +56,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from e2e import DEFAULT_CACHE, copy_dataset, empty_fraction_of, ensure_dataset, store_url
-from night import CLI
+from e2e import DEFAULT_CACHE, copy_dataset, ensure_dataset, store_url
+from night import CLI, empty_fraction_of
 
 from dircleaner.audit import read_audit_log
 from dircleaner.journal import record_deletes

@@ -53,10 +53,12 @@ from typing import Any
 import numpy as np
 from night import CLI as _CLI
 from night import (
+    add_night_arguments,
     hashed,
     measured_cli,
     night_figures,
     peak_rss_by_phase,
+    resolve_night_arguments,
     score_audit,
     truth_lines,
 )
@@ -70,24 +72,14 @@ from dircleaner.paths import DEFAULT_BUCKET, filter_key
 from dircleaner.pipeline.build import packed_ancestors
 from dircleaner.store import open_store
 from dircleaner.store.base import Store
-from dircleaner.synth import GENERATOR_VERSION, SHAPES, SynthSpec, generate
+from dircleaner.synth import GENERATOR_VERSION, SynthSpec, generate
 from dircleaner.workers.base import BUILD, CLEAN, LocalWorkers
 
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache"
 BATCH = 10_000
-#: --max-delete-fraction of the backlog's night: 64% of the directories go, and the guard's
-#: default (0.1) refuses it, as it should
-BACKLOG_MAX_DELETE_FRACTION = 0.7
 
 
 # -- the dataset ------------------------------------------------------------------------------
-
-
-def empty_fraction_of(shape: str | None, fraction: float | None) -> float:
-    """The share of empty directories of ``--shape`` or ``--empty-fraction`` (default 0.05)."""
-    if shape is not None:
-        return SHAPES[shape]
-    return 0.05 if fraction is None else fraction
 
 
 def dataset_dir(cache: Path, spec: SynthSpec) -> Path:
@@ -737,30 +729,12 @@ def main() -> None:
     ap.add_argument("--dirs", type=int, required=True, help="directories in the dataset")
     ap.add_argument("--out", type=Path, help="write the JSON result here")
     ap.add_argument("--seed", type=int, default=0)
-    shape = ap.add_mutually_exclusive_group()
-    shape.add_argument("--empty-fraction", type=float, help="[default: 0.05]")
-    shape.add_argument(
-        "--shape",
-        choices=sorted(SHAPES),
-        help="a cluster of the talk, as gen --shape makes it (steady: 352 empty of 31.5M;"
-        " backlog: 16M of 25M)",
-    )
-    ap.add_argument(
-        "--max-delete-fraction",
-        type=float,
-        help="the night's guard (default: the job's own, 0.1; 0.7 with --shape backlog, which"
-        " the guard refuses otherwise, as it should)",
-    )
+    add_night_arguments(ap, "the night's")
     ap.add_argument(
         "--spill-after",
         help="candidates a process keeps in memory (the job's hidden option; default: its own"
         " budget). Several, comma-separated ('100000000,default'): the rounds alternate between"
         " them and each one's figures are reported apart",
-    )
-    ap.add_argument(
-        "--max-run-time",
-        help="the night's --max-run-time (e.g. 20m): a backlog night stopped at it, what it left"
-        " reported",
     )
     ap.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="dataset cache")
     ap.add_argument("--work-dir", type=Path, help="where the scratch copy goes (default: cache)")
@@ -798,9 +772,7 @@ def main() -> None:
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
 
-    args.empty_fraction = empty_fraction_of(args.shape, args.empty_fraction)
-    if args.max_delete_fraction is None and args.shape == "backlog":
-        args.max_delete_fraction = BACKLOG_MAX_DELETE_FRACTION
+    resolve_night_arguments(args)
     variants = spill_variants(args.spill_after)
     spec = SynthSpec(dirs=args.dirs, seed=args.seed, empty_fraction=args.empty_fraction)
     data, meta = ensure_dataset(args.cache_dir, spec)

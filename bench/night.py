@@ -1,17 +1,12 @@
-"""What the end-to-end benchmarks share about one night: the ``dircleaner`` command run as a
-subprocess and measured from outside (wall and CPU seconds, the peak RSS of its largest
-process, its process tree's RSS and PSS), and its audit log scored against the ground truth in
-memory that does not follow the night's size.
-
-Scoring keeps 8 bytes per path (a 64-bit hash, sorted in a numpy array) instead of the paths in
-Python sets: a 16M-delete night and its 16M-line truth score in a few hundred MB where sets
-of the strings took several GB. Two different paths share a hash with a probability of about
-n² / 2⁶⁴ (1e-5 at 16M): a wrongly deleted directory is hidden only if it collides with a truly
-empty one (about 1e-12), and any wrong delete found is named by a second pass over the log.
+"""What the end-to-end benchmarks share about one night: the options that choose its dataset
+and guard, the ``dircleaner`` command run as a subprocess and measured from outside (wall and CPU
+seconds, the peak RSS of its largest process, its process tree's RSS and PSS), and its audit log
+scored against the ground truth in memory that does not follow the night's size.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -25,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dircleaner.audit import read_audit_log
+from dircleaner.synth import SHAPES
 from dircleaner.synth.groundtruth import percentile
 
 SAMPLE_EVERY_S = 0.2
@@ -32,6 +28,9 @@ SAMPLE_EVERY_S = 0.2
 NIGHT_ORDER = {name: i for i, name in enumerate(("build", "sweep", "verify", "plan", "delete"))}
 #: paths hashed per numpy chunk
 CHUNK = 1 << 18
+#: --max-delete-fraction of the backlog's night: 64% of the directories go, and the guard's
+#: default (0.1) refuses it, as it should
+BACKLOG_MAX_DELETE_FRACTION = 0.7
 
 # Runs the job and reports the peak RSS of its largest process (RUSAGE_CHILDREN covers every
 # waited-for descendant, so the forked workers too) and its own wall time.
@@ -47,6 +46,49 @@ print(json.dumps({"rc": rc, "seconds": seconds, "maxrss_kb": usage.ru_maxrss, "c
 """
 
 CLI = "import sys; from dircleaner.cli import main; sys.argv[0] = 'dircleaner'; main()"
+
+
+# -- the night's dataset and guard ------------------------------------------------------------
+
+
+def add_night_arguments(ap: argparse.ArgumentParser, nights: str) -> None:
+    """The options that choose the night's dataset (``--empty-fraction`` or ``--shape``) and its
+    guard and window (``--max-delete-fraction``, ``--max-run-time``), the same in every
+    end-to-end benchmark; ``nights`` names whose they are in the help ("the night's")."""
+    shape = ap.add_mutually_exclusive_group()
+    shape.add_argument("--empty-fraction", type=float, help="[default: 0.05]")
+    shape.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        help="a cluster of the talk, as gen --shape makes it (steady: 352 empty of 31.5M;"
+        " backlog: 16M of 25M)",
+    )
+    ap.add_argument(
+        "--max-delete-fraction",
+        type=float,
+        help=f"{nights} guard (default: the job's own, 0.1; {BACKLOG_MAX_DELETE_FRACTION:g} with"
+        " --shape backlog, which the guard refuses otherwise, as it should)",
+    )
+    ap.add_argument(
+        "--max-run-time",
+        help=f"{nights} --max-run-time (e.g. 20m): a backlog night stopped at it, what it left"
+        " reported",
+    )
+
+
+def resolve_night_arguments(args: argparse.Namespace) -> None:
+    """``args.empty_fraction`` made the share of ``--shape`` or ``--empty-fraction``, and the
+    backlog's guard raised to ``BACKLOG_MAX_DELETE_FRACTION`` unless one was given."""
+    args.empty_fraction = empty_fraction_of(args.shape, args.empty_fraction)
+    if args.max_delete_fraction is None and args.shape == "backlog":
+        args.max_delete_fraction = BACKLOG_MAX_DELETE_FRACTION
+
+
+def empty_fraction_of(shape: str | None, fraction: float | None) -> float:
+    """The share of empty directories of ``--shape`` or ``--empty-fraction`` (default 0.05)."""
+    if shape is not None:
+        return SHAPES[shape]
+    return 0.05 if fraction is None else fraction
 
 
 # -- the process tree's memory ------------------------------------------------------------------

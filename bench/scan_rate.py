@@ -42,7 +42,8 @@ from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.scanrate import ScanRate, ScanStats
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, index_writer
+from dircleaner.store.base import Store
+from dircleaner.store.capabilities import index_writer
 from dircleaner.synth import SynthSpec, generate
 from dircleaner.workers.base import LocalWorkers
 

@@ -16,7 +16,8 @@ from dircleaner.audit import iter_audit_entries
 from dircleaner.entrysort import EntrySort, Row
 from dircleaner.errors import DircleanerError, UsageError
 from dircleaner.progress import Progress, no_progress
-from dircleaner.store.base import Store, index_writer
+from dircleaner.store.base import Store
+from dircleaner.store.capabilities import index_writer
 from dircleaner.timeutil import parse_utc_time
 
 RESTORE_BATCH = 1000

@@ -29,12 +29,11 @@ from dircleaner.store import open_store
 from dircleaner.store.base import (
     HEADER_SEQ,
     MARKER_SEQ,
-    IndexWriter,
     Store,
-    TombstoneCounter,
     missing_bucket,
     require_bucket,
 )
+from dircleaner.store.capabilities import IndexWriter, TombstoneCounter
 from dircleaner.store.kv import MAX_VALUE_BYTES
 from dircleaner.store.records import (
     JOURNAL_SHARDS,

@@ -1,4 +1,5 @@
-"""The deleter's sliding window: order, the in-flight bound, retries, and a kill -9 mid-clean.
+"""The deleter through its sliding window: order, retries, and a kill -9 mid-clean (the window's
+own bound and barrier: ``test_deletewindow``).
 
 A fake store whose requests complete on other threads (as Cassandra's ``execute_async`` do)
 records every event: the lease check, the charge, the audit record, each request sent and each
@@ -8,6 +9,8 @@ for all of them, as a batch would.
 
 from __future__ import annotations
 
+import ast
+import inspect
 import io
 import os
 import random
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 from typing import Any, cast
 
 import pytest
@@ -30,10 +34,12 @@ from dircleaner.audit import AuditLog
 from dircleaner.errors import DircleanerError, StoreUnavailable, TransientStoreError
 from dircleaner.model import ActionKind, DeleteAction, FolderRow, PartitionKey
 from dircleaner.paths import dir_of_row, directories_of
+from dircleaner.pipeline import delete
 from dircleaner.pipeline.delete import DeleteFailed, ThrottleConfig, execute_plan
 from dircleaner.pipeline.plan import DeletionPlan
 from dircleaner.store import open_store
-from dircleaner.store.base import Store, TombstoneCounter
+from dircleaner.store.base import Store
+from dircleaner.store.capabilities import TombstoneCounter
 from dircleaner.store.cassandra.store import CassandraStore
 from dircleaner.store.records import DeleteOutcome, DeleteRequest, StoreTraits, murmur_token
 from dircleaner.timeutil import now_us
@@ -217,32 +223,6 @@ def test_every_delete_is_lease_checked_charged_and_audited_before_it_is_sent() -
         assert set(earlier) <= sent_before
 
 
-@pytest.mark.parametrize("concurrency", [1, 3, 16])
-def test_never_more_than_concurrency_requests_in_flight(concurrency: int) -> None:
-    store = WindowStore()
-    total = 120
-    # No request completes before the window is full (or everything was sent): the window
-    # must fill up to its bound and never past it.
-    for i in range(total):
-        store.hold[row(i)] = lambda: store.in_flight >= concurrency or store.sent == total
-    stats, _ = run(store, row_plan(total), concurrency=concurrency)
-    assert stats.directories == total
-    assert store.held_ok
-    assert store.max_in_flight == concurrency
-
-
-def test_the_next_request_starts_as_one_completes_not_after_the_slowest() -> None:
-    """A request that completes only after three groups' worth of others did: batches would
-    wait for it before sending anything of the next batch; the window keeps sending."""
-    store = WindowStore()
-    concurrency = 4
-    store.hold[row(0)] = lambda: store.completed >= 3 * concurrency
-    stats, _ = run(store, row_plan(40), concurrency=concurrency)
-    assert store.held_ok, "the window waited for its slowest request"
-    assert stats.directories == 40
-    assert store.max_in_flight <= concurrency
-
-
 def test_a_timed_out_request_is_retried_once_the_wait_is_over() -> None:
     store = WindowStore()
     store.transient[row(5)] = 2
@@ -311,44 +291,6 @@ def test_a_signal_between_groups_still_sends_every_audited_delete() -> None:
     sent = [what for kind, what in store.events if kind == "send"]
     assert sorted(sent) == sorted(audited) == sorted(map(row, range(8)))
     assert store.in_flight == 0
-
-
-def test_no_row_request_is_sent_while_an_earlier_partition_deletion_is_in_flight() -> None:
-    """Children's partition deletions land before the row deletes of their parents: a run
-    killed at any point leaves no child partition that its parent's rows no longer name."""
-    store = WindowStore()
-    store.patience = 1.0  # with the barrier, nothing else is sent while the partitions wait
-    rows = list(map(row, range(24)))
-    kinds = [ActionKind.PARTITION] * 3 + [ActionKind.ROW] * 9
-    kinds += [ActionKind.PARTITION] * 2 + [ActionKind.ROW] * 4 + [ActionKind.PARTITION]
-    kinds += [ActionKind.ROW] * 5
-    actions = []
-    for r, kind in zip(rows, kinds, strict=True):
-        actions.append(DeleteAction(kind, PartitionKey(r.token, r.bucket, r.parent), (r,)))
-        if kind is ActionKind.PARTITION:
-            store.partitions.add(r)
-            # Each partition deletion completes only once the window is full, or after the
-            # patience: without the barrier, the rows after it would go meanwhile.
-            store.hold[r] = lambda: store.in_flight >= 8
-    stats, _ = run(store, DeletionPlan(tuple(actions), ()), concurrency=8)
-    assert stats.directories == len(rows)
-    assert sorted(store.deleted) == sorted(rows)
-    assert store.overtaken == []
-    assert store.max_in_flight <= 8
-
-
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), DircleanerError("no connection")])
-def test_a_send_that_raises_stops_the_window_and_nothing_more_goes(error: BaseException) -> None:
-    store = WindowStore()
-    store.send_raises[row(9)] = error
-    with pytest.raises(type(error) if not isinstance(error, Exception) else DeleteFailed):
-        run(store, row_plan(400), concurrency=4)
-    assert store.in_flight == 0  # what was in flight was waited for
-    sent = [what for kind, what in store.events if kind == "send"]
-    assert row(9) not in sent
-    assert len(sent) < 20  # nothing after the stop but what was already in flight
-    audited = {r for kind, what in store.events if kind == "audit" for r in cast(list, what)}
-    assert set(sent) <= audited
 
 
 def test_an_interrupt_between_groups_sends_only_what_was_charged_and_audited() -> None:
@@ -622,18 +564,11 @@ def test_a_paced_group_waits_for_its_rate_before_its_lease_check() -> None:
         assert kinds[at : at + 6] == ["check", "audit", "send", "send", "send", "send"], kinds
 
 
-@pytest.mark.parametrize("name", ["_Window", "_Rounds"])
-def test_the_window_states_only_what_cannot_be_derived(name: str) -> None:
-    """The window keeps the driver's size: at most ten attributes each for the requests in
-    flight and for the rounds the caller's thread counts (every ``self.x =`` in the class)."""
-    import ast
-    import inspect
-
-    from dircleaner.pipeline import delete
-
-    tree = ast.parse(inspect.getsource(delete))
+def self_attributes(module: ModuleType, name: str) -> set[str]:
+    """Every ``self.x =`` of class ``name`` in ``module``."""
+    tree = ast.parse(inspect.getsource(module))
     (cls,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name]
-    attributes = {
+    return {
         target.attr
         for node in ast.walk(cls)
         if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
@@ -643,4 +578,10 @@ def test_the_window_states_only_what_cannot_be_derived(name: str) -> None:
         and isinstance(target.value, ast.Name)
         and target.value.id == "self"
     }
+
+
+def test_the_rounds_state_only_what_cannot_be_derived() -> None:
+    """The rounds the caller's thread counts keep the driver's size: at most ten attributes
+    (the requests in flight: ``test_deletewindow``)."""
+    attributes = self_attributes(delete, "_Rounds")
     assert 0 < len(attributes) <= 10, sorted(attributes)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dircleaner.pipeline.delete import AdaptiveRate, ThrottleConfig
+from dircleaner.pipeline.deleterate import AdaptiveRate, ThrottleConfig
 from dircleaner.retry import RetryPolicy
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.workers import interrupt

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from dircleaner.model import Shard
-from dircleaner.pipeline.delete import AdaptiveRate, ThrottleConfig
+from dircleaner.pipeline.deleterate import AdaptiveRate, ThrottleConfig
 from dircleaner.rateshare import Alone, ProcessSharers, RateParts
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store.records import murmur_token

@@ -44,7 +44,8 @@ from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.slice import plan_and_delete
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ, TombstoneCounter
+from dircleaner.store.base import HEADER_SEQ, MARKER_SEQ
+from dircleaner.store.capabilities import TombstoneCounter
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.store.records import murmur_token
 from dircleaner.store.sqlite import SqliteStore

@@ -26,7 +26,7 @@ import pytest
 from dircleaner.lease import lease_name
 from dircleaner.paths import dir_of_row
 from dircleaner.store import Store, open_store
-from dircleaner.store.base import TombstoneCounter
+from dircleaner.store.capabilities import TombstoneCounter
 from dircleaner.store.cassandra.config import parse_cassandra_url
 from dircleaner.timeutil import now_us
 from tests.helpers import audit_entries

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from dircleaner.store import open_store
-from dircleaner.store.base import IndexWriter, Store, index_writer
+from dircleaner.store.base import Store
 from dircleaner.store.records import StoreTraits
 from dircleaner.store.sqlite import SqliteStore
 
@@ -97,24 +97,6 @@ def test_the_derived_count_is_the_scan_count(sqlite_store: SqliteStore) -> None:
 
 def test_scope_id_is_derived_from_the_scheme_and_the_tables(sqlite_store: SqliteStore) -> None:
     assert sqlite_store.scope_id() == "sqlite:objects,folders"
-
-
-def test_a_store_without_index_writes_refuses_puts() -> None:
-    not_a_writer = cast(Store, object())
-    with pytest.raises(TypeError, match="takes no index writes"):
-        index_writer(not_a_writer)
-    with pytest.raises(TypeError, match="takes no index writes"):
-        Store.put_objects(not_a_writer, "b", ["a/b"], 1)
-
-
-def test_both_backends_take_index_writes(sqlite_store: SqliteStore) -> None:
-    assert isinstance(sqlite_store, IndexWriter)
-    from dircleaner.store.cassandra.store import CassandraStore
-
-    assert all(
-        callable(getattr(CassandraStore, name, None))
-        for name in ("write_object_rows", "write_folder_rows", "delete_object_rows")
-    )
 
 
 def test_the_derived_churn_checks_answer_as_the_primitives(sqlite_store: SqliteStore) -> None:

@@ -39,7 +39,7 @@ USED_ELSEWHERE: dict[tuple[str, str], str] = {
     ("cli/night_metrics.py", "entries_read"): "_CHURN_GAUGES names it as a string",
     ("synth/runner.py", "_worker_main"): "the generator's worker runs it by `python -c`",
     # part of a record or protocol the library fills, read only by tests or benchmarks
-    ("store/base.py", "TombstoneCounter"): "the protocol tests and benchmarks count with",
+    ("store/capabilities.py", "TombstoneCounter"): "the protocol tests and benchmarks count with",
     ("store/records.py", "exact"): "the store contract checks an exact count is marked so",
     ("entrysort.py", "spilled_files"): "tests check the restore's sort spilled, or did not",
     ("synth/spec.py", "generate_seconds"): "the load benchmarks report it",

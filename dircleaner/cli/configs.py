@@ -15,7 +15,7 @@ from dircleaner.errors import UsageError
 from dircleaner.job.prefix import PrefixCleanConfig
 from dircleaner.model import Shard
 from dircleaner.paths import DEFAULT_BUCKET
-from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.deleterate import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.prefix import normalise_prefix
 from dircleaner.pipeline.spillfile import DEFAULT_PLAN_CHUNK, SpillConfig

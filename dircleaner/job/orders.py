@@ -15,7 +15,7 @@ from dircleaner.audit import audit_scope
 from dircleaner.deadline import Deadline
 from dircleaner.lease import DEFAULT_LEASE_TTL_S
 from dircleaner.pipeline.budget import TombstoneBudget, resolve_budget
-from dircleaner.pipeline.delete import ThrottleConfig
+from dircleaner.pipeline.deleterate import ThrottleConfig
 from dircleaner.pipeline.slice import DeleteOrders
 from dircleaner.store.base import Store
 

@@ -1,29 +1,24 @@
-"""Executing a deletion plan: rate limit, a sliding window of requests, backoff, the audit log.
+"""Executing a deletion plan: groups lease-checked, charged and audited, then sent; backoff.
 
-The store turns actions into requests (``Store.delete_requests``); this module keeps at most
-``concurrency`` of them in flight, starting the next as one completes, as the driver's
-``execute_concurrent`` does. It is the only place that retries deletes: the store reports their
-transient failures, and the window sends a group's failed actions again as one round, after the
-wait and within the attempts of the one retry policy (``dircleaner.retry``); each round also
-steers the adaptive rate (halved on overload, raised while healthy). Deletes are issued at
-timestamp T (the build's start minus ``--min-age``): a tombstone shadows only writes at or before
-T, so a directory that received an object after T keeps its entry whatever this module does.
-"""
+The store turns actions into requests (``Store.delete_requests``); this module sends them through
+a window of at most ``concurrency`` in flight (``deletewindow``), starting the next as one
+completes, as the driver's ``execute_concurrent`` does, at the adaptive rate (``deleterate``). It
+is the only place that retries deletes: the store reports their transient failures, and a
+group's failed actions go again as one round, after the wait and within the attempts of the one
+retry policy (``dircleaner.retry``); each round also steers the adaptive rate (halved on
+overload, raised while healthy). Deletes are issued at timestamp T (the build's start minus
+``--min-age``): a tombstone shadows only writes at or before T, so a directory that received an
+object after T keeps its entry whatever this module does."""
 
 from __future__ import annotations
 
-import logging
-import math
 import queue
 import random
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from itertools import islice
-from typing import NamedTuple, NoReturn, Protocol
+from typing import NoReturn, Protocol
 
 from dircleaner.audit import AuditLog
 from dircleaner.deadline import Deadline
@@ -32,131 +27,32 @@ from dircleaner.errors import (
     RewriteUnsupported,
     StoreUnavailable,
     TransientStoreError,
-    UsageError,
 )
 from dircleaner.model import ActionKind, DeleteAction, KindTally
+from dircleaner.pipeline.deleterate import AdaptiveRate, ThrottleConfig
+from dircleaner.pipeline.deletewindow import _Group, _Ready, _Window
 from dircleaner.progress import Progress, no_progress
-from dircleaner.rateshare import BURST_S, Alone, RateParts, Sharers
-from dircleaner.retry import RetryPolicy
 from dircleaner.store.base import Store
-from dircleaner.store.records import DeleteOutcome, DeleteRequest
 from dircleaner.workers import interrupt
+
+# The deleter's names, and the throttle's settings where the tests and the benches import them.
+__all__ = [
+    "DeleteFailed",
+    "DeleteStats",
+    "PlannedActions",
+    "PlannedDeletes",
+    "ThrottleConfig",
+    "execute_plan",
+]
 
 #: the actions that end with a partition deletion (a rewrite's, after its copy)
 _WHOLE_PARTITION = frozenset({ActionKind.PARTITION, ActionKind.REWRITE})
 #: the caller's thread, waiting for a group to be sent, looks again at least this often
 WAKE_S = 0.5
-#: a wait for the rate at least this long is logged (debug: ``-vv``)
-LONG_WAIT_S = 1.0
-log = logging.getLogger(__name__)
 
 
 class DeleteFailed(DircleanerError):
     """Deletes failed with a non-retryable error; the run stopped."""
-
-
-@dataclass(frozen=True)
-class ThrottleConfig:
-    """How fast and how wide deletes go."""
-
-    #: deletes per second at most (0 = unlimited)
-    rate: float = 1000.0
-    #: delete requests in flight at once, per process (a Cassandra request deletes a row, a
-    #: range or up to ``deletes_per_request`` partitions); a group of this many requests' worth
-    #: of actions is lease-checked, charged and audited before any of it is sent
-    concurrency: int = 32
-    #: the adaptive rate starts at this fraction of ``rate`` and ramps up while healthy
-    start_fraction: float = 0.25
-    max_retries: int = 6
-    base_backoff_s: float = 0.05
-    max_backoff_s: float = 5.0
-    #: the slices ``rate`` is shared by: each deletes at most its part of it
-    shared_by: Sharers = field(default=Alone(), compare=False)
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.rate < math.inf:  # nan too
-            raise UsageError(f"--rate must be a finite number >= 0, not {self.rate}")
-        if self.concurrency < 1:
-            raise UsageError("--concurrency must be >= 1")
-
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        """The first try and ``max_retries`` more, waits between ``base_backoff_s`` and the cap."""
-        return RetryPolicy(self.max_retries + 1, self.base_backoff_s, self.max_backoff_s)
-
-
-class AdaptiveRate:
-    """AIMD rate control: add while healthy, halve on overload; a token bucket enforces it,
-    within this slice's part of ``--rate`` (which follows the slices sharing it: ``RateParts``)."""
-
-    def __init__(
-        self,
-        config: ThrottleConfig,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = interrupt.wait,
-    ) -> None:
-        self._parts = RateParts(config.rate, config.shared_by)
-        self.max_rate = self._parts.part
-        # A process's later slices go on from where its last one ended.
-        self.rate = self.max_rate * config.shared_by.start_fraction(config.start_fraction)
-        self.floor = self.max_rate / 100
-        self._clock = clock
-        self._sleep = sleep
-        self._tokens = 0.0
-        self._last = clock()
-
-    @property
-    def fraction(self) -> float:
-        """The adaptive rate as a fraction of this slice's part (1.0: unlimited)."""
-        return self.rate / self.max_rate if self.max_rate else 1.0
-
-    @property
-    def total_rate(self) -> float:
-        """The rate all the slices sharing ``--rate`` make at this one's pace (0: unlimited)."""
-        return self.rate * self._parts.parts
-
-    def acquire(self, n: int) -> None:
-        """Block until ``n`` deletes may start."""
-        if not self.max_rate:
-            return
-        while True:
-            now = self._clock()
-            burst = max(self.rate * BURST_S, 1.0)
-            self._tokens = min(burst, self._tokens + (now - self._last) * self.rate)
-            self._last = now
-            if self._follow_parts():
-                continue  # the part changed: count again at the new one
-            # A hair of tolerance: float rounding must not leave a wait below clock resolution.
-            if self._tokens >= n - 1e-9 or (n > burst and self._tokens >= burst - 1e-9):
-                self._tokens -= n
-                return
-            wait = (min(n, burst) - self._tokens) / self.rate
-            if wait >= LONG_WAIT_S:
-                log.debug(
-                    "delete rate %.6g/s: waiting %.1f s before the next deletes", self.rate, wait
-                )
-            self._sleep(self._parts.step(wait))
-
-    def on_success(self) -> None:
-        if self.max_rate:
-            self.rate = min(self.max_rate, self.rate + self.max_rate / 20)
-
-    def on_overload(self) -> None:
-        if self.max_rate:
-            self.rate = max(self.floor, self.rate / 2)
-
-    def _follow_parts(self) -> bool:
-        """This slice's part as the slices sharing ``--rate`` now make it (tokens earned
-        at the old part already counted): the adaptive rate scaled with it, tokens saved up
-        never more than the new burst. Whether it changed."""
-        scale = self._parts.follow()
-        if scale == 1.0:
-            return False
-        self.max_rate = self._parts.part
-        self.floor = self.max_rate / 100
-        self.rate = min(self.max_rate, self.rate * scale)
-        self._tokens = min(self._tokens, max(self.rate * BURST_S, 1.0))
-        return True
 
 
 class PlannedDeletes(Protocol):
@@ -319,162 +215,6 @@ def _execute(
     throttle.shared_by.ended_at(rounds.rate.fraction)
     stats.seconds = time.monotonic() - started
     return stats
-
-
-@dataclass(eq=False)
-class _Group:
-    """A group of the plan's actions: charged, audited and lease-checked as one."""
-
-    actions: Sequence[DeleteAction]
-    #: rounds sent (the first try and the retries so far)
-    rounds: int = 0
-    #: the retry policy's wait before the group's next round, once a round ended with
-    #: transient failures (None: no retry due)
-    wait_s: float | None = None
-    #: requests of the current round made ready whose outcome is not counted yet
-    outstanding: int = 0
-    #: the current round is still being sent (it cannot have ended yet)
-    sending: bool = False
-    #: the actions (by index) of the current round that failed transiently, and one such error
-    failed: list[int] = field(default_factory=list)
-    error: BaseException | None = None
-    #: rows each rewrite (by index) copied
-    copied: dict[int, int] = field(default_factory=dict)
-    #: the first round's requests, built ahead (``_Rounds.prepare``)
-    requests: list[DeleteRequest] | None = None
-    #: its requests made ready and not sent yet (under the window's condition)
-    unsent: int = 0
-
-
-class _Ready(NamedTuple):
-    """A request made ready: its group, the group's actions it deletes (by index), and whether
-    it deletes a whole partition (the barrier's concern)."""
-
-    group: _Group
-    members: tuple[int, ...]
-    request: DeleteRequest
-    partition: bool
-
-
-class _Outcome(NamedTuple):
-    """A sent request's outcome, queued by its callback for the caller's thread to count."""
-
-    ready: _Ready
-    outcome: DeleteOutcome
-
-
-class _Window:
-    """At most ``limit`` delete requests in flight; the next starts as one completes.
-
-    As in the driver's ``execute_concurrent``, a request's callback itself sends the next
-    ready request (on the driver's thread), so the window never waits for the caller's thread;
-    the callback queues the outcome for the caller's thread to count (``_Rounds``). Requests go
-    in the order they were made ready, and a row or range request waits until no partition
-    deletion made ready before it is in flight (the barrier, ``launch``).
-
-    One way to stop: ``halt`` sets ``stop`` (the first error wins) and wakes the waiting
-    caller; once it is set, nothing more is sent. Everything here but ``local`` and the
-    outcomes queue is read and written under ``condition``.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.condition = threading.Condition()
-        #: requests ready to go, in order
-        self.ready: deque[_Ready] = deque()
-        self.in_flight = 0
-        #: partition deletions in flight: a row or range request waits for them (the barrier)
-        self.partitions_in_flight = 0
-        #: a thread sending ready requests sends those its own callbacks free (no recursion)
-        self.local = threading.local()
-        self.outcomes: queue.SimpleQueue[_Outcome] = queue.SimpleQueue()
-        #: the error that stops the run (nothing more is sent once it is set)
-        self.stop: BaseException | None = None
-
-    def make_ready(self, ready: _Ready) -> None:
-        with self.condition:
-            self.ready.append(ready)
-            ready.group.unsent += 1
-
-    def halt(self, error: BaseException) -> None:
-        """Stop sending, ``error`` the reason unless one came first; wake the caller."""
-        with self.condition:
-            self._halt(error)
-
-    def _halt(self, error: BaseException) -> None:  # under the condition
-        if self.stop is None:
-            self.stop = error
-        self.condition.notify_all()
-
-    def wait_sent(self, group: _Group, timeout: float) -> bool:
-        """Whether every request of ``group`` has been sent (or the run stops), after waiting
-        up to ``timeout`` for it."""
-        with self.condition:
-            if group.unsent and self.stop is None:
-                self.condition.wait(timeout)
-            return not group.unsent or self.stop is not None
-
-    def drop_ready(self) -> None:
-        """Nothing made ready is sent any more: each dropped request's outcome is no longer
-        awaited."""
-        with self.condition:
-            for ready in self.ready:
-                ready.group.unsent -= 1
-                ready.group.outstanding -= 1
-            self.ready.clear()
-            self.condition.notify_all()
-
-    def launch(self) -> None:
-        """Send ready requests, in order, while the window has room (any thread).
-
-        The barrier: a row or range request is not sent while a partition deletion made ready
-        before it is in flight (it waits at the head of the queue). A directory's partition
-        is deleted only after its children's partitions (the plan's order); the row naming
-        it in its parent's partition goes after them too, so a run killed at any point never
-        leaves a child partition that the walk from its parent's rows can no longer reach.
-        """
-        local = self.local
-        if getattr(local, "launching", False):
-            return  # a synchronous send's callback: the loop below goes on
-        local.launching = True
-        try:
-            while True:
-                with self.condition:
-                    if self.stop is not None or not self.ready or self.in_flight >= self.limit:
-                        return
-                    ready = self.ready[0]
-                    if not ready.partition and self.partitions_in_flight:
-                        return  # the last partition deletion's callback launches it
-                    self.ready.popleft()
-                    self.in_flight += 1
-                    self.partitions_in_flight += ready.partition
-                    ready.group.unsent -= 1
-                    if not ready.group.unsent:
-                        self.condition.notify_all()
-                done = partial(self._done, ready)
-                try:
-                    ready.request.send(done)
-                except BaseException as exc:  # not sent (an interrupt, a client error)
-                    done([exc] * len(ready.members))
-        finally:
-            local.launching = False
-
-    def _done(self, ready: _Ready, outcome: DeleteOutcome) -> None:
-        """A request's callback (any thread): the next request goes, the outcome is queued."""
-        hard = next(
-            (e for e in outcome if e is not None and not isinstance(e, TransientStoreError)),
-            None,
-        )
-        if hard is not None:  # queued before the halt shows, so the caller that sees it counts it
-            self.outcomes.put(_Outcome(ready, outcome))
-        with self.condition:
-            self.in_flight -= 1
-            self.partitions_in_flight -= ready.partition
-            if hard is not None:
-                self._halt(hard)
-        self.launch()
-        if hard is None:
-            self.outcomes.put(_Outcome(ready, outcome))
 
 
 class _CleanProgress:

@@ -31,7 +31,8 @@ from dircleaner.lease import lease_check
 from dircleaner.model import BucketDir, DeleteAction, KindTally, PartitionFacts, Shard
 from dircleaner.pipeline.backlog import CandidateSample, SampleFigures
 from dircleaner.pipeline.budget import charged_so_far, ledger_charger
-from dircleaner.pipeline.delete import DeleteStats, PlannedActions, ThrottleConfig, execute_plan
+from dircleaner.pipeline.delete import DeleteStats, PlannedActions, execute_plan
+from dircleaner.pipeline.deleterate import ThrottleConfig
 from dircleaner.pipeline.plan import DeletionPlan, PlanSummary, drop_nonempty, plan_deletions
 from dircleaner.pipeline.recheck import find_nonempty
 from dircleaner.pipeline.spill import Candidates, SpilledActions

@@ -5,7 +5,8 @@ Everything else (filter storage, sizing, the job itself) is built on these, as f
 and the single item derives from it; backends override the derived helpers only where they can
 do them faster. What a store can do and how the job drives it is one frozen ``StoreTraits``
 (``store.traits``); optional capabilities are small protocols of their own (``IndexWriter``,
-``TombstoneCounter``, ``BulkLoader``), checked with ``isinstance``.
+``TombstoneCounter``, ``BulkLoader``: ``dircleaner.store.capabilities``), checked with
+``isinstance``.
 
 The job's bookkeeping (the lease, run state, filter cells) is built once on the key-value
 primitive (``bookkeeping``). The tombstone ledger is not, by a measured choice: a slice's plan
@@ -25,15 +26,15 @@ import abc
 import re
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from dircleaner.errors import BucketNotFound
 from dircleaner.model import ActionKind, DeleteAction, FolderRange, FolderRow, PartitionKey, Shard
 from dircleaner.paths import directories_of, folder_row_of, split_key
 from dircleaner.scanrate import ScanThrottle
 from dircleaner.store import bookkeeping
+from dircleaner.store.capabilities import index_writer
 from dircleaner.store.kv import ANY, Entry, Expect
 from dircleaner.store.records import (
     DeleteOutcome,
@@ -560,56 +561,6 @@ class Store(abc.ABC):
         """Every folder row of the whole ring, one at a time."""
         for batch in self.scan_folder_rows(Shard(), bucket):
             yield from batch
-
-
-@runtime_checkable
-class TombstoneCounter(Protocol):
-    """Optional capability: the tombstones a read of one folders partition meets, as Cassandra
-    counts them (tests and benchmarks check the live budget with it)."""
-
-    def tombstones_in_partition(self, bucket: str, parent: str) -> int:
-        """Tombstone cells a read of folders partition ``(bucket, parent)`` scans now."""
-
-
-@runtime_checkable
-class IndexWriter(Protocol):
-    """Optional capability: the index writes an S3 front-end makes (the generator, ``put`` and
-    ``delete``, restore and tests write through it; the job itself never does)."""
-
-    def write_object_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Upsert ``(bucket, parent, name)`` object rows at ``timestamp_us``."""
-
-    def write_folder_rows(self, rows: Sequence[tuple[str, str, str]], timestamp_us: int) -> None:
-        """Upsert ``(bucket, parent, name)`` folder rows at ``timestamp_us`` (newer wins)."""
-
-    def delete_object_rows(
-        self, rows: Sequence[tuple[str, str, str]], timestamp_us: int
-    ) -> int | None:
-        """Delete ``(bucket, parent, name)`` object rows (the folder index is not touched).
-
-        Returns how many rows existed and were removed, or None where the store cannot tell
-        (Cassandra deletes blindly)."""
-
-
-def index_writer(store: Store) -> IndexWriter:
-    """``store`` as an ``IndexWriter``; TypeError if it takes no index writes."""
-    if not isinstance(store, IndexWriter):
-        raise TypeError(f"{type(store).__name__} takes no index writes")
-    return store
-
-
-@runtime_checkable
-class BulkLoader(Protocol):
-    """Optional capability: pre-tokenised index rows in bulk (the generator's fast path).
-
-    A store without it is loaded through ``IndexWriter``.
-    """
-
-    def bulk_insert(self, table: str, rows: Sequence[tuple[int, str, str, str, int]]) -> None:
-        """Insert ``(token, bucket, parent, name, ts)`` rows into ``objects`` or ``folders``."""
-
-    def bulk_loading(self) -> AbstractContextManager[None]:
-        """A context in which bulk inserts may trade durability for speed."""
 
 
 def missing_bucket(store: Store, bucket: str | None) -> str | None:

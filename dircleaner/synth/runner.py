@@ -24,7 +24,8 @@ from typing import IO
 from dircleaner.errors import UsageError
 from dircleaner.gcpause import cyclic_gc_paused
 from dircleaner.model import Shard
-from dircleaner.store.base import BulkLoader, Store, index_writer
+from dircleaner.store.base import Store
+from dircleaner.store.capabilities import BulkLoader, index_writer
 from dircleaner.synth.layouts import TMP_DIRS, write_layout
 from dircleaner.synth.shares import share_empties
 from dircleaner.synth.spec import (
