@@ -128,3 +128,36 @@ def test_a_night_of_spread_deletes_leaves_one_ledger_row_per_live_partition() ->
     # one row per live partition; it was one per group that touched it, as many as the writes
     assert len(ledger.rows) == 2000
     assert 2000 < ledger.writes <= 29_000
+
+
+def test_a_slice_charging_more_partitions_than_it_keeps_totals_for_renews_its_id() -> None:
+    """A backlog night charges millions of live partitions: the hook keeps the running totals
+    of at most ``held`` of them, then goes on under a new id, so no id's rows cover more than
+    ``held`` partitions, and the ledger's sums stay exact before every group."""
+    from dircleaner.model import PartitionFacts
+    from dircleaner.pipeline.plan import plan_deletions
+
+    facts = []
+    for p in range(600):
+        key = PartitionKey(p, "b", f"p{p:04d}/")
+        names = [f"n{i:03d}" for i in range(0, 2 * (3 + p % 7), 2)]
+        rows = tuple(FolderRow(p, "b", key.parent, n) for n in names)
+        facts.append(
+            PartitionFacts(key, 2 * len(rows) + 1, rows, ordinals=tuple(range(0, 2 * len(rows), 2)))
+        )
+    plan = plan_deletions(facts, 500, spread=True)
+    ledger = UpsertLedger()
+    charge = ledger_charger(ledger, "gen", "attempt", 3600.0, held=100)
+    sent: dict[tuple[str, str], int] = {}
+    for start in range(0, len(plan.actions), 64):
+        group = plan.actions[start : start + 64]
+        charge(group)
+        for action in group:
+            key = (action.partition.bucket, action.partition.parent)
+            sent[key] = sent.get(key, 0) + action.tombstones
+        assert ledger.tombstones_charged(list(sent)) == sent
+    per_id: dict[str, int] = {}
+    for _bucket, _parent, _gen, charge_id in ledger.rows:
+        per_id[charge_id] = per_id.get(charge_id, 0) + 1
+    assert len(per_id) > 6 and max(per_id.values()) <= 100, per_id
+    assert set(per_id) == {"attempt", *(f"attempt.{n}" for n in range(1, len(per_id)))}

@@ -27,6 +27,8 @@ from dircleaner.store.records import TombstoneCharge
 
 #: Cassandra's default tombstone_warn_threshold, when the node does not say
 DEFAULT_WARN_THRESHOLD = 1000
+#: partitions whose running total a slice's deletes keep before charging under a new id
+LEDGER_RUNNING_TOTALS = 200_000
 
 
 class TombstoneSettings(Protocol):
@@ -101,7 +103,11 @@ def charged_so_far(
 
 
 def ledger_charger(
-    store: TombstoneLedger, generation: str, charge_id: str, ttl_s: float
+    store: TombstoneLedger,
+    generation: str,
+    charge_id: str,
+    ttl_s: float,
+    held: int = LEDGER_RUNNING_TOTALS,
 ) -> Callable[[Sequence[DeleteAction]], None]:
     """A hook for the deleter: charges a group of actions' tombstones, per partition, before
     they are issued.
@@ -114,23 +120,36 @@ def ledger_charger(
     reads of it, grow with the deletes; now they follow the live partitions. The sum the ledger
     holds for a partition is the same at every moment; a rewritten row expires with the
     attempt's last charge of it, after, never before, the tombstones it pays for.
+
+    The running totals are kept for at most ``held`` partitions: past that, the hook forgets
+    them and goes on under a new charge id (``charge_id.1``, ``.2``, …), so a partition charged
+    again starts a second row from zero beside its first, and the ledger's sum stays exact (a
+    backlog night charges millions of partitions: their totals once held hundreds of MB).
     """
     spent: Counter[tuple[str, str]] = Counter()
+    current, renewed = charge_id, 0  # the id charged under, and how many times it was renewed
 
     def charge(actions: Sequence[DeleteAction]) -> None:
+        nonlocal current, renewed
         touched: set[tuple[str, str]] = set()
         for action in actions:
             if action.tombstones:
-                key = (action.partition.bucket, action.partition.parent)
-                spent[key] += action.tombstones
-                touched.add(key)
-        if touched:
-            store.charge_tombstones(
-                [
-                    TombstoneCharge(bucket, parent, generation, charge_id, spent[(bucket, parent)])
-                    for bucket, parent in sorted(touched)
-                ],
-                ttl_s,
-            )
+                touched.add((action.partition.bucket, action.partition.parent))
+        if not touched:
+            return
+        if len(spent) + len(touched) > held and spent:
+            spent.clear()
+            renewed += 1
+            current = f"{charge_id}.{renewed}"
+        for action in actions:
+            if action.tombstones:
+                spent[(action.partition.bucket, action.partition.parent)] += action.tombstones
+        store.charge_tombstones(
+            [
+                TombstoneCharge(bucket, parent, generation, current, spent[(bucket, parent)])
+                for bucket, parent in sorted(touched)
+            ],
+            ttl_s,
+        )
 
     return charge
