@@ -31,7 +31,12 @@ taken in the same run mean anything on a shared machine):
   queries per directory with the store's concurrency in flight (a fairer, harder baseline).
 * **the real clean** — one ``run_job`` without ``--dry-run`` at ``--rate``: the delete phase's
   measured rate, and precision / recall of the audit log against the ground truth (precision
-  must be exactly 1.0; every audited directory must be gone from the index). The clean mutates
+  must be exactly 1.0). The night's own figures (wall, CPU, peak RSS by phase) are written
+  first (``night-wN-figures.json``), then the checks run: ``--check-sample`` live directories
+  sampled before the night must still be listed and as many audited ones must be gone, read
+  by key; ``--full-check`` (automatic up to 2M directories) also looks for every audited
+  directory in a scan of the whole index, which at 25M through the night's millions of
+  tombstones takes over half an hour. The clean mutates
   the keyspace, so the dataset is then marked used and the next invocation reloads it
   (``--no-clean`` skips this step and keeps the dataset for further ratio runs).
 
@@ -102,6 +107,10 @@ DEFAULT_STORE = "cassandra://127.0.0.1:9042/dcbench"
 DEFAULT_CACHE = Path(__file__).resolve().parent / ".cache" / "cassandra"
 TARGET_RUN_OVER_SCAN = 1.5
 TARGET_SPEEDUP = 20.0
+#: up to this many directories, a night's check scans the whole index (``--full-check``)
+FULL_CHECK_MAX_DIRS = 2_000_000
+#: rows per slice of the ring the live sample reads
+SAMPLE_SLICE_ROWS = 256
 
 
 def log(message: str) -> None:
@@ -553,12 +562,59 @@ def naive_concurrent(
 
 
 def still_listed(store: Store, deleted: np.ndarray, bucket: str) -> int:
-    """Folder rows still in the index among the ``hashed`` directories a night deleted."""
+    """Folder rows still in the index among the ``hashed`` directories a night deleted (a
+    scan of the whole index: at 25M directories, through millions of tombstones, over half an
+    hour; ``--full-check``)."""
     hits = 0
     for batch in store.scan_folder_rows(Shard(), bucket):
         keys = np.array([hash(dir_of_row(row.parent, row.name)) for row in batch], dtype=np.int64)
         hits += int(np.isin(keys, deleted).sum())
     return hits
+
+
+def live_sample(
+    store: Store, truth: np.ndarray, bucket: str, dirs: int, size: int, seed: int
+) -> list[tuple[str, str]]:
+    """Up to ``size`` directories the index lists that are not empty (absent from the truth),
+    taken before a night from whole slices of the ring picked at random (about
+    ``SAMPLE_SLICE_ROWS`` rows each, whole partitions, wide ones included): rows the night must
+    leave listed."""
+    count = max(1, dirs // SAMPLE_SLICE_ROWS)
+    rng = random.Random(seed)
+    order = rng.sample(range(count), count) if count <= size else None
+    picked: list[tuple[str, str]] = []
+    tried = 0
+    while len(picked) < size and tried < count:
+        index = order[tried] if order is not None else rng.randrange(count)
+        tried += 1
+        for batch in store.scan_folder_rows(Shard(index, count), bucket):
+            listed = [dir_of_row(row.parent, row.name) for row in batch]
+            keys = np.array([hash(d) for d in listed], dtype=np.int64)
+            # truth is sorted: a binary search per key (np.isin would sort all 16M per batch)
+            at = np.minimum(np.searchsorted(truth, keys), max(len(truth) - 1, 0))
+            live = truth[at] != keys if len(truth) else np.ones(len(keys), dtype=bool)
+            picked.extend((bucket, d) for d, keep in zip(listed, live, strict=True) if keep)
+    return picked[:size]
+
+
+def sampled_check(
+    store: Store, live: list[tuple[str, str]], audited: list[tuple[str, str]]
+) -> dict[str, Any]:
+    """After a night, by key (the re-check's prepared reads): which sampled live directories
+    are no longer listed (a lost row), which sampled audited ones still are."""
+    started = time.perf_counter()
+    still_live = store.rows_listing(live)
+    lost = [d for b, d in live if (b, d) not in still_live]
+    left = store.rows_listing(audited)
+    return {
+        "live_sample": len(live),
+        "live_rows_lost_in_sample": len(lost),
+        "live_rows_lost_examples": lost[:20],
+        "audited_sample": len(audited),
+        "audited_still_listed_in_sample": len(left),
+        "audited_still_listed_examples": sorted(d for _, d in left)[:20],
+        "seconds": round(time.perf_counter() - started, 2),
+    }
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -771,6 +827,10 @@ def real_night(
     name = f"night-w{workers}"
     audit = work / f"{name}.jsonl.gz"
     audit.unlink(missing_ok=True)
+    live = live_sample(
+        store, truth, DEFAULT_BUCKET, int(dataset["dirs"]), args.check_sample, args.seed
+    )
+    log(f"  {len(live):,} live directories sampled for the check after the night")
     mark_used(store, dataset)
     load_before = os.getloadavg()
     node = cassandra_node_pid()
@@ -782,12 +842,6 @@ def real_night(
     phases = {"build": summary["build"]["seconds"], **clean["phase_seconds"]}
     log(f"  {ran['run_s']:.1f}s: " + ", ".join(f"{k} {v:.1f}" for k, v in phases.items()))
     deferred = int(clean["plan"]["deferred"])
-    scores = score_audit(audit, truth, DEFAULT_BUCKET, deferred, heaviest=10)
-    leftover = still_listed(store, audited_hashes(audit, DEFAULT_BUCKET), DEFAULT_BUCKET)
-    # Cassandra's own count, by tracing, in the partitions the audit log charged most.
-    traced = [
-        store.tombstones_in_partition(DEFAULT_BUCKET, p) for p in scores.pop("heaviest_partitions")
-    ]
     night: dict[str, Any] = {
         "workers": workers,
         "run_s": round(ran["run_s"], 3),
@@ -805,10 +859,8 @@ def real_night(
         "peak_rss_by_phase_mb": peak_rss_by_phase(ran["rss_timeline"], phases, ran["run_s"]),
         "peak_rss_sum_mb": round(ran["peak_rss_sum_mb"], 1),
         "peak_pss_sum_mb": round(ran["peak_pss_sum_mb"], 1),
-        **scores,
         "deferred": deferred,
         "recall_target": 1 - 1.5 * args.fpr,
-        "traced_tombstones_max_of_10_heaviest": max(traced, default=0),
         "budget": clean.get("budget"),
         "plan": clean["plan"],
         "partitions_rewritten": clean.get("partitions_rewritten", 0),
@@ -816,7 +868,6 @@ def real_night(
         "retries": clean.get("retries", 0),
         "final_rate": clean.get("final_rate"),
         "sizing_method": summary["build"].get("sizing_method"),
-        "audited_but_still_listed": leftover,
         "audit_log": str(audit),
         "loadavg_before": load_before[0],
         "loadavg_after": ran["loadavg_after"][0],
@@ -837,11 +888,65 @@ def real_night(
             # and deletes, which no scan makes
             scans_over_floor=(phases["build"] + phases["sweep"]) / floor.seconds,
         )
+    # The night's own figures, kept before any check runs: a check stopped later loses none.
+    figures = work / f"{name}-figures.json"
+    figures.write_text(json.dumps(night, indent=2, ensure_ascii=False) + "\n")
+    by_phase = ", ".join(f"{k} {v:,.0f}" for k, v in night["peak_rss_by_phase_mb"].items())
     log(
-        f"  precision {night['precision']:.6f} recall {night['recall']:.4f},"
-        f" peak RSS {night['peak_rss_mb']:.0f} MB, audit log {night['audit_log_bytes']:,} bytes"
+        f"  peak RSS {night['peak_rss_mb']:,.0f} MB (by phase, MB: {by_phase}),"
+        f" CPU {night['client_cpu_s']:,.0f} s (node {night['node_cpu_s']} s),"
+        f" audit log {night['audit_log_bytes']:,} bytes; figures in {figures}"
     )
+    check_night(store, args, dataset, night, audit, truth, live)
+    figures.write_text(json.dumps(night, indent=2, ensure_ascii=False) + "\n")
     return night
+
+
+def check_night(
+    store: CassandraStore,
+    args: argparse.Namespace,
+    dataset: dict[str, Any],
+    night: dict[str, Any],
+    audit: Path,
+    truth: np.ndarray,
+    live: list[tuple[str, str]],
+) -> None:
+    """Score a night into ``night``: precision and recall from its audit log against the truth
+    (no read of the store); the sampled live directories still listed and the sampled audited
+    ones gone, read by key; the tombstones traced in the partitions the log charged most; with
+    ``--full-check`` (or a dataset of at most ``FULL_CHECK_MAX_DIRS``), every audited directory
+    looked for in a scan of the whole index."""
+    started = time.perf_counter()
+    scores = score_audit(
+        audit, truth, DEFAULT_BUCKET, night["deferred"], heaviest=10, sample=args.check_sample
+    )
+    audited = scores.pop("audited_sample")
+    log(
+        f"  precision {scores['precision']:.6f} recall {scores['recall']:.4f}"
+        f" (audit log against the truth, {time.perf_counter() - started:.0f}s)"
+    )
+    night.update(scores)
+    # Cassandra's own count, by tracing, in the partitions the audit log charged most.
+    traced = [
+        store.tombstones_in_partition(DEFAULT_BUCKET, p) for p in night.pop("heaviest_partitions")
+    ]
+    night["traced_tombstones_max_of_10_heaviest"] = max(traced, default=0)
+    sampled = sampled_check(store, live, audited)
+    night["check"] = sampled
+    night["live_rows_lost_in_sample"] = sampled["live_rows_lost_in_sample"]
+    night["audited_but_still_listed"] = sampled["audited_still_listed_in_sample"]
+    log(
+        f"  sample by key: {sampled['live_rows_lost_in_sample']:,} of {len(live):,} live"
+        f" directories lost, {sampled['audited_still_listed_in_sample']:,} of {len(audited):,}"
+        f" audited still listed ({sampled['seconds']:.1f}s)"
+    )
+    if args.full_check or int(dataset["dirs"]) <= FULL_CHECK_MAX_DIRS:
+        scan_started = time.perf_counter()
+        leftover = still_listed(store, audited_hashes(audit, DEFAULT_BUCKET), DEFAULT_BUCKET)
+        night["audited_but_still_listed"] += leftover
+        night["check"]["full_scan_still_listed"] = leftover
+        night["check"]["full_scan_s"] = round(time.perf_counter() - scan_started, 1)
+        log(f"  full scan: {leftover:,} audited directories still listed")
 
 
 def night_rounds(
@@ -875,6 +980,10 @@ def night_rounds(
             if node_cpu is not None and floor_node_cpu is not None:
                 night["floor_node_cpu_s"] = round(floor_node_cpu - node_cpu, 1)
             nights[str(workers)].append(night)
+            # what is known so far, in case a later round is stopped
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            partial = {"partial": True, "nights": nights, "git_head": git_head()}
+            args.out.write_text(json.dumps(partial, indent=2, ensure_ascii=False) + "\n")
     by_workers = {w: over_nights(ns) for w, ns in nights.items()}
     return {
         "dirs": dataset.get("dirs"),
@@ -1008,6 +1117,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--delete-concurrency", type=int, default=32)
     ap.add_argument("--naive-sample", type=int, default=20_000)
     ap.add_argument("--no-clean", action="store_true", help="skip the real clean (keep data)")
+    ap.add_argument(
+        "--check-sample",
+        type=int,
+        default=5000,
+        help="after a real night, this many live directories (sampled before it) and audited"
+        " ones read by key: the live still listed, the audited gone",
+    )
+    ap.add_argument(
+        "--full-check",
+        action="store_true",
+        help="also look for every audited directory in a scan of the whole index (always at"
+        f" up to {FULL_CHECK_MAX_DIRS:,} directories)",
+    )
     ap.add_argument("--reload", action="store_true", help="reload the dataset even if cached")
     ap.add_argument(
         "--load",
@@ -1193,7 +1315,11 @@ def failed_night(night: dict[str, Any] | None) -> bool:
     """Whether a real night deleted a directory that was not empty, or left one it audited."""
     if night is None:
         return False
-    return night["precision"] != 1.0 or bool(night["audited_but_still_listed"])
+    return (
+        night["precision"] != 1.0
+        or bool(night["audited_but_still_listed"])
+        or bool(night.get("live_rows_lost_in_sample"))
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -305,13 +306,22 @@ def truth_lines(path: Path) -> Iterator[str]:
 
 
 def score_audit(
-    audit: Path, truth: np.ndarray, bucket: str, deferred: int, heaviest: int = 0
+    audit: Path,
+    truth: np.ndarray,
+    bucket: str,
+    deferred: int,
+    heaviest: int = 0,
+    sample: int = 0,
 ) -> dict[str, Any]:
     """Precision and recall of a night's audit log against the truth (``hashed`` paths of the
     truly empty directories), how its entries went, and the tombstones it left per live
     partition (row 1, each distinct range 2), in one pass over the log; with ``heaviest``, the
-    parents of that many partitions it charged most (a second pass)."""
+    parents of that many partitions it charged most (a second pass); with ``sample``, that
+    many of its ``(bucket, directory)`` entries picked at random in the same pass
+    (``audited_sample``), for a check by key that they are gone from the index."""
     via: dict[str, int] = {}
+    rng = random.Random(len(truth))
+    picked: list[tuple[str, str]] = []
     deleted: list[int] = []
     charged: list[int] = []  # a live partition's hash, once per tombstone cell
     ranges: set[int] = set()
@@ -322,6 +332,10 @@ def score_audit(
             kind = str(entry.get("via"))
             via[kind] = via.get(kind, 0) + 1
             deleted.append(hash(entry["dir"]))
+            if len(deleted) <= sample:
+                picked.append((bucket, str(entry["dir"])))
+            elif sample and (j := rng.randrange(len(deleted))) < sample:
+                picked[j] = (bucket, str(entry["dir"]))
             if kind == "row":
                 charged.append(hash(entry["parent"]))
             elif kind == "range":
@@ -337,7 +351,9 @@ def score_audit(
     counts = [int(c) for c in per_partition]
     top = partitions[np.argsort(-per_partition, kind="stable")[:heaviest]]
     wrong = [] if right == len(done) else wrongly_deleted(audit, truth, bucket)
+    extra: dict[str, Any] = {"audited_sample": picked} if sample else {}
     return {
+        **extra,
         "deleted": len(done),
         "deleted_by": {kind: via.get(kind, 0) for kind in ("partition", "row", "range", "rewrite")},
         "tombstones_per_live_partition_max": max(counts, default=0),
