@@ -36,7 +36,7 @@ from tests.helpers import audit_entries, invoke, write_lines
 STOP_BOUND_S = 2.0
 #: what the throttles log (``-vv``) before a wait of a second or more
 SCAN_WAIT = re.compile(r"DEBUG dircleaner\.scanrate: scan cap .*: waiting")
-DELETE_WAIT = re.compile(r"DEBUG dircleaner\.pipeline\.delete: delete rate .*: waiting")
+DELETE_WAIT = re.compile(r"DEBUG dircleaner\.pipeline\.deleterate: delete rate .*: waiting")
 
 KEYS = [f"p{i % 40}/{i}/x" for i in range(1200)]
 DEAD = KEYS[:800]
@@ -246,7 +246,7 @@ def _wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> N
 
 #: a task's stack in a throttle's wait
 IN_SCAN_WAIT = re.compile(r"scanrate\.py.*in (page|reserve)\n", re.DOTALL)
-IN_DELETE_WAIT = re.compile(r"delete\.py.*in acquire\n", re.DOTALL)
+IN_DELETE_WAIT = re.compile(r"deleterate\.py.*in acquire\n", re.DOTALL)
 
 DASK_CASES: dict[str, tuple[list[str], re.Pattern[str], bool]] = {
     "build --scan-rate 1": (["build", "--scan-rate", "1"], IN_SCAN_WAIT, False),
