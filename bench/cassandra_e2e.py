@@ -71,6 +71,7 @@ from night import (
     audited_hashes,
     cassandra_node_pid,
     hashed,
+    in_sorted,
     measured_cli,
     night_figures,
     peak_rss_by_phase,
@@ -568,7 +569,7 @@ def still_listed(store: Store, deleted: np.ndarray, bucket: str) -> int:
     hits = 0
     for batch in store.scan_folder_rows(Shard(), bucket):
         keys = np.array([hash(dir_of_row(row.parent, row.name)) for row in batch], dtype=np.int64)
-        hits += int(np.isin(keys, deleted).sum())
+        hits += int(in_sorted(keys, deleted).sum())
     return hits
 
 
@@ -589,10 +590,7 @@ def live_sample(
         tried += 1
         for batch in store.scan_folder_rows(Shard(index, count), bucket):
             listed = [dir_of_row(row.parent, row.name) for row in batch]
-            keys = np.array([hash(d) for d in listed], dtype=np.int64)
-            # truth is sorted: a binary search per key (np.isin would sort all 16M per batch)
-            at = np.minimum(np.searchsorted(truth, keys), max(len(truth) - 1, 0))
-            live = truth[at] != keys if len(truth) else np.ones(len(keys), dtype=bool)
+            live = ~in_sorted(np.array([hash(d) for d in listed], dtype=np.int64), truth)
             picked.extend((bucket, d) for d, keep in zip(listed, live, strict=True) if keep)
     return picked[:size]
 
