@@ -131,23 +131,21 @@ def ledger_charger(
 
     def charge(actions: Sequence[DeleteAction]) -> None:
         nonlocal current, renewed
-        touched: set[tuple[str, str]] = set()
+        group: Counter[tuple[str, str]] = Counter()
         for action in actions:
             if action.tombstones:
-                touched.add((action.partition.bucket, action.partition.parent))
-        if not touched:
+                group[(action.partition.bucket, action.partition.parent)] += action.tombstones
+        if not group:
             return
-        if len(spent) + len(touched) > held and spent:
+        if len(spent) + len(group) > held and spent:
             spent.clear()
             renewed += 1
             current = f"{charge_id}.{renewed}"
-        for action in actions:
-            if action.tombstones:
-                spent[(action.partition.bucket, action.partition.parent)] += action.tombstones
+        spent.update(group)
         store.charge_tombstones(
             [
                 TombstoneCharge(bucket, parent, generation, current, spent[(bucket, parent)])
-                for bucket, parent in sorted(touched)
+                for bucket, parent in sorted(group)
             ],
             ttl_s,
         )
