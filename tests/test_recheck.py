@@ -27,6 +27,7 @@ from dircleaner.pipeline.build import BuildConfig, build_filter
 from dircleaner.pipeline.delete import ThrottleConfig
 from dircleaner.pipeline.guards import GuardConfig
 from dircleaner.pipeline.recheck import CASCADE_HEAD_ROWS, find_nonempty
+from dircleaner.pipeline.spill import Candidates
 from dircleaner.pipeline.spillfile import SpillConfig
 from dircleaner.scanrate import ScanRate, ScanThrottle
 from dircleaner.store import open_store
@@ -64,6 +65,18 @@ def facts(parent: str, names: list[str], *, dir_absent: bool = False) -> Partiti
 def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(f"sqlite:///{tmp_path / 'meta.db'}", create=True) as opened:
         yield opened
+
+
+def held_then_spilled(tmp_path: Path, swept: Sequence[PartitionFacts]) -> Iterator[Candidates]:
+    """The same candidates held in memory, then spilled (each let go after its turn)."""
+    for memory in (10**6, 0):
+        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
+        for fact in swept:
+            held.append(fact)
+        held.finish(plan_room=False)
+        assert held.spilled is (memory == 0)
+        yield held
+        held.release()
 
 
 @pytest.mark.parametrize("batch", [1, 2, 100_000])
@@ -155,19 +168,11 @@ def test_uncapped_reads_go_in_full_batches_without_a_wait() -> None:
 def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
     store: Store, tmp_path: Path
 ) -> None:
-    from dircleaner.pipeline.spill import Candidates
-    from dircleaner.pipeline.spillfile import SpillConfig
-
     swept = [facts(f"p{i}/", [f"n{j:03d}" for j in range(100)]) for i in range(6)]
     swept.append(facts("q/r/", ["s"], dir_absent=True))  # q/r/'s own row is in another slice
     store.put_objects(B, ["p3/n042/late", "q/r/late"], 10)
     outcomes = []
-    for memory in (10**6, 0):
-        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
-        for fact in swept:
-            held.append(fact)
-        held.finish(plan_room=False)
-        assert held.spilled is (memory == 0)
+    for held in held_then_spilled(tmp_path, swept):
         clock = FakeClock()
         throttle = ScanThrottle(ScanRate(800.0, adaptive=False), clock=clock, sleep=clock.sleep)
         reports: list[Report] = []
@@ -182,7 +187,6 @@ def test_spilled_candidates_are_read_at_the_cap_and_reported_as_held_ones_are(
         assert sum(clock.slept) == pytest.approx(602 / 800)  # batches of 200, each paid
         assert reports[0] == ("verify", 0, reports[0][2]) and reports[-1] == ("verify", 602, 602)
         outcomes.append([done for _phase, done, _total in reports])
-        held.release()
     # spilled, the orphans no candidate row named are read after the candidates' last batch
     assert outcomes == [[0, 200, 400, 600, 602], [0, 200, 400, 600, 601, 602]]
 
@@ -243,20 +247,10 @@ def test_a_cascade_candidate_whose_partition_fills_the_read_is_kept(store: Store
 
 
 def test_cascade_candidates_are_checked_alike_held_or_spilled(store: Store, tmp_path: Path) -> None:
-    from dircleaner.pipeline.spill import Candidates
-    from dircleaner.pipeline.spillfile import SpillConfig
-
-    swept = chain(store)
-    for memory in (10**6, 0):
-        held = Candidates(SpillConfig(tmp_path / "spill", memory_candidates=memory))
-        for fact in swept:
-            held.append(fact)
-        held.finish(plan_room=False)
-        assert held.spilled is (memory == 0)
+    for held in held_then_spilled(tmp_path, chain(store)):
         found = find_nonempty(store, held, holding("d/e/", "d/e/f/"))
         assert found.nonempty == {(B, "d/e/")}
         assert (found.cascade_read, found.cascade_kept) == (1, 1)
-        held.release()
 
 
 def test_the_folders_reads_are_paid_at_the_cap_with_the_objects_reads(store: Store) -> None:
